@@ -1,0 +1,87 @@
+"""Step 1 of the mul3 flow: registers my_ops::mul3 with PyTorch from Python (torch.library), then exports a model
+calling it to custom_ops_1.pte. The runtime kernel is custom_ops_1_out.cpp, bound to mul3.out in custom_ops.yaml.
+
+Importing this module registers the ops and does nothing else; `python custom_ops_1.py [--output_dir DIR]` exports.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+import torch
+
+# A fragment, not a definition: PyTorch allows one defining library per namespace, and the C++ AOT library
+# (libcustom_ops_aot_lib.so, whose schema file codegen writes) defines my_ops. Fragments load in any order around it.
+_lib = torch.library.Library("my_ops", "FRAGMENT")
+_lib.define("mul3(Tensor input) -> Tensor")
+_lib.define("mul3.out(Tensor input, *, Tensor(a!) output) -> Tensor(a!)")
+
+MUL3_FACTOR = 3
+# The dtypes the ExecuTorch kernel implements; accepting others here would export programs the runtime cannot run.
+SUPPORTED_DTYPES = (
+    torch.float32, torch.float64, torch.float16, torch.bfloat16,
+    torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
+)
+
+
+def _check_supported(op: str, input: torch.Tensor) -> None:
+    torch._check(
+        input.dtype in SUPPORTED_DTYPES,
+        lambda: f"{op}: unsupported dtype {input.dtype}; supported: {', '.join(map(str, SUPPORTED_DTYPES))}",
+    )
+
+
+@torch.library.impl("my_ops::mul3", "CompositeExplicitAutograd", lib=_lib)
+def mul3(input: torch.Tensor) -> torch.Tensor:
+    _check_supported("my_ops::mul3", input)
+    return input * MUL3_FACTOR
+
+
+@torch.library.impl("my_ops::mul3.out", "CompositeExplicitAutograd", lib=_lib)
+def mul3_out(input: torch.Tensor, *, output: torch.Tensor) -> torch.Tensor:
+    _check_supported("my_ops::mul3.out", input)
+    torch._check(
+        output.dtype == input.dtype,
+        lambda: f"my_ops::mul3.out: output dtype {output.dtype} must match input dtype {input.dtype}",
+    )
+    return torch.mul(input, MUL3_FACTOR, out=output)  # resizes `output` to input's shape, like every ATen out op
+
+
+@torch.library.register_fake("my_ops::mul3", lib=_lib)
+def _mul3_fake(input: torch.Tensor) -> torch.Tensor:
+    _check_supported("my_ops::mul3", input)
+    return torch.empty_like(input)
+
+
+def _mul3_backward(ctx, grad: torch.Tensor) -> torch.Tensor:
+    return grad * MUL3_FACTOR
+
+
+torch.library.register_autograd("my_ops::mul3", _mul3_backward, lib=_lib)
+
+
+class Mul3Model(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.ops.my_ops.mul3.default(x)
+
+
+EXAMPLE_INPUTS = (torch.randn(2, 3),)
+
+
+def export_mul3(output_dir: str | os.PathLike) -> str:
+    from pte_export import export_to_pte
+
+    return export_to_pte(Mul3Model(), EXAMPLE_INPUTS, os.path.join(output_dir, "custom_ops_1.pte"))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--output_dir", default=os.path.dirname(os.path.abspath(__file__)),
+                        help="where to write custom_ops_1.pte (default: the repository root)")
+    args = parser.parse_args()
+    print(f"Exported {export_mul3(args.output_dir)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,120 @@
+// The one kernel behind my_ops::mul3.out and my_ops::mul4.out (and the next "multiply by a constant" op a user adds):
+// output = input * kFactor for every real dtype, matching PyTorch eager bit for bit (integer wrap-around, one rounding
+// for Half/BFloat16). Each *_out.cpp kernel file is a one-line call into multiply_by_constant_out<kFactor>().
+//
+// Compiled in one of two modes, like ExecuTorch's own kernels:
+//   ExecuTorch mode (default): executorch::aten::Tensor; bad input fails the KernelRuntimeContext (the method returns
+//     an error) instead of aborting the process.
+//   ATen mode (-DUSE_ATEN_LIB, for the PyTorch AOT library): at::Tensor; bad input throws c10::Error, which PyTorch
+//     raises in Python as RuntimeError.
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#ifdef USE_ATEN_LIB
+#include <ATen/ATen.h>
+#include <ATen/Dispatch.h>
+#else
+#include <executorch/runtime/core/exec_aten/util/scalar_type_util.h>
+#include <executorch/runtime/core/exec_aten/util/tensor_shape_to_c_string.h>
+#include <executorch/runtime/kernel/kernel_includes.h>
+#endif
+
+namespace custom {
+namespace native {
+namespace detail {
+
+// x * kFactor with PyTorch's semantics for T.
+template <typename T, int64_t kFactor>
+inline T multiply_element(T x) {
+  if constexpr (std::is_integral_v<T>) {
+    // Unsigned arithmetic wraps modulo 2^bits like PyTorch's integer mul; signed overflow would be undefined.
+    using Unsigned = std::make_unsigned_t<T>;
+    return static_cast<T>(static_cast<Unsigned>(x) * static_cast<Unsigned>(kFactor));
+  } else if constexpr (std::is_floating_point_v<T>) {
+    return x * static_cast<T>(kFactor);
+  } else {
+    // Half and BFloat16: compute in float and round once, as ATen's CPU kernels do.
+    return static_cast<T>(static_cast<float>(x) * static_cast<float>(kFactor));
+  }
+}
+
+// The inner loop over a contiguous range [begin, end).
+template <typename T, int64_t kFactor>
+void multiply_contiguous(const T* in, T* out, int64_t begin, int64_t end) {
+  for (int64_t i = begin; i < end; ++i) {
+    out[i] = multiply_element<T, kFactor>(in[i]);
+  }
+}
+
+#ifndef USE_ATEN_LIB
+inline auto shape_string(const executorch::aten::Tensor& t) {
+  return executorch::runtime::tensor_shape_to_c_string({t.sizes().data(), t.sizes().size()});
+}
+#endif
+
+} // namespace detail
+
+#ifdef USE_ATEN_LIB
+
+template <int64_t kFactor>
+at::Tensor& multiply_by_constant_out(const at::Tensor& in, at::Tensor& out, const char* op_name) {
+  TORCH_CHECK(
+      in.device().is_cpu() && out.device().is_cpu(),
+      op_name, ": this kernel runs on CPU tensors, got input on ", in.device(), " and output on ", out.device());
+  TORCH_CHECK(
+      out.scalar_type() == in.scalar_type(),
+      op_name, ": output dtype ", out.scalar_type(), " does not match input dtype ", in.scalar_type(),
+      "; allocate the output with the input's dtype");
+  if (out.sizes() != in.sizes()) {
+    out.resize_(in.sizes());
+  }
+  const at::Tensor src = in.contiguous();
+  // Strided outputs get a contiguous scratch result that is copied back, so the inner loop stays flat.
+  at::Tensor dst = out.is_contiguous() ? out : at::empty_like(out, at::MemoryFormat::Contiguous);
+  AT_DISPATCH_ALL_TYPES_AND2(at::kHalf, at::kBFloat16, src.scalar_type(), op_name, [&] {
+    detail::multiply_contiguous<scalar_t, kFactor>(
+        src.const_data_ptr<scalar_t>(), dst.mutable_data_ptr<scalar_t>(), 0, src.numel());
+  });
+  if (!dst.is_same(out)) {
+    out.copy_(dst);
+  }
+  return out;
+}
+
+#else // ExecuTorch mode
+
+template <int64_t kFactor>
+executorch::aten::Tensor& multiply_by_constant_out(
+    executorch::runtime::KernelRuntimeContext& ctx,
+    const executorch::aten::Tensor& in,
+    executorch::aten::Tensor& out,
+    const char* op_name) {
+  using executorch::runtime::Error;
+  ET_KERNEL_CHECK_MSG(
+      ctx, out.scalar_type() == in.scalar_type(), InvalidArgument, out,
+      "%s: output dtype %s does not match input dtype %s; the output must have the input's dtype",
+      op_name, executorch::runtime::toString(out.scalar_type()), executorch::runtime::toString(in.scalar_type()));
+  // Dynamic-shape programs plan the output at its upper bound and expect the kernel to resize it to the real shape.
+  ET_KERNEL_CHECK_MSG(
+      ctx, executorch::runtime::resize_tensor(out, in.sizes()) == Error::Ok, InvalidArgument, out,
+      "%s: the output has shape %s and cannot be resized to the input's shape %s; export the program so the "
+      "output's shape matches the input (or is dynamic with a large enough upper bound)",
+      op_name, detail::shape_string(out).data(), detail::shape_string(in).data());
+  // Same dim order means the same element order in memory, so one flat loop is correct for any layout.
+  ET_KERNEL_CHECK_MSG(
+      ctx, executorch::runtime::tensors_have_same_dim_order(in, out), InvalidArgument, out,
+      "%s: input and output have different dim orders (memory layouts); export them with the same memory format",
+      op_name);
+  ET_SWITCH_REALHBF16_TYPES(in.scalar_type(), ctx, op_name, CTYPE, [&] {
+    detail::multiply_contiguous<CTYPE, kFactor>(
+        in.const_data_ptr<CTYPE>(), out.mutable_data_ptr<CTYPE>(), 0, in.numel());
+  });
+  return out;
+}
+
+#endif // USE_ATEN_LIB
+
+} // namespace native
+} // namespace custom

@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# Drives the whole custom-op flow: register -> export (.pte) -> bind (custom_ops.yaml) -> select -> build -> run,
+# and checks every runtime result against PyTorch eager. On first use it creates .venv/ with the pins from
+# pyproject.toml; later runs reuse it (and reinstall when the pins change).
+#
+#   bash test_custom_ops.sh cmake    the mul3 flow, then the mul4 flow, built with CMake into cmake-out/
+#   bash test_custom_ops.sh buck2    the same flows built with Buck2
+#   bash test_custom_ops.sh test     the whole test suite (pytest)
+#   bash test_custom_ops.sh doctor   versions and the paths the build will use
+set -euo pipefail
+
+REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+VENV="${REPO_ROOT}/.venv"
+PYTHON="${VENV}/bin/python"
+BUILD_ROOT="${REPO_ROOT}/cmake-out"
+
+usage() {
+  sed -n '6,9p' "${BASH_SOURCE[0]}" | sed 's/^#//' >&2
+  exit 2
+}
+
+step() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
+die() { echo "error: $*" >&2; exit 1; }
+
+# ---- Environment ------------------------------------------------------------------------------------------------------
+# Installs [project].dependencies of pyproject.toml into .venv/. A stamp holding the hash of pyproject.toml makes
+# reruns free and re-installs when the pins change.
+ensure_venv() {
+  local stamp="${VENV}/.pins.sha256" want
+  want="$(sha256sum "${REPO_ROOT}/pyproject.toml" | cut -d' ' -f1)"
+  if [[ -x "${PYTHON}" && -f "${stamp}" && "$(cat "${stamp}")" == "${want}" ]]; then
+    return
+  fi
+  local base_python="${PYTHON_FOR_VENV:-python3}"
+  command -v "${base_python}" >/dev/null || die "python3 not found; install Python 3.10+ (or set PYTHON_FOR_VENV)"
+  step "Creating ${VENV} with the pins from pyproject.toml (first run: a few minutes)"
+  [[ -x "${PYTHON}" ]] || "${base_python}" -m venv "${VENV}"
+  local requirements="${VENV}/requirements.txt"
+  "${PYTHON}" - "${REPO_ROOT}/pyproject.toml" > "${requirements}" <<'EOF'
+import sys, tomllib
+print("\n".join(tomllib.load(open(sys.argv[1], "rb"))["project"]["dependencies"]))
+EOF
+  local log="${VENV}/pip-install.log"
+  # torch first, alone: the pin resolves to the CPU wheel and executorch then keeps it.
+  if ! { "${PYTHON}" -m pip install --quiet "$(grep '^torch==' "${requirements}")" &&
+         "${PYTHON}" -m pip install --quiet -r "${requirements}"; } >"${log}" 2>&1; then
+    tail -n 30 "${log}" >&2
+    die "installing the pins failed (full log: ${log})"
+  fi
+  echo "${want}" > "${stamp}"
+}
+
+# Run the venv's tools (cmake, ninja from PyPI) ahead of the system's.
+use_venv() {
+  export PATH="${VENV}/bin:${PATH}"
+  export PYTHONPATH="${REPO_ROOT}${PYTHONPATH:+:${PYTHONPATH}}"
+}
+
+# ---- CMake flow ---------------------------------------------------------------------------------------------------
+# cmake_build <build dir> <cmake args...>: configure (once) and build one variant of the runtime side.
+cmake_build() {
+  local build_dir="$1"; shift
+  cmake -S "${REPO_ROOT}" -B "${build_dir}" -G Ninja -DPython3_EXECUTABLE="${PYTHON}" "$@" >/dev/null
+  cmake --build "${build_dir}" -j "$(nproc)"
+}
+
+run_mul3_flow_cmake() {
+  local build_dir="${BUILD_ROOT}/custom_ops_1"
+  step "mul3 1/4: register my_ops::mul3 from Python and export custom_ops_1.pte (custom_ops_1.py)"
+  "${PYTHON}" "${REPO_ROOT}/custom_ops_1.py" --output_dir "${REPO_ROOT}"
+
+  step "mul3 2/4: select my_ops::mul3.out, generate its registration, build the kernels and runner (CMakeLists.txt)"
+  cmake_build "${build_dir}" -DREGISTER_EXAMPLE_CUSTOM_OP=1
+
+  step "mul3 3/4: run custom_ops_1.pte in ${build_dir#"${REPO_ROOT}"/}/custom_ops_executor_runner"
+  "${build_dir}/custom_ops_executor_runner" --model_path="${REPO_ROOT}/custom_ops_1.pte"
+
+  step "mul3 4/4: random inputs through the runner, checked against PyTorch eager (x * 3)"
+  "${PYTHON}" "${REPO_ROOT}/runner_check.py" --example 1 \
+    --runner "${build_dir}/custom_ops_executor_runner" --pte "${REPO_ROOT}/custom_ops_1.pte"
+}
+
+# ---- Modes ----------------------------------------------------------------------------------------------------------
+mode_cmake() {
+  ensure_venv
+  use_venv
+  run_mul3_flow_cmake
+  step "All flows passed"
+}
+
+mode_buck2() {
+  command -v buck2 >/dev/null 2>&1 || die "buck2 was not found on PATH. The buck2 flow needs the buck2 binary \
+(https://buck2.build) on PATH; use 'bash test_custom_ops.sh cmake' meanwhile."
+  die "the buck2 flow is not implemented yet (TARGETS); use 'bash test_custom_ops.sh cmake'"
+}
+
+mode_test() {
+  ensure_venv
+  use_venv
+  cd "${REPO_ROOT}"
+  exec "${PYTHON}" -m pytest "$@"
+}
+
+mode_doctor() {
+  ensure_venv
+  use_venv
+  echo "repository:        ${REPO_ROOT}"
+  echo "python:            $("${PYTHON}" -c 'import sys; print(sys.version.split()[0], sys.executable)')"
+  "${PYTHON}" - <<'EOF' 2>/dev/null
+import importlib.metadata as md, importlib.util as u, os
+et = list(u.find_spec("executorch").submodule_search_locations)[0]
+torch_dir = list(u.find_spec("torch").submodule_search_locations)[0]
+print(f"torch:             {md.version('torch')}  ({torch_dir})")
+print(f"executorch:        {md.version('executorch')}  ({et})")
+print(f"  include:         {os.path.join(et, 'include')}")
+print(f"  lib:             {os.path.join(et, 'lib')}")
+print(f"  cmake package:   {os.path.join(et, 'share', 'cmake')}")
+print(f"  libraries:       {', '.join(sorted(f for f in os.listdir(os.path.join(et, 'lib')) if f.endswith('.so')))}")
+print(f"torch cmake:       {os.path.join(torch_dir, 'share', 'cmake')}")
+print(f"torchgen yaml:     {os.path.join(list(u.find_spec('torchgen').submodule_search_locations)[0], 'packaged', 'ATen', 'native')}")
+EOF
+  echo "cmake:             $(cmake --version | head -n1) ($(command -v cmake))"
+  echo "ninja:             $(ninja --version) ($(command -v ninja))"
+  echo "c++ compiler:      $(${CXX:-c++} --version | head -n1)"
+  echo "build directory:   ${BUILD_ROOT}"
+  echo "buck2:             $(command -v buck2 || echo 'not found')"
+}
+
+case "${1:-}" in
+  cmake) mode_cmake ;;
+  buck2) mode_buck2 ;;
+  test) shift; mode_test "$@" ;;
+  doctor) mode_doctor ;;
+  *) usage ;;
+esac

@@ -1,0 +1,49 @@
+"""mul3's PyTorch side (custom_ops_1.py): the registered schemas, eager results, and what export produces."""
+
+import pytest
+import torch
+
+import custom_ops_1  # noqa: F401  (registers my_ops::mul3)
+from helpers import run_in_fresh_python
+from pte_export import operators_in_program
+
+
+def test_schemas_are_exactly_as_documented():
+    assert str(torch.ops.my_ops.mul3.default._schema) == "my_ops::mul3(Tensor input) -> Tensor"
+    assert str(torch.ops.my_ops.mul3.out._schema) == (
+        "my_ops::mul3.out(Tensor input, *, Tensor(a!) output) -> Tensor(a!)"
+    )
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int32])
+def test_eager_functional_and_out_variant(dtype):
+    x = torch.arange(-6, 6, dtype=dtype).reshape(3, 4)
+    torch.testing.assert_close(torch.ops.my_ops.mul3(x), x * 3, rtol=0, atol=0)
+    out = torch.empty(0, dtype=dtype)
+    result = torch.ops.my_ops.mul3.out(x, output=out)
+    assert result.data_ptr() == out.data_ptr(), "the out variant must return its output argument"
+    torch.testing.assert_close(out, x * 3, rtol=0, atol=0)
+
+
+def test_out_variant_rejects_an_output_of_another_dtype():
+    with pytest.raises(RuntimeError, match="output dtype torch.float64 must match input dtype torch.float32"):
+        torch.ops.my_ops.mul3.out(torch.ones(3), output=torch.empty(3, dtype=torch.float64))
+
+
+def test_unsupported_dtype_is_rejected_with_the_supported_list():
+    with pytest.raises(RuntimeError, match="unsupported dtype torch.bool; supported: torch.float32"):
+        torch.ops.my_ops.mul3(torch.ones(3, dtype=torch.bool))
+
+
+def test_export_lowers_mul3_to_its_out_variant_and_nothing_else(mul3_pte):
+    assert operators_in_program(mul3_pte) == ["my_ops::mul3.out"]
+
+
+def test_importing_registers_the_ops_and_writes_nothing(tmp_path):
+    result = run_in_fresh_python(f"""
+        import os
+        os.chdir({str(tmp_path)!r})
+        import torch, custom_ops_1
+        result = {{"files": os.listdir("."), "y": torch.ops.my_ops.mul3(torch.ones(2)).tolist()}}
+    """)
+    assert result == {"files": [], "y": [3.0, 3.0]}
