@@ -12,6 +12,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include <c10/macros/Macros.h>
+
 #ifdef USE_ATEN_LIB
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
@@ -25,9 +27,9 @@ namespace custom {
 namespace native {
 namespace detail {
 
-// x * kFactor with PyTorch's semantics for T.
+// x * kFactor with PyTorch's semantics for T. Host and device code (custom_ops_2_cuda.cu) share it.
 template <typename T, int64_t kFactor>
-inline T multiply_element(T x) {
+C10_HOST_DEVICE inline T multiply_element(T x) {
   if constexpr (std::is_integral_v<T>) {
     // Unsigned arithmetic wraps modulo 2^bits like PyTorch's integer mul; signed overflow would be undefined.
     using Unsigned = std::make_unsigned_t<T>;
@@ -58,6 +60,18 @@ inline auto shape_string(const executorch::aten::Tensor& t) {
 
 #ifdef USE_ATEN_LIB
 
+// The dtypes the kernel implements: every real dtype of aten::mul on CPU.
+inline bool is_supported_dtype(at::ScalarType dtype) {
+  switch (dtype) {
+    case at::kFloat: case at::kDouble: case at::kHalf: case at::kBFloat16:
+    case at::kByte: case at::kChar: case at::kShort: case at::kInt: case at::kLong:
+      return true;
+    default:
+      return false;
+  }
+}
+constexpr const char* kSupportedDtypes = "float32, float64, float16, bfloat16, uint8, int8, int16, int32, int64";
+
 template <int64_t kFactor>
 at::Tensor& multiply_by_constant_out(const at::Tensor& in, at::Tensor& out, const char* op_name) {
   TORCH_CHECK(
@@ -67,13 +81,15 @@ at::Tensor& multiply_by_constant_out(const at::Tensor& in, at::Tensor& out, cons
       out.scalar_type() == in.scalar_type(),
       op_name, ": output dtype ", out.scalar_type(), " does not match input dtype ", in.scalar_type(),
       "; allocate the output with the input's dtype");
+  const auto dtype = in.scalar_type();
+  TORCH_CHECK(is_supported_dtype(dtype), op_name, ": unsupported dtype ", dtype, "; supported: ", kSupportedDtypes);
   if (out.sizes() != in.sizes()) {
     out.resize_(in.sizes());
   }
   const at::Tensor src = in.contiguous();
   // Strided outputs get a contiguous scratch result that is copied back, so the inner loop stays flat.
   at::Tensor dst = out.is_contiguous() ? out : at::empty_like(out, at::MemoryFormat::Contiguous);
-  AT_DISPATCH_ALL_TYPES_AND2(at::kHalf, at::kBFloat16, src.scalar_type(), op_name, [&] {
+  AT_DISPATCH_ALL_TYPES_AND2(at::kHalf, at::kBFloat16, dtype, "multiply_by_constant_out", [&] {
     detail::multiply_contiguous<scalar_t, kFactor>(
         src.const_data_ptr<scalar_t>(), dst.mutable_data_ptr<scalar_t>(), 0, src.numel());
   });

@@ -60,7 +60,12 @@ use_venv() {
 # cmake_build <build dir> <cmake args...>: configure (once) and build one variant of the runtime side.
 cmake_build() {
   local build_dir="$1"; shift
-  cmake -S "${REPO_ROOT}" -B "${build_dir}" -G Ninja -DPython3_EXECUTABLE="${PYTHON}" "$@" >/dev/null
+  mkdir -p "${build_dir}"
+  if ! cmake -S "${REPO_ROOT}" -B "${build_dir}" -G Ninja -DPython3_EXECUTABLE="${PYTHON}" "$@" \
+      >"${build_dir}/configure.log" 2>&1; then
+    cat "${build_dir}/configure.log" >&2
+    die "configuring ${build_dir} failed"
+  fi
   cmake --build "${build_dir}" -j "$(nproc)"
 }
 
@@ -80,12 +85,31 @@ run_mul3_flow_cmake() {
     --runner "${build_dir}/custom_ops_executor_runner" --pte "${REPO_ROOT}/custom_ops_1.pte"
 }
 
+run_mul4_flow_cmake() {
+  local build_dir="${BUILD_ROOT}/custom_ops_2"
+  step "mul4 1/4: build libcustom_ops_aot_lib.so (custom_ops_2.cpp + custom_ops_2_out.cpp in ATen mode), and the \
+kernels + runner for my_ops::mul4.out"
+  cmake_build "${build_dir}" -DREGISTER_EXAMPLE_CUSTOM_OP=2
+
+  step "mul4 2/4: load the AOT library into PyTorch and export custom_ops_2.pte (custom_ops_2.py)"
+  "${PYTHON}" "${REPO_ROOT}/custom_ops_2.py" --so_library "${build_dir}/libcustom_ops_aot_lib.so" \
+    --output_dir "${REPO_ROOT}"
+
+  step "mul4 3/4: run custom_ops_2.pte in ${build_dir#"${REPO_ROOT}"/}/custom_ops_executor_runner"
+  "${build_dir}/custom_ops_executor_runner" --model_path="${REPO_ROOT}/custom_ops_2.pte"
+
+  step "mul4 4/4: random inputs through the runner, checked against PyTorch eager (x * 4)"
+  "${PYTHON}" "${REPO_ROOT}/runner_check.py" --example 2 --so_library "${build_dir}/libcustom_ops_aot_lib.so" \
+    --runner "${build_dir}/custom_ops_executor_runner" --pte "${REPO_ROOT}/custom_ops_2.pte"
+}
+
 # ---- Modes ----------------------------------------------------------------------------------------------------------
 mode_cmake() {
   ensure_venv
   use_venv
   run_mul3_flow_cmake
-  step "All flows passed"
+  run_mul4_flow_cmake
+  step "All flows passed: mul3 and mul4 outputs match PyTorch eager"
 }
 
 mode_buck2() {

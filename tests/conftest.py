@@ -42,9 +42,24 @@ def mul3_build() -> CMakeBuild:
 
 
 @pytest.fixture(scope="session")
-def mul4_only_build() -> CMakeBuild:
-    """Registers my_ops::mul4.out alone, selected by an explicit root-op list."""
+def mul4_build() -> CMakeBuild:
+    """The mul4 flow's build: libcustom_ops_aot_lib.so, and the kernels + runner for my_ops::mul4.out alone."""
     return cmake_build("custom_ops_2", "REGISTER_EXAMPLE_CUSTOM_OP=2")
+
+
+@pytest.fixture(scope="session")
+def mul4_aot(mul4_build) -> str:
+    """Registers my_ops::mul4 in this process from the CMake-built AOT library (alongside custom_ops_1's mul3)."""
+    import custom_ops_2
+
+    return custom_ops_2.load_aot_library(mul4_build.aot_lib)
+
+
+@pytest.fixture(scope="session")
+def mul4_pte(mul4_aot, tmp_path_factory) -> str:
+    import custom_ops_2
+
+    return custom_ops_2.export_mul4(tmp_path_factory.mktemp("mul4"))
 
 
 @pytest.fixture(scope="session")

@@ -15,8 +15,8 @@ def test_mul3_build_registers_mul3_out_only(mul3_build):
     assert custom_ops(mul3_build.kernel_lib) == ["my_ops::mul3.out"]
 
 
-def test_mul4_build_registers_mul4_out_only(mul4_only_build):
-    assert custom_ops(mul4_only_build.kernel_lib) == ["my_ops::mul4.out"]
+def test_mul4_build_registers_mul4_out_only(mul4_build):
+    assert custom_ops(mul4_build.kernel_lib) == ["my_ops::mul4.out"]
 
 
 def test_selection_from_a_program_registers_the_ops_it_uses(mul3_pte):
@@ -32,8 +32,18 @@ def test_unselected_kernel_code_is_not_linked_in(mul3_build):
     assert "mul4_out_impl" not in symbols
 
 
-def test_program_needing_an_unselected_op_fails_naming_it(mul4_only_build, mul3_pte):
-    proc = run_runner(mul4_only_build.runner, f"--model_path={mul3_pte}")
+def test_combined_build_registers_both(combined_build):
+    assert custom_ops(combined_build.kernel_lib) == ["my_ops::mul3.out", "my_ops::mul4.out"]
+
+
+def test_mul3_runner_on_the_mul4_program_fails_naming_mul4_out(mul3_build, mul4_pte):
+    proc = run_runner(mul3_build.runner, f"--model_path={mul4_pte}")
+    assert proc.returncode == 1, proc.stderr
+    assert "registers: my_ops::mul4.out." in proc.stderr
+
+
+def test_program_needing_an_unselected_op_fails_naming_it(mul4_build, mul3_pte):
+    proc = run_runner(mul4_build.runner, f"--model_path={mul3_pte}")
     assert proc.returncode == 1, proc.stderr
     assert "error: the program calls operator(s) that no kernel library linked into this runner registers: " \
            "my_ops::mul3.out." in proc.stderr

@@ -1,0 +1,102 @@
+// Step 1 of the mul4 flow: registers my_ops::mul4 with PyTorch from C++, the way production ops are written, with a
+// kernel per dispatch key so the op works with every PyTorch subsystem (eager, export's fake tensors, autograd,
+// autocast). Built into libcustom_ops_aot_lib.so together with custom_ops_2_out.cpp (ATen mode) and the schema and CPU
+// registration of mul4.out that codegen writes from custom_ops.yaml.
+#include <ATen/ATen.h>
+#include <ATen/autocast_mode.h>
+#include <torch/csrc/autograd/custom_function.h>
+#include <torch/library.h>
+
+#include "multiply_by_constant.h"
+
+namespace custom {
+namespace native {
+
+// Defined in custom_ops_2_out.cpp (ATen mode): the same kernel the runtime runs for mul4.out.
+at::Tensor& mul4_out_impl(const at::Tensor& input, at::Tensor& output);
+
+namespace {
+
+constexpr const char* kOpName = "my_ops::mul4";
+
+at::Tensor call_mul4(const at::Tensor& input) {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("my_ops::mul4", "")
+                             .typed<at::Tensor(const at::Tensor&)>();
+  return op.call(input);
+}
+
+// CPU: allocates the result and computes it through mul4.out's kernel.
+at::Tensor mul4_cpu(const at::Tensor& input) {
+  at::Tensor output = at::empty_like(input, at::MemoryFormat::Contiguous);
+  mul4_out_impl(input, output);
+  return output;
+}
+
+// Meta: shape and dtype only. torch.export traces with fake tensors, which dispatch here, so dynamic shapes work.
+at::Tensor mul4_meta(const at::Tensor& input) {
+  // Rejects what the CPU kernel rejects, so export fails early instead of writing a program the runtime cannot run.
+  TORCH_CHECK(is_supported_dtype(input.scalar_type()), kOpName, ": unsupported dtype ", input.scalar_type(),
+              "; supported: ", kSupportedDtypes);
+  return at::empty_like(input, at::MemoryFormat::Contiguous);
+}
+
+// Autograd: d(4x)/dx = 4. The backward calls mul4 itself, so higher-order gradients work too.
+class Mul4Function : public torch::autograd::Function<Mul4Function> {
+ public:
+  static at::Tensor forward(torch::autograd::AutogradContext* /*ctx*/, const at::Tensor& input) {
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    return call_mul4(input);
+  }
+
+  static torch::autograd::variable_list backward(
+      torch::autograd::AutogradContext* /*ctx*/,
+      torch::autograd::variable_list grad_outputs) {
+    return {call_mul4(grad_outputs[0])};
+  }
+};
+
+at::Tensor mul4_autograd(const at::Tensor& input) {
+  return Mul4Function::apply(input);
+}
+
+// Autocast: the cached_cast pattern of PyTorch's dispatcher tutorial. An elementwise scale is as accurate in the
+// autocast dtype as its neighbours, so floating-point inputs run in that dtype (bfloat16 by default on CPU) and the
+// surrounding low-precision ops get no casts back and forth. Non-float inputs pass through unchanged.
+template <c10::DeviceType kDevice, c10::DispatchKey kAutocastKey>
+at::Tensor mul4_autocast(const at::Tensor& input) {
+  c10::impl::ExcludeDispatchKeyGuard no_autocast(kAutocastKey);
+  return call_mul4(at::autocast::cached_cast(at::autocast::get_autocast_dtype(kDevice), input, kDevice));
+}
+
+} // namespace
+
+TORCH_LIBRARY_FRAGMENT(my_ops, m) {
+  m.def("mul4(Tensor input) -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(my_ops, CPU, m) {
+  m.impl("mul4", TORCH_FN(mul4_cpu));
+}
+
+TORCH_LIBRARY_IMPL(my_ops, Meta, m) {
+  m.impl("mul4", TORCH_FN(mul4_meta));
+}
+
+TORCH_LIBRARY_IMPL(my_ops, Autograd, m) {
+  m.impl("mul4", TORCH_FN(mul4_autograd));
+}
+
+TORCH_LIBRARY_IMPL(my_ops, AutocastCPU, m) {
+  m.impl("mul4", TORCH_FN((mul4_autocast<c10::DeviceType::CPU, c10::DispatchKey::AutocastCPU>)));
+}
+
+#ifdef CUSTOM_OPS_WITH_CUDA
+// The CUDA kernel lives in custom_ops_2_cuda.cu, compiled only when the torch in use has CUDA.
+TORCH_LIBRARY_IMPL(my_ops, AutocastCUDA, m) {
+  m.impl("mul4", TORCH_FN((mul4_autocast<c10::DeviceType::CUDA, c10::DispatchKey::AutocastCUDA>)));
+}
+#endif
+
+} // namespace native
+} // namespace custom
