@@ -7,6 +7,7 @@
 #   bash test_custom_ops.sh buck2    the same flows built with Buck2
 #   bash test_custom_ops.sh test     the whole test suite (pytest)
 #   bash test_custom_ops.sh doctor   versions and the paths the build will use
+#   bash test_custom_ops.sh bench    my_ops::mul3.out vs ExecuTorch's aten::mul.out and memcpy (benchmark/)
 set -euo pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -15,7 +16,7 @@ PYTHON="${VENV}/bin/python"
 BUILD_ROOT="${REPO_ROOT}/cmake-out"
 
 usage() {
-  sed -n '6,9p' "${BASH_SOURCE[0]}" | sed 's/^#//' >&2
+  sed -n '6,10p' "${BASH_SOURCE[0]}" | sed 's/^#//' >&2
   exit 2
 }
 
@@ -125,6 +126,13 @@ mode_test() {
   exec "${PYTHON}" -m pytest "$@"
 }
 
+mode_bench() {
+  ensure_venv
+  use_venv
+  cmake_build "${BUILD_ROOT}/custom_ops_both" -DREGISTER_EXAMPLE_CUSTOM_OP=3 >/dev/null
+  "${PYTHON}" "${REPO_ROOT}/benchmark/benchmark.py" --build_dir "${BUILD_ROOT}/custom_ops_both" "$@"
+}
+
 mode_doctor() {
   ensure_venv
   use_venv
@@ -155,5 +163,6 @@ case "${1:-}" in
   buck2) mode_buck2 ;;
   test) shift; mode_test "$@" ;;
   doctor) mode_doctor ;;
+  bench) shift; mode_bench "$@" ;;
   *) usage ;;
 esac

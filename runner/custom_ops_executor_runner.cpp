@@ -376,23 +376,23 @@ int main(int argc, char** argv) {
   }
 
   std::vector<EValue> outputs;
-  double total_ms = 0;
+  double total_us = 0;
   for (long run = 0; run < options.num_executions; ++run) {
     g_log.errors.clear();
     const auto start = std::chrono::steady_clock::now();
     auto result = module.execute(options.method, inputs);
-    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
     if (!result.ok()) {
       return fail("executing method '" + options.method + "' failed: " + describe(result.error()) + logged_errors());
     }
-    total_ms += ms;
+    total_us += us;
     if (options.num_executions > 1) {
-      std::printf("Execution %ld: %.4f ms\n", run + 1, ms);
+      std::printf("Execution %ld: %.3f us\n", run + 1, us);
     }
     outputs = std::move(*result);
   }
-  std::printf("Ran method '%s' %ld time(s): %.4f ms average\n", options.method.c_str(), options.num_executions,
-              total_ms / static_cast<double>(options.num_executions));
+  std::printf("Ran method '%s' %ld time(s): %.3f us average\n", options.method.c_str(), options.num_executions,
+              total_us / static_cast<double>(options.num_executions));
 
   if (!options.outputs.empty() && options.outputs.size() != outputs.size()) {
     return fail("--outputs names " + std::to_string(options.outputs.size()) + " file(s) but method '" +
