@@ -11,11 +11,15 @@ import os
 
 import torch
 
+import torch_compat
+
 # A fragment, not a definition: PyTorch allows one defining library per namespace, and the C++ AOT library
 # (libcustom_ops_aot_lib.so, whose schema file codegen writes) defines my_ops. Fragments load in any order around it.
 _lib = torch.library.Library("my_ops", "FRAGMENT")
 _lib.define("mul3(Tensor input) -> Tensor")
-_lib.define("mul3.out(Tensor input, *, Tensor(a!) output) -> Tensor(a!)")
+# Tag.out marks an out= operator (mutable args are write-only outputs it returns): functionalization, and so
+# torch.compile and opcheck, need it. Codegen gives mul4.out the same tag.
+_lib.define("mul3.out(Tensor input, *, Tensor(a!) output) -> Tensor(a!)", tags=(torch.Tag.out,))
 
 MUL3_FACTOR = 3
 # The dtypes the ExecuTorch kernel implements; accepting others here would export programs the runtime cannot run.
@@ -55,10 +59,19 @@ def _mul3_fake(input: torch.Tensor) -> torch.Tensor:
 
 
 def _mul3_backward(ctx, grad: torch.Tensor) -> torch.Tensor:
-    return grad * MUL3_FACTOR
+    return torch.ops.my_ops.mul3.default(grad)  # through mul3 itself, so higher-order gradients work too
 
 
 torch.library.register_autograd("my_ops::mul3", _mul3_backward, lib=_lib)
+
+
+def _mul3_vmap(info, in_dims, input):
+    # Elementwise: the batched result is mul3 of the whole batch, batched along the same dimension.
+    return torch.ops.my_ops.mul3.default(input), in_dims[0]
+
+
+torch.library.register_vmap("my_ops::mul3", _mul3_vmap, lib=_lib)
+torch_compat.apply()
 
 
 class Mul3Model(torch.nn.Module):

@@ -1,6 +1,7 @@
 // Step 1 of the mul4 flow: registers my_ops::mul4 with PyTorch from C++, the way production ops are written, with a
 // kernel per dispatch key so the op works with every PyTorch subsystem (eager, export's fake tensors, autograd,
-// autocast). Built into libcustom_ops_aot_lib.so together with custom_ops_2_out.cpp (ATen mode) and the schema and CPU
+// autocast). Its vmap rule is registered from Python when custom_ops_2.py loads the library: functorch's C++ batching
+// headers need nlohmann/json, which the torch wheel does not ship. Built into libcustom_ops_aot_lib.so together with custom_ops_2_out.cpp (ATen mode) and the schema and CPU
 // registration of mul4.out that codegen writes from custom_ops.yaml.
 #include <ATen/ATen.h>
 #include <ATen/autocast_mode.h>
@@ -41,7 +42,21 @@ at::Tensor mul4_meta(const at::Tensor& input) {
   return at::empty_like(input, at::MemoryFormat::Contiguous);
 }
 
-// Autograd: d(4x)/dx = 4. The backward calls mul4 itself, so higher-order gradients work too.
+// Meta for mul4.out (codegen registers its CPU kernel only): the same checks and resize as the CPU kernel, so fake
+// tensors (torch.compile, export) see the output shape the real kernel produces.
+at::Tensor& mul4_out_meta(const at::Tensor& input, at::Tensor& output) {
+  TORCH_CHECK(is_supported_dtype(input.scalar_type()), "my_ops::mul4.out: unsupported dtype ", input.scalar_type(),
+              "; supported: ", kSupportedDtypes);
+  TORCH_CHECK(output.scalar_type() == input.scalar_type(), "my_ops::mul4.out: output dtype ", output.scalar_type(),
+              " does not match input dtype ", input.scalar_type(), "; allocate the output with the input's dtype");
+  if (output.sizes() != input.sizes()) {
+    output.resize_(input.sizes());
+  }
+  return output;
+}
+
+// Autograd: d(4x)/dx = 4. The backward calls mul4 itself, so higher-order gradients work too. (PyTorch does not let a
+// C++ autograd::Function run under torch.func transforms such as torch.func.grad; torch.autograd works.)
 class Mul4Function : public torch::autograd::Function<Mul4Function> {
  public:
   static at::Tensor forward(torch::autograd::AutogradContext* /*ctx*/, const at::Tensor& input) {
@@ -81,6 +96,7 @@ TORCH_LIBRARY_IMPL(my_ops, CPU, m) {
 
 TORCH_LIBRARY_IMPL(my_ops, Meta, m) {
   m.impl("mul4", TORCH_FN(mul4_meta));
+  m.impl("mul4.out", TORCH_FN(mul4_out_meta));
 }
 
 TORCH_LIBRARY_IMPL(my_ops, Autograd, m) {

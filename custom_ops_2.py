@@ -17,6 +17,8 @@ import sys
 
 import torch
 
+import torch_compat
+
 REPO_ROOT = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_AOT_LIBRARY = os.path.join(REPO_ROOT, "cmake-out", "custom_ops_2", "libcustom_ops_aot_lib.so")
 JIT_BUILD_DIR = os.path.join(REPO_ROOT, "cmake-out", "jit")
@@ -30,6 +32,24 @@ def _mul4_registered() -> bool:
     return hasattr(torch.ops.my_ops, "mul4")
 
 
+_python_registrations = []  # keeps the vmap rule's library alive
+
+
+def _register_python_side() -> None:
+    """What the C++ library cannot register itself: the vmap rule (functorch's C++ batching headers need nlohmann/json,
+    which the torch wheel does not ship), and the workaround for the pinned torch's Inductor bug (torch_compat)."""
+    if _python_registrations:
+        return
+    lib = torch.library.Library("my_ops", "FRAGMENT")
+
+    def mul4_vmap(info, in_dims, input):
+        return torch.ops.my_ops.mul4.default(input), in_dims[0]
+
+    torch.library.register_vmap("my_ops::mul4", mul4_vmap, lib=lib)
+    _python_registrations.append(lib)
+    torch_compat.apply()
+
+
 def load_aot_library(so_library: str | None = None) -> str:
     """Loads libcustom_ops_aot_lib.so (default: the CMake build's) into this process; returns its path.
 
@@ -39,6 +59,7 @@ def load_aot_library(so_library: str | None = None) -> str:
     if not os.path.isfile(path):
         raise FileNotFoundError(f"AOT library not found: {path}. {BUILD_HINT}")
     if _mul4_registered():
+        _register_python_side()
         return path
     try:
         torch.ops.load_library(path)
@@ -46,6 +67,7 @@ def load_aot_library(so_library: str | None = None) -> str:
         raise OSError(f"cannot load {path} as a PyTorch op library ({err}). {BUILD_HINT}") from err
     if not _mul4_registered():
         raise RuntimeError(f"{path} loaded but registered no my_ops::mul4: it is not libcustom_ops_aot_lib.so. {BUILD_HINT}")
+    _register_python_side()
     return path
 
 
@@ -81,9 +103,11 @@ def build_jit_library(verbose: bool = False) -> str:
         sources.append(os.path.join(REPO_ROOT, "custom_ops_2_cuda.cu"))
         flags.append("-DCUSTOM_OPS_WITH_CUDA")
     os.makedirs(JIT_BUILD_DIR, exist_ok=True)
-    return load(name="custom_ops_aot_lib_jit", sources=sources, extra_cflags=flags, extra_cuda_cflags=flags,
+    path = load(name="custom_ops_aot_lib_jit", sources=sources, extra_cflags=flags, extra_cuda_cflags=flags,
                 extra_include_paths=[REPO_ROOT], build_directory=JIT_BUILD_DIR, is_python_module=False,
                 verbose=verbose)
+    _register_python_side()
+    return path
 
 
 class Mul4Model(torch.nn.Module):

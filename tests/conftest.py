@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
@@ -85,3 +86,35 @@ def et_runtime(combined_build):
     from executorch.runtime import Runtime
 
     return Runtime.get()
+
+
+class DynamicPrograms:
+    """Exported programs with every dimension dynamic (0..MAX_DIM), one per (op, dtype, rank), exported on first use."""
+
+    MAX_DIM = 16
+
+    def __init__(self, out_dir):
+        self.out_dir = out_dir
+        self._paths: dict[tuple[str, torch.dtype, int], str] = {}
+
+    def get(self, op: str, dtype: torch.dtype, rank: int) -> str:
+        key = (op, dtype, rank)
+        if key not in self._paths:
+            from pte_export import export_to_pte
+
+            class Model(torch.nn.Module):
+                def forward(self, x):
+                    return getattr(torch.ops.my_ops, op).default(x)
+
+            dims = {i: torch.export.Dim(f"d{i}", min=0, max=self.MAX_DIM) for i in range(rank)}
+            example = torch.ones([3] * rank, dtype=dtype)
+            path = os.path.join(self.out_dir, f"{op}_{str(dtype).split('.')[-1]}_{rank}d.pte")
+            self._paths[key] = export_to_pte(Model(), (example,), path, dynamic_shapes=(dims,))
+        return self._paths[key]
+
+
+@pytest.fixture(scope="session")
+def dynamic_programs(mul4_aot, tmp_path_factory) -> DynamicPrograms:
+    import custom_ops_1  # noqa: F401
+
+    return DynamicPrograms(str(tmp_path_factory.mktemp("dynamic")))

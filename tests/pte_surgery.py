@@ -1,0 +1,26 @@
+"""Writes a copy of a valid .pte whose output tensor declares other metadata (dtype, shape, dim order), to reach the
+kernel's own error checks through a real program: no export path produces such a program on purpose."""
+
+from __future__ import annotations
+
+from executorch.exir._serialize._program import deserialize_pte_binary, serialize_pte_binary
+from executorch.exir.schema import ScalarType, TensorShapeDynamism
+
+
+def rewrite_output_tensor(src: str, dst: str, *, scalar_type: str | None = None, sizes: list[int] | None = None,
+                          dim_order: list[int] | None = None, static: bool = False) -> str:
+    with open(src, "rb") as f:
+        pte = deserialize_pte_binary(f.read())
+    plan = pte.program.execution_plan[0]
+    tensor = plan.values[plan.outputs[0]].val
+    if scalar_type is not None:
+        tensor.scalar_type = ScalarType[scalar_type]
+    if sizes is not None:
+        tensor.sizes = sizes
+    if dim_order is not None:
+        tensor.dim_order = dim_order
+    if static:
+        tensor.shape_dynamism = TensorShapeDynamism.STATIC
+    with open(dst, "wb") as f:
+        f.write(bytes(serialize_pte_binary(pte)))
+    return dst

@@ -1,0 +1,73 @@
+"""Both AOT ops as PyTorch subsystems see them: torch.library.opcheck, torch.compile (no graph break), torch.vmap, and
+torch.export with dynamic shapes, whose programs then run at several sizes in the runner and the Python runtime."""
+
+import pytest
+import torch
+
+import custom_ops_1  # noqa: F401
+from runner_check import compare_outputs, run_pte
+
+pytestmark = pytest.mark.usefixtures("mul4_aot")
+
+FACTORS = {"mul3": 3, "mul4": 4}
+SHAPES = [(5,), (3, 4), (2, 0, 3), (2, 3, 4, 5)]
+
+
+def sample(shape, dtype, requires_grad=False):
+    if dtype.is_floating_point:
+        return torch.randn(shape, dtype=dtype, requires_grad=requires_grad)
+    return torch.randint(0 if dtype == torch.uint8 else -100, 100, shape, dtype=dtype)
+
+
+@pytest.mark.parametrize("op", FACTORS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.int32, torch.uint8])
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_opcheck_functional(op, dtype, shape):
+    for requires_grad in ((False, True) if dtype.is_floating_point else (False,)):
+        torch.library.opcheck(getattr(torch.ops.my_ops, op).default, (sample(shape, dtype, requires_grad),))
+
+
+@pytest.mark.parametrize("op", FACTORS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.int64, torch.int8])
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_opcheck_out_variant(op, dtype, shape):
+    out_op = getattr(torch.ops.my_ops, op).out
+    torch.library.opcheck(out_op, (sample(shape, dtype),), {"output": torch.empty(shape, dtype=dtype)})
+    torch.library.opcheck(out_op, (sample(shape, dtype),), {"output": torch.empty(0, dtype=dtype)})  # resized
+
+
+class BothOps(torch.nn.Module):
+    def forward(self, x):
+        return torch.ops.my_ops.mul4(torch.ops.my_ops.mul3(x) + 1)
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_torch_compile_fullgraph_matches_eager(dynamic):
+    torch._dynamo.reset()
+    compiled = torch.compile(BothOps(), fullgraph=True, dynamic=dynamic)  # fullgraph: a graph break is an error
+    for shape in ((4, 5), (7, 5)):
+        x = torch.randn(shape)
+        torch.testing.assert_close(compiled(x), BothOps()(x), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("op", FACTORS)
+def test_vmap_uses_the_batching_rule(op, recwarn):
+    fn = getattr(torch.ops.my_ops, op)
+    x = torch.randn(3, 4, 5)
+    for in_dims in (0, 1, 2):
+        torch.testing.assert_close(torch.vmap(fn, in_dims=in_dims)(x), (x * FACTORS[op]).movedim(in_dims, 0))
+    torch.testing.assert_close(torch.vmap(torch.vmap(fn))(x), x * FACTORS[op])
+    assert not [w for w in recwarn if "performance drop" in str(w.message)], "vmap fell back to the slow loop"
+
+
+@pytest.mark.parametrize("op", FACTORS)
+def test_export_with_dynamic_dims_runs_at_several_sizes(op, dynamic_programs, combined_build, et_runtime):
+    pte = dynamic_programs.get(op, torch.float32, 2)
+    method = et_runtime.load_program(pte).load_method("forward")
+    for shape in ((1, 1), (3, 16), (16, 7), (0, 5)):
+        x = torch.randn(shape)
+        expected = [x * FACTORS[op]]
+        (actual,) = method.execute([x])
+        assert actual.shape == x.shape
+        torch.testing.assert_close(actual, expected[0], rtol=0, atol=0)
+        assert compare_outputs(run_pte(combined_build.runner, pte, [x], expected, pass_shapes=True), expected) == []
