@@ -74,18 +74,15 @@ torch.library.register_vmap("my_ops::mul3", _mul3_vmap, lib=_lib)
 torch_compat.apply()
 
 
-class Mul3Model(torch.nn.Module):
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.ops.my_ops.mul3.default(x)
-
-
 EXAMPLE_INPUTS = (torch.randn(2, 3),)
 
 
 def export_mul3(output_dir: str | os.PathLike) -> str:
-    from pte_export import export_to_pte
+    """Exports a model calling mul3 to <output_dir>/custom_ops_1.pte."""
+    from pte_export import CallOp, export_to_pte
 
-    return export_to_pte(Mul3Model(), EXAMPLE_INPUTS, os.path.join(output_dir, "custom_ops_1.pte"))
+    return export_to_pte(CallOp(torch.ops.my_ops.mul3.default), EXAMPLE_INPUTS,
+                         os.path.join(output_dir, "custom_ops_1.pte"))
 
 
 def main() -> None:

@@ -110,18 +110,15 @@ def build_jit_library(verbose: bool = False) -> str:
     return path
 
 
-class Mul4Model(torch.nn.Module):
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.ops.my_ops.mul4.default(x)
-
-
 EXAMPLE_INPUTS = (torch.randn(2, 3),)
 
 
 def export_mul4(output_dir: str | os.PathLike) -> str:
-    from pte_export import export_to_pte
+    """Exports a model calling mul4 to <output_dir>/custom_ops_2.pte (load the AOT library first)."""
+    from pte_export import CallOp, export_to_pte
 
-    return export_to_pte(Mul4Model(), EXAMPLE_INPUTS, os.path.join(output_dir, "custom_ops_2.pte"))
+    return export_to_pte(CallOp(torch.ops.my_ops.mul4.default), EXAMPLE_INPUTS,
+                         os.path.join(output_dir, "custom_ops_2.pte"))
 
 
 def main() -> None:

@@ -12,6 +12,17 @@ from typing import Any, Sequence
 import torch
 
 
+class CallOp(torch.nn.Module):
+    """A model whose forward is one call of `op` (e.g. torch.ops.my_ops.mul3.default): what the examples export."""
+
+    def __init__(self, op):
+        super().__init__()
+        self.op = op
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.op(x)
+
+
 def export_to_pte(
     model: torch.nn.Module,
     example_inputs: Sequence[torch.Tensor],

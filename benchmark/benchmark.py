@@ -35,18 +35,13 @@ class AtenMul3(torch.nn.Module):
         return x * 3.0  # a float scalar: an int one adds a dtype-conversion op to the program
 
 
-class CustomMul3(torch.nn.Module):
-    def forward(self, x):
-        return torch.ops.my_ops.mul3.default(x)
-
-
 def export_programs(out_dir: str) -> dict[tuple[str, int], str]:
     import custom_ops_1  # noqa: F401
-    from pte_export import export_to_pte, operators_in_program
+    from pte_export import CallOp, export_to_pte, operators_in_program
 
     programs = {}
     for n in SIZES:
-        for name, model in (("aten", AtenMul3()), ("custom", CustomMul3())):
+        for name, model in (("aten", AtenMul3()), ("custom", CallOp(torch.ops.my_ops.mul3.default))):
             path = os.path.join(out_dir, f"{name}_mul3_{n}.pte")
             if not os.path.exists(path):
                 export_to_pte(model, (torch.randn(n),), path, plan_graph_inputs=False)

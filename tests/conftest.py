@@ -100,16 +100,13 @@ class DynamicPrograms:
     def get(self, op: str, dtype: torch.dtype, rank: int) -> str:
         key = (op, dtype, rank)
         if key not in self._paths:
-            from pte_export import export_to_pte
-
-            class Model(torch.nn.Module):
-                def forward(self, x):
-                    return getattr(torch.ops.my_ops, op).default(x)
+            from pte_export import CallOp, export_to_pte
 
             dims = {i: torch.export.Dim(f"d{i}", min=0, max=self.MAX_DIM) for i in range(rank)}
             example = torch.ones([3] * rank, dtype=dtype)
             path = os.path.join(self.out_dir, f"{op}_{str(dtype).split('.')[-1]}_{rank}d.pte")
-            self._paths[key] = export_to_pte(Model(), (example,), path, dynamic_shapes=(dims,))
+            self._paths[key] = export_to_pte(CallOp(getattr(torch.ops.my_ops, op).default), (example,), path,
+                                             dynamic_shapes=(dims,))
         return self._paths[key]
 
 

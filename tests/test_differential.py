@@ -50,13 +50,9 @@ def test_integer_overflow_wraps_like_eager(dynamic_programs, et_runtime):
 
 def test_large_input_takes_the_parallel_streaming_path(tmp_path, et_runtime):
     # Big enough for several threadpool tasks and for streaming stores (larger than any last-level cache here).
-    from pte_export import export_to_pte
-
-    class Mul3(torch.nn.Module):
-        def forward(self, x):
-            return torch.ops.my_ops.mul3.default(x)
+    from pte_export import CallOp, export_to_pte
 
     x = torch.randn(12 * 1024 * 1024 + 37)  # 48 MiB and an odd tail
-    pte = export_to_pte(Mul3(), (x,), tmp_path / "big.pte", plan_graph_inputs=False)
+    pte = export_to_pte(CallOp(torch.ops.my_ops.mul3.default), (x,), tmp_path / "big.pte", plan_graph_inputs=False)
     (actual,) = et_runtime.load_program(pte).load_method("forward").execute([x])
     assert torch.equal(actual, x * 3)

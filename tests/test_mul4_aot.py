@@ -9,7 +9,7 @@ import torch
 import custom_ops_1  # noqa: F401  (mul3, registered from Python, lives in the same namespace)
 import custom_ops_2
 from helpers import run_in_fresh_python
-from pte_export import export_to_pte, operators_in_program
+from pte_export import CallOp, export_to_pte, operators_in_program
 
 pytestmark = pytest.mark.usefixtures("mul4_aot")
 
@@ -62,10 +62,10 @@ def test_meta_kernel_gives_shape_and_dtype_only():
 
 def test_export_with_a_dynamic_dimension(tmp_path):
     batch = torch.export.Dim("batch", min=1, max=64)
-    exported = torch.export.export(custom_ops_2.Mul4Model(), (torch.randn(4, 3),), dynamic_shapes=({0: batch},))
+    exported = torch.export.export(CallOp(torch.ops.my_ops.mul4.default), (torch.randn(4, 3),), dynamic_shapes=({0: batch},))
     (out_node,) = [n for n in exported.graph.nodes if n.op == "call_function"]
     assert isinstance(out_node.meta["val"].shape[0], torch.SymInt)
-    pte = export_to_pte(custom_ops_2.Mul4Model(), (torch.randn(4, 3),), tmp_path / "dyn.pte",
+    pte = export_to_pte(CallOp(torch.ops.my_ops.mul4.default), (torch.randn(4, 3),), tmp_path / "dyn.pte",
                         dynamic_shapes=({0: batch},))
     assert operators_in_program(pte) == ["my_ops::mul4.out"]
 
