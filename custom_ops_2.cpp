@@ -1,8 +1,8 @@
 // Step 1 of the mul4 flow: registers my_ops::mul4 with PyTorch from C++, the way production ops are written, with a
 // kernel per dispatch key so the op works with every PyTorch subsystem (eager, export's fake tensors, autograd,
-// autocast). Its vmap rule is registered from Python when custom_ops_2.py loads the library: functorch's C++ batching
-// headers need nlohmann/json, which the torch wheel does not ship. Built into libcustom_ops_aot_lib.so together with custom_ops_2_out.cpp (ATen mode) and the schema and CPU
-// registration of mul4.out that codegen writes from custom_ops.yaml.
+// autocast). Built into libcustom_ops_aot_lib.so with custom_ops_2_out.cpp (ATen mode) and the schema and CPU
+// registration of mul4.out that codegen writes from custom_ops.yaml. The vmap rule is registered from Python when
+// custom_ops_2.py loads the library: functorch's C++ batching headers need nlohmann/json, absent from the torch wheel.
 #include <ATen/ATen.h>
 #include <ATen/autocast_mode.h>
 #include <torch/csrc/autograd/custom_function.h>
@@ -37,21 +37,13 @@ at::Tensor mul4_cpu(const at::Tensor& input) {
 // Meta: shape and dtype only. torch.export traces with fake tensors, which dispatch here, so dynamic shapes work.
 at::Tensor mul4_meta(const at::Tensor& input) {
   // Rejects what the CPU kernel rejects, so export fails early instead of writing a program the runtime cannot run.
-  TORCH_CHECK(is_supported_dtype(input.scalar_type()), kOpName, ": unsupported dtype ", input.scalar_type(),
-              "; supported: ", kSupportedDtypes);
+  check_supported_dtype(input.scalar_type(), kOpName);
   return at::empty_like(input, at::MemoryFormat::Contiguous);
 }
 
-// Meta for mul4.out (codegen registers its CPU kernel only): the same checks and resize as the CPU kernel, so fake
-// tensors (torch.compile, export) see the output shape the real kernel produces.
+// Meta for mul4.out (codegen registers its CPU kernel only): the CPU kernel's checks and resize, no computation.
 at::Tensor& mul4_out_meta(const at::Tensor& input, at::Tensor& output) {
-  TORCH_CHECK(is_supported_dtype(input.scalar_type()), "my_ops::mul4.out: unsupported dtype ", input.scalar_type(),
-              "; supported: ", kSupportedDtypes);
-  TORCH_CHECK(output.scalar_type() == input.scalar_type(), "my_ops::mul4.out: output dtype ", output.scalar_type(),
-              " does not match input dtype ", input.scalar_type(), "; allocate the output with the input's dtype");
-  if (output.sizes() != input.sizes()) {
-    output.resize_(input.sizes());
-  }
+  check_output_and_resize(input, output, "my_ops::mul4.out");
   return output;
 }
 

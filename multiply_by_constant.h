@@ -77,20 +77,30 @@ inline bool is_supported_dtype(at::ScalarType dtype) {
 }
 constexpr const char* kSupportedDtypes = "float32, float64, float16, bfloat16, uint8, int8, int16, int32, int64";
 
+inline void check_supported_dtype(at::ScalarType dtype, const char* op_name) {
+  TORCH_CHECK(is_supported_dtype(dtype), op_name, ": unsupported dtype ", dtype, "; supported: ", kSupportedDtypes);
+}
+
+// The out variant's contract, shared by the CPU kernel below and the Meta kernels (custom_ops_2.cpp), so fake tensors
+// see exactly the errors and the output shape the real kernel produces.
+inline void check_output_and_resize(const at::Tensor& in, at::Tensor& out, const char* op_name) {
+  TORCH_CHECK(
+      out.scalar_type() == in.scalar_type(),
+      op_name, ": output dtype ", out.scalar_type(), " does not match input dtype ", in.scalar_type(),
+      "; allocate the output with the input's dtype");
+  check_supported_dtype(in.scalar_type(), op_name);
+  if (out.sizes() != in.sizes()) {
+    out.resize_(in.sizes());
+  }
+}
+
 template <int64_t kFactor>
 at::Tensor& multiply_by_constant_out(const at::Tensor& in, at::Tensor& out, const char* op_name) {
   TORCH_CHECK(
       in.device().is_cpu() && out.device().is_cpu(),
       op_name, ": this kernel runs on CPU tensors, got input on ", in.device(), " and output on ", out.device());
-  TORCH_CHECK(
-      out.scalar_type() == in.scalar_type(),
-      op_name, ": output dtype ", out.scalar_type(), " does not match input dtype ", in.scalar_type(),
-      "; allocate the output with the input's dtype");
+  check_output_and_resize(in, out, op_name);
   const auto dtype = in.scalar_type();
-  TORCH_CHECK(is_supported_dtype(dtype), op_name, ": unsupported dtype ", dtype, "; supported: ", kSupportedDtypes);
-  if (out.sizes() != in.sizes()) {
-    out.resize_(in.sizes());
-  }
   const at::Tensor src = in.contiguous();
   // Strided outputs get a contiguous scratch result that is copied back, so the inner loop stays flat.
   at::Tensor dst = out.is_contiguous() ? out : at::empty_like(out, at::MemoryFormat::Contiguous);

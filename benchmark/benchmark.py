@@ -46,7 +46,8 @@ def export_programs(out_dir: str) -> dict[tuple[str, int], str]:
             if not os.path.exists(path):
                 export_to_pte(model, (torch.randn(n),), path, plan_graph_inputs=False)
             programs[(name, n)] = path
-    assert operators_in_program(programs[("aten", 16)]) == ["aten::mul.out"], operators_in_program(programs[("aten", 16)])
+    aten_ops = operators_in_program(programs[("aten", 16)])
+    assert aten_ops == ["aten::mul.out"], f"the aten side must be a single aten::mul.out, got {aten_ops}"
     return programs
 
 
