@@ -71,17 +71,19 @@ def _mul3_vmap(info, in_dims, input):
 
 
 torch.library.register_vmap("my_ops::mul3", _mul3_vmap, lib=_lib)
-torch_compat.apply()
+torch_compat.apply("my_ops")
 
 
-EXAMPLE_INPUTS = (torch.randn(2, 3),)
+def example_inputs() -> tuple[torch.Tensor, ...]:
+    """The inputs the example program is exported with (made on call: importing must not touch the global RNG)."""
+    return (torch.randn(2, 3),)
 
 
 def export_mul3(output_dir: str | os.PathLike) -> str:
     """Exports a model calling mul3 to <output_dir>/custom_ops_1.pte."""
     from pte_export import CallOp, export_to_pte
 
-    return export_to_pte(CallOp(torch.ops.my_ops.mul3.default), EXAMPLE_INPUTS,
+    return export_to_pte(CallOp(torch.ops.my_ops.mul3.default), example_inputs(),
                          os.path.join(output_dir, "custom_ops_1.pte"))
 
 

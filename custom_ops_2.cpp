@@ -3,12 +3,14 @@
 // autocast). Built into libcustom_ops_aot_lib.so with custom_ops_2_out.cpp (ATen mode) and the schema and CPU
 // registration of mul4.out that codegen writes from custom_ops.yaml. The vmap rule is registered from Python when
 // custom_ops_2.py loads the library: functorch's C++ batching headers need nlohmann/json, absent from the torch wheel.
-#include <ATen/ATen.h>
+// The CUDA kernels are in custom_ops_2_cuda.cu.
 #include <ATen/autocast_mode.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty_like.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/library.h>
 
-#include "multiply_by_constant.h"
+#include "kernel_helpers/unary_elementwise.h"
 
 namespace custom {
 namespace native {
@@ -27,24 +29,24 @@ at::Tensor call_mul4(const at::Tensor& input) {
   return op.call(input);
 }
 
-// CPU: allocates the result and computes it through mul4.out's kernel.
+// CPU: allocates a result laid out like the input (channels-last stays channels-last, as with x * 4) and computes it
+// through mul4.out's kernel.
 at::Tensor mul4_cpu(const at::Tensor& input) {
-  at::Tensor output = at::empty_like(input, at::MemoryFormat::Contiguous);
+  at::Tensor output = at::empty_like(input);
   mul4_out_impl(input, output);
   return output;
 }
 
-// Meta: shape and dtype only. torch.export traces with fake tensors, which dispatch here, so dynamic shapes work.
+// Meta: shape, dtype and layout only. torch.export traces with fake tensors, which dispatch here, so dynamic shapes
+// work; it rejects what the CPU kernel rejects, so export fails early instead of writing a program the runtime cannot
+// run.
 at::Tensor mul4_meta(const at::Tensor& input) {
-  // Rejects what the CPU kernel rejects, so export fails early instead of writing a program the runtime cannot run.
-  check_supported_dtype(input.scalar_type(), kOpName);
-  return at::empty_like(input, at::MemoryFormat::Contiguous);
+  return unary_elementwise_meta(input, kOpName);
 }
 
-// Meta for mul4.out (codegen registers its CPU kernel only): the CPU kernel's checks and resize, no computation.
+// Meta for mul4.out (codegen registers its CPU kernel only): the CPU kernel's checks and resize on symbolic sizes.
 at::Tensor& mul4_out_meta(const at::Tensor& input, at::Tensor& output) {
-  check_output_and_resize(input, output, "my_ops::mul4.out");
-  return output;
+  return unary_elementwise_out_meta(input, output, "my_ops::mul4.out");
 }
 
 // Autograd: d(4x)/dx = 4. The backward calls mul4 itself, so higher-order gradients work too. (PyTorch does not let a
@@ -67,13 +69,18 @@ at::Tensor mul4_autograd(const at::Tensor& input) {
   return Mul4Function::apply(input);
 }
 
-// Autocast: the cached_cast pattern of PyTorch's dispatcher tutorial. An elementwise scale is as accurate in the
-// autocast dtype as its neighbours, so floating-point inputs run in that dtype (bfloat16 by default on CPU) and the
-// surrounding low-precision ops get no casts back and forth. Non-float inputs pass through unchanged.
+// Autocast: the "promote" policy autocast applies to PyTorch's own elementwise ops: run in the widest floating type
+// among the inputs, so under autocast mul4(x) has x's dtype, exactly like x * 4, and an exported program gains no
+// casts. An op with several inputs takes at::promote_types over its floating inputs and cached_casts each input to
+// it; with one input the widest type is the input's own and the cast is a no-op. (at::autocast::promote_type assumes
+// float32 or the device's one lower-precision type: it raises for a float16 input under CPU autocast, hence
+// the explicit type.) Casting down to the autocast dtype instead is right only for ops on autocast's lower-precision
+// list, such as matmul and conv, whose speed gain outweighs the precision loss.
 template <c10::DeviceType kDevice, c10::DispatchKey kAutocastKey>
 at::Tensor mul4_autocast(const at::Tensor& input) {
   c10::impl::ExcludeDispatchKeyGuard no_autocast(kAutocastKey);
-  return call_mul4(at::autocast::cached_cast(at::autocast::get_autocast_dtype(kDevice), input, kDevice));
+  const at::ScalarType widest_input_type = input.scalar_type();
+  return call_mul4(at::autocast::cached_cast(widest_input_type, input, kDevice));
 }
 
 } // namespace
@@ -100,7 +107,6 @@ TORCH_LIBRARY_IMPL(my_ops, AutocastCPU, m) {
 }
 
 #ifdef CUSTOM_OPS_WITH_CUDA
-// The CUDA kernel lives in custom_ops_2_cuda.cu, compiled only when the torch in use has CUDA.
 TORCH_LIBRARY_IMPL(my_ops, AutocastCUDA, m) {
   m.impl("mul4", TORCH_FN((mul4_autocast<c10::DeviceType::CUDA, c10::DispatchKey::AutocastCUDA>)));
 }

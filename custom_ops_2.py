@@ -47,7 +47,7 @@ def _register_python_side() -> None:
 
     torch.library.register_vmap("my_ops::mul4", mul4_vmap, lib=lib)
     _python_registrations.append(lib)
-    torch_compat.apply()
+    torch_compat.apply("my_ops")
 
 
 def load_aot_library(so_library: str | None = None) -> str:
@@ -110,14 +110,16 @@ def build_jit_library(verbose: bool = False) -> str:
     return path
 
 
-EXAMPLE_INPUTS = (torch.randn(2, 3),)
+def example_inputs() -> tuple[torch.Tensor, ...]:
+    """The inputs the example program is exported with (made on call: importing must not touch the global RNG)."""
+    return (torch.randn(2, 3),)
 
 
 def export_mul4(output_dir: str | os.PathLike) -> str:
     """Exports a model calling mul4 to <output_dir>/custom_ops_2.pte (load the AOT library first)."""
     from pte_export import CallOp, export_to_pte
 
-    return export_to_pte(CallOp(torch.ops.my_ops.mul4.default), EXAMPLE_INPUTS,
+    return export_to_pte(CallOp(torch.ops.my_ops.mul4.default), example_inputs(),
                          os.path.join(output_dir, "custom_ops_2.pte"))
 
 

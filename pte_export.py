@@ -36,12 +36,11 @@ def export_to_pte(
     plan_graph_inputs=False leaves graph inputs out of memory planning, so the runtime reads the caller's buffers
     directly instead of copying them into planned memory first (what a kernel benchmark wants).
     """
-    from executorch.exir import EdgeCompileConfig, ExecutorchBackendConfig, to_edge
+    from executorch.exir import ExecutorchBackendConfig, to_edge
     from executorch.exir.passes import MemoryPlanningPass
 
     exported = torch.export.export(model, tuple(example_inputs), dynamic_shapes=dynamic_shapes, strict=True)
-    # Custom ops are not core ATen, so the edge dialect's IR validity check would reject them.
-    edge = to_edge(exported, compile_config=EdgeCompileConfig(_check_ir_validity=False))
+    edge = to_edge(exported)  # with the edge dialect's IR validity check on: registered custom ops pass it
     program = edge.to_executorch(
         ExecutorchBackendConfig(memory_planning_pass=MemoryPlanningPass(alloc_graph_input=plan_graph_inputs))
     )

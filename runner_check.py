@@ -21,15 +21,23 @@ class RunnerError(RuntimeError):
     """The runner exited non-zero; the message holds its error line and log."""
 
 
+def dim_order(t: torch.Tensor) -> list[int]:
+    """The order of t's dimensions in memory, outermost first (ExecuTorch's dim order): [0, 2, 3, 1] for
+    channels-last. Ties (size-1 dimensions) keep their logical order, as ExecuTorch does."""
+    return sorted(range(t.dim()), key=lambda d: (-t.stride(d), d))
+
+
 def tensor_to_file(t: torch.Tensor, path: str) -> None:
+    """Writes t's elements in its own memory order (the runner reads raw bytes in the program's dim order)."""
     with open(path, "wb") as f:
-        f.write(t.contiguous().view(torch.uint8).numpy().tobytes())
+        f.write(t.permute(dim_order(t)).contiguous().view(torch.uint8).numpy().tobytes())
 
 
-def _printed_shapes(stdout: str) -> list[list[int]]:
-    # The runner prints "Output 0: Float[2, 3], values: [...]".
-    return [[int(d) for d in m.group(1).split(",") if d.strip()]
-            for m in re.finditer(r"^Output \d+: \w+\[([^\]]*)\]", stdout, re.M)]
+def _printed_outputs(stdout: str) -> list[tuple[list[int], list[int] | None]]:
+    # The runner prints "Output 0: Float[2, 3], values: [...]", with " dim_order=[0, 2, 3, 1]" when not row-major.
+    parse = lambda text: [int(d) for d in text.split(",") if d.strip()]  # noqa: E731
+    return [(parse(m.group(1)), parse(m.group(2)) if m.group(2) is not None else None)
+            for m in re.finditer(r"^Output \d+: \w+\[([^\]]*)\](?: dim_order=\[([^\]]*)\])?", stdout, re.M)]
 
 
 def run_pte(
@@ -57,24 +65,29 @@ def run_pte(
         proc = subprocess.run([*cmd, *extra_args], capture_output=True, text=True, timeout=300)
         if proc.returncode != 0:
             raise RunnerError(f"runner exited {proc.returncode}:\n{proc.stderr}{proc.stdout}")
-        shapes = _printed_shapes(proc.stdout)
         outputs = []
-        for path, like, shape in zip(out_files, expected_like, shapes):
+        for path, like, (shape, order) in zip(out_files, expected_like, _printed_outputs(proc.stdout)):
             with open(path, "rb") as f:
                 data = bytearray(f.read())
-            out = torch.frombuffer(data, dtype=like.dtype) if data else torch.empty(0, dtype=like.dtype)
-            outputs.append(out.reshape(shape))
+            flat = torch.frombuffer(data, dtype=like.dtype) if data else torch.empty(0, dtype=like.dtype)
+            order = order or list(range(len(shape)))
+            # The bytes are in memory order: view them with that order's shape, then put the dimensions back.
+            in_memory = flat.reshape([shape[d] for d in order])
+            outputs.append(in_memory.permute([order.index(d) for d in range(len(shape))]))
         return outputs
 
 
-def compare_outputs(actual: Sequence[torch.Tensor], expected: Sequence[torch.Tensor]) -> list[str]:
-    """Returns one line per mismatch (empty when all match): exact for integers, dtype tolerance for floats."""
+def compare_outputs(actual: Sequence[torch.Tensor], expected: Sequence[torch.Tensor], *, exact: bool) -> list[str]:
+    """Returns one line per mismatch (empty when all match). exact=True: the same values bit for bit (NaN equals NaN),
+    what ops with one rounding per element promise. exact=False: integers exact, floats within torch.testing's
+    per-dtype tolerance (float32: rtol 1.3e-6, atol 1e-5; float16: 1e-3, 1e-5; bfloat16: 1.6e-2, 1e-5)."""
     problems = []
     if len(actual) != len(expected):
         return [f"got {len(actual)} outputs, expected {len(expected)}"]
+    tolerance = dict(rtol=0, atol=0) if exact else dict(rtol=None, atol=None)
     for i, (a, e) in enumerate(zip(actual, expected)):
         try:
-            torch.testing.assert_close(a, e, rtol=None, atol=None, equal_nan=True)
+            torch.testing.assert_close(a, e, **tolerance, equal_nan=True)
         except AssertionError as err:
             problems.append(f"output {i}: {err}")
     return problems
@@ -84,11 +97,11 @@ def _example(number: int, so_library: str | None) -> tuple[Callable, torch.Tenso
     if number == 1:
         import custom_ops_1
 
-        return torch.ops.my_ops.mul3.default, torch.randn_like(custom_ops_1.EXAMPLE_INPUTS[0])
+        return torch.ops.my_ops.mul3.default, torch.randn_like(custom_ops_1.example_inputs()[0])
     import custom_ops_2
 
     custom_ops_2.load_aot_library(so_library)
-    return torch.ops.my_ops.mul4.default, torch.randn_like(custom_ops_2.EXAMPLE_INPUTS[0])
+    return torch.ops.my_ops.mul4.default, torch.randn_like(custom_ops_2.example_inputs()[0])
 
 
 def main() -> int:
@@ -103,7 +116,7 @@ def main() -> int:
     reference, x = _example(args.example, args.so_library)
     expected = [reference(x)]
     actual = run_pte(args.runner, args.pte, [x], expected)
-    problems = compare_outputs(actual, expected)
+    problems = compare_outputs(actual, expected, exact=True)  # both ops promise eager's exact bits
     print(f"input   {x.flatten()[:6].tolist()}")
     print(f"runner  {actual[0].flatten()[:6].tolist()}")
     print(f"eager   {expected[0].flatten()[:6].tolist()}")

@@ -37,10 +37,7 @@ ensure_venv() {
   step "Creating ${VENV} with the pins from pyproject.toml (first run: a few minutes)"
   [[ -x "${PYTHON}" ]] || "${base_python}" -m venv "${VENV}"
   local requirements="${VENV}/requirements.txt"
-  "${PYTHON}" - "${REPO_ROOT}/pyproject.toml" > "${requirements}" <<'EOF'
-import sys, tomllib
-print("\n".join(tomllib.load(open(sys.argv[1], "rb"))["project"]["dependencies"]))
-EOF
+  "${PYTHON}" "${REPO_ROOT}/tools/pyproject_pins.py" "${REPO_ROOT}/pyproject.toml" > "${requirements}"
   local log="${VENV}/pip-install.log"
   # torch first, alone: the pin resolves to the CPU wheel and executorch then keeps it.
   if ! { "${PYTHON}" -m pip install --quiet "$(grep '^torch==' "${requirements}")" &&

@@ -35,11 +35,12 @@ namespace {
 
 constexpr const char* kUsage = R"(usage: custom_ops_executor_runner --model_path=FILE.pte [options]
   --method=NAME         method to run (default: forward)
-  --inputs=A.bin,...    one raw little-endian file per tensor input, in the dtype the method declares
-                        (default: every input filled with ones)
+  --inputs=A.bin,...    one raw little-endian file per tensor input, in the dtype the method declares and in
+                        its memory order (its dim order: row-major unless the program declares another, e.g.
+                        channels-last) (default: every input filled with ones)
   --input_shapes=2x3,4  the shape of each input, for programs exported with dynamic dimensions
                         (default: the shapes the program declares; 0-d tensors are written as "")
-  --outputs=O.bin,...   write each output tensor's raw bytes to these files
+  --outputs=O.bin,...   write each output tensor's raw bytes (in its memory order) to these files
   --num_executions=N    run the method N times and time each run (default: 1)
 )";
 
@@ -182,12 +183,17 @@ std::optional<std::vector<SizesType>> parse_shape(const std::string& text) {
   return sizes;
 }
 
-std::string shape_string(executorch::aten::ArrayRef<SizesType> sizes) {
+template <typename T>
+std::string list_string(executorch::aten::ArrayRef<T> values) {
   std::string s = "[";
-  for (size_t i = 0; i < sizes.size(); ++i) {
-    s += (i ? ", " : "") + std::to_string(sizes[i]);
+  for (size_t i = 0; i < values.size(); ++i) {
+    s += (i ? ", " : "") + std::to_string(values[i]);
   }
   return s + "]";
+}
+
+std::string shape_string(executorch::aten::ArrayRef<SizesType> sizes) {
+  return list_string(sizes);
 }
 
 // ---------------------------------------------------------------------------------------------------------------------
@@ -256,6 +262,11 @@ std::optional<std::string> prepare_inputs(
       if (!parsed) {
         return "--input_shapes entry '" + (*options.input_shapes)[i] + "' is not a shape like 2x3";
       }
+      if (parsed->size() != sizes.size()) {
+        return "--input_shapes entry '" + (*options.input_shapes)[i] + "' has " + std::to_string(parsed->size()) +
+            " dimension(s) but input " + std::to_string(i) + " of method '" + options.method + "' has " +
+            std::to_string(sizes.size());
+      }
       sizes = *parsed;
     }
     size_t numel = 1;
@@ -275,7 +286,9 @@ std::optional<std::string> prepare_inputs(
       return std::string("input ") + std::to_string(i) + " has dtype " + executorch::runtime::toString(dtype) +
           ", which the runner cannot fill with ones; pass --inputs";
     }
-    buffer.tensor = executorch::extension::make_tensor_ptr(sizes, buffer.data.get(), dtype);
+    // In the declared dim order, so the bytes mean what the program expects (channels-last stays channels-last).
+    std::vector<executorch::aten::DimOrderType> dim_order(info->dim_order().begin(), info->dim_order().end());
+    buffer.tensor = executorch::extension::make_tensor_ptr(sizes, buffer.data.get(), dim_order, {}, dtype);
     values.emplace_back(buffer.tensor);
     buffers.push_back(std::move(buffer));
   }
@@ -297,8 +310,14 @@ void print_output(size_t index, const EValue& value) {
     return;
   }
   const Tensor& t = value.toTensor();
-  std::printf("Output %zu: %s%s, values: [", index, executorch::runtime::toString(t.scalar_type()),
-              shape_string(t.sizes()).c_str());
+  // The dim order is printed when it is not row-major, so readers of --outputs know the bytes' order.
+  bool row_major = true;
+  for (size_t d = 0; d < t.dim_order().size(); ++d) {
+    row_major = row_major && t.dim_order()[d] == d;
+  }
+  std::printf("Output %zu: %s%s%s, values: [", index, executorch::runtime::toString(t.scalar_type()),
+              shape_string(t.sizes()).c_str(),
+              row_major ? "" : (" dim_order=" + list_string(t.dim_order())).c_str());
   constexpr size_t kShown = 8;
   switch (t.scalar_type()) {
 #define PRINT_CASE(ctype, name)    \

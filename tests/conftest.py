@@ -80,9 +80,9 @@ def combined_build() -> CMakeBuild:
 def et_runtime(combined_build):
     """The ExecuTorch Python runtime with the combined kernel library loaded into this process (once: registrations
     are process-global, and this is the only kernel library the pytest process loads)."""
-    import ctypes
+    from kernel_library import load_kernel_library
 
-    ctypes.CDLL(combined_build.kernel_lib, mode=ctypes.RTLD_GLOBAL)
+    load_kernel_library(combined_build.kernel_lib)
     from executorch.runtime import Runtime
 
     return Runtime.get()

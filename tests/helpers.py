@@ -9,7 +9,9 @@ import sys
 import textwrap
 from dataclasses import dataclass
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
+REPO_ROOT = os.path.dirname(TESTS_DIR)
+ALL_DTYPES = ["float32", "float64", "float16", "bfloat16", "uint8", "int8", "int16", "int32", "int64"]
 
 
 @dataclass(frozen=True)
@@ -29,14 +31,29 @@ class CMakeBuild:
         return os.path.join(self.build_dir, "libcustom_ops_aot_lib.so")
 
 
+def full_range(shape, dtype, seed: int = 0):
+    """Random values across the dtype's whole range: integer products wrap around, half-type products overflow to
+    inf, and floats span many magnitudes."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    if dtype.is_floating_point:
+        magnitudes = 10.0 ** torch.randint(-3, 6, shape, generator=g)
+        return (torch.randn(shape, generator=g, dtype=torch.float64) * magnitudes).to(dtype)
+    info = torch.iinfo(dtype)
+    return torch.randint(info.min, info.max, shape, generator=g, dtype=torch.int64).to(dtype)
+
+
 def run_runner(runner: str, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([runner, *args], capture_output=True, text=True, errors="replace", timeout=120)
 
 
-def run_in_fresh_python(code: str, timeout: int = 300) -> dict:
-    """Runs `code` in a new interpreter; the code sets `result` to something JSON-serializable, which is returned."""
+def run_in_fresh_python(code: str, timeout: int = 300, env: dict[str, str] | None = None) -> dict:
+    """Runs `code` in a new interpreter (with `env` added to the environment); the code sets `result` to something
+    JSON-serializable, which is returned."""
     script = textwrap.dedent(code) + "\nimport json as _json, sys as _sys\n_sys.stdout.write('\\n@@RESULT@@' + _json.dumps(result))\n"
-    env = dict(os.environ, PYTHONPATH=REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    path = os.pathsep.join([REPO_ROOT, TESTS_DIR, os.environ.get("PYTHONPATH", "")])
+    env = dict(os.environ, **(env or {}), PYTHONPATH=path)
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=timeout, env=env)
     if proc.returncode != 0 or "@@RESULT@@" not in proc.stdout:
         raise AssertionError(f"fresh interpreter failed ({proc.returncode}):\n{proc.stderr[-5000:]}")

@@ -1,14 +1,18 @@
-"""Writes a copy of a valid .pte whose output tensor declares other metadata (dtype, shape, dim order), to reach the
-kernel's own error checks through a real program: no export path produces such a program on purpose."""
+"""Writes a copy of a valid .pte whose output tensor declares other metadata (dtype, shape, dim order, where it sits in
+planned memory), to reach the kernel's own checks and branches through a real program: no export path produces such
+a program on purpose."""
 
 from __future__ import annotations
+
+import math
 
 from executorch.exir._serialize._program import deserialize_pte_binary, serialize_pte_binary
 from executorch.exir.schema import ScalarType, TensorShapeDynamism
 
 
 def rewrite_output_tensor(src: str, dst: str, *, scalar_type: str | None = None, sizes: list[int] | None = None,
-                          dim_order: list[int] | None = None, static: bool = False) -> str:
+                          dim_order: list[int] | None = None, static: bool = False,
+                          memory_offset: int | None = None) -> str:
     with open(src, "rb") as f:
         pte = deserialize_pte_binary(f.read())
     plan = pte.program.execution_plan[0]
@@ -21,6 +25,11 @@ def rewrite_output_tensor(src: str, dst: str, *, scalar_type: str | None = None,
         tensor.dim_order = dim_order
     if static:
         tensor.shape_dynamism = TensorShapeDynamism.STATIC
+    if memory_offset is not None:  # byte offset of the output in its planned buffer, which grows to keep it inside
+        tensor.allocation_info.memory_offset_low = memory_offset
+        buffer = tensor.allocation_info.memory_id
+        largest = math.prod(tensor.sizes) * 8  # bytes at the widest dtype
+        plan.non_const_buffer_sizes[buffer] = max(plan.non_const_buffer_sizes[buffer], memory_offset + largest)
     with open(dst, "wb") as f:
         f.write(bytes(serialize_pte_binary(pte)))
     return dst

@@ -39,11 +39,18 @@ def test_export_lowers_mul3_to_its_out_variant_and_nothing_else(mul3_pte):
     assert operators_in_program(mul3_pte) == ["my_ops::mul3.out"]
 
 
-def test_importing_registers_the_ops_and_writes_nothing(tmp_path):
+def test_importing_registers_the_ops_and_does_nothing_else(tmp_path):
     result = run_in_fresh_python(f"""
-        import os
+        import os, sys
         os.chdir({str(tmp_path)!r})
-        import torch, custom_ops_1
-        result = {{"files": os.listdir("."), "y": torch.ops.my_ops.mul3(torch.ones(2)).tolist()}}
+        import torch
+        rng = torch.random.get_rng_state()
+        import custom_ops_1
+        result = {{
+            "files": os.listdir("."),
+            "rng_untouched": torch.equal(rng, torch.random.get_rng_state()),
+            "inductor_imported": "torch._inductor" in sys.modules,
+            "y": torch.ops.my_ops.mul3(torch.ones(2)).tolist(),
+        }}
     """)
-    assert result == {"files": [], "y": [3.0, 3.0]}
+    assert result == {"files": [], "rng_untouched": True, "inductor_imported": False, "y": [3.0, 3.0]}

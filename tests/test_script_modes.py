@@ -3,6 +3,7 @@
 import os
 import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -23,3 +24,14 @@ def test_doctor_reports_versions_and_paths():
     assert proc.returncode == 0, proc.stderr
     for key in ("torch:             2.13.0", "executorch:        1.5.1", "cmake:", "c++ compiler:", "include:"):
         assert key in proc.stdout
+
+
+def test_pins_are_read_without_tomllib_as_on_python_3_10():
+    reader = os.path.join(REPO_ROOT, "tools", "pyproject_pins.py")
+    pyproject = os.path.join(REPO_ROOT, "pyproject.toml")
+    hide_tomllib = ("import runpy, sys; sys.modules['tomllib'] = None; "
+                    f"sys.argv = ['pyproject_pins.py', {pyproject!r}]; runpy.run_path({reader!r})")
+    without = subprocess.run([sys.executable, "-c", hide_tomllib], capture_output=True, text=True, check=True).stdout
+    with_tomllib = subprocess.run([sys.executable, reader, pyproject], capture_output=True, text=True, check=True)
+    assert without == with_tomllib.stdout
+    assert without.splitlines()[:2] == ["torch==2.13.0", "executorch==1.5.1"]

@@ -1,0 +1,35 @@
+"""Checks of the kernel machinery's own source: the functor contract's integer arithmetic is free of undefined
+behaviour (proven at compile time), and the ISA dispatcher checks every CPU feature each vector variant is compiled
+for (a variant compiled with a feature the CPU lacks would die with SIGILL)."""
+
+import os
+import re
+import subprocess
+
+from helpers import REPO_ROOT
+
+
+def executorch_include_dirs():
+    import executorch
+
+    include = os.path.join(executorch.__path__[0], "include")
+    return [include, os.path.join(include, "executorch", "runtime", "core", "portable_type", "c10")]
+
+
+def test_integer_arithmetic_wraps_without_undefined_behaviour():
+    source = os.path.join(REPO_ROOT, "tests", "cpp", "elementwise_functor_checks.cpp")
+    includes = [f"-I{d}" for d in (REPO_ROOT, *executorch_include_dirs())]
+    proc = subprocess.run(["c++", "-std=c++17", "-fsyntax-only", "-DC10_USING_CUSTOM_GENERATED_MACROS", *includes,
+                           source], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_the_isa_dispatcher_checks_every_feature_a_variant_is_compiled_for():
+    with open(os.path.join(REPO_ROOT, "kernel_helpers", "elementwise_loop.h")) as f:
+        source = f.read()
+    compiled_for = set()
+    for targets in re.findall(r'__attribute__\(\(target\("([^"]+)"\)\)\)', source):
+        compiled_for.update(targets.split(","))
+    checked = set(re.findall(r'__builtin_cpu_supports\("([^"]+)"\)', source))
+    assert compiled_for, "no target attributes found"
+    assert compiled_for <= checked, f"compiled for but never checked at run time: {sorted(compiled_for - checked)}"

@@ -1,0 +1,73 @@
+"""torch_compat's workaround for torch 2.13's Inductor (which calls every out variant with `out=`): it reaches only
+this project's namespaces, is decided by a behavioural probe, and does nothing where it cannot apply."""
+
+import textwrap
+
+import torch
+
+import custom_ops_1  # noqa: F401  (registers my_ops::mul3 and applies the workaround to my_ops)
+import torch_compat
+from helpers import run_in_fresh_python
+
+
+def test_the_probe_finds_the_bug_in_the_pinned_torch():
+    assert torch.__version__.startswith("2.13.0")
+    assert torch_compat.inductor_hardcodes_out_kwarg() is True
+
+
+def test_our_ops_report_no_out_variant_only_while_the_bug_is_present(monkeypatch):
+    from torch._library._out_variant import to_out_variant
+
+    assert to_out_variant(torch.ops.my_ops.mul3.default) is None
+    monkeypatch.setattr(torch_compat, "inductor_hardcodes_out_kwarg", lambda: False)  # a torch with the fix
+    assert to_out_variant(torch.ops.my_ops.mul3.default) is torch.ops.my_ops.mul3.out
+
+
+OTHER_LIBRARY = textwrap.dedent("""
+    import torch
+    lib = torch.library.Library("other_lib", "DEF")
+    lib.define("scale(Tensor x) -> Tensor")
+    lib.define("scale.out(Tensor x, *, Tensor(a!) result) -> Tensor(a!)", tags=(torch.Tag.out,))
+    lib.define("halves(Tensor x) -> (Tensor, Tensor)")
+    lib.define("halves.out(Tensor x, *, Tensor(a!) out1, Tensor(b!) out2) -> (Tensor(a!), Tensor(b!))",
+               tags=(torch.Tag.out,))
+    torch.library.impl(lib, "scale", "CompositeExplicitAutograd")(lambda x: x * 2)
+    torch.library.impl(lib, "scale.out", "CompositeExplicitAutograd")(
+        lambda x, *, result: torch.mul(x, 2, out=result))
+    torch.library.register_fake("other_lib::scale", lib=lib)(torch.empty_like)
+    torch.library.impl(lib, "halves", "CompositeExplicitAutograd")(lambda x: (x / 2, x / 2))
+    def halves_out(x, *, out1, out2):
+        torch.div(x, 2, out=out1)
+        torch.div(x, 2, out=out2)
+        return out1, out2
+    torch.library.impl(lib, "halves.out", "CompositeExplicitAutograd")(halves_out)
+    torch.library.register_fake("other_lib::halves", lib=lib)(lambda x: (torch.empty_like(x), torch.empty_like(x)))
+""")
+
+
+def test_other_libraries_keep_their_out_variants_and_multi_output_lowering():
+    result = run_in_fresh_python(OTHER_LIBRARY + textwrap.dedent("""
+        import custom_ops_1  # applies the workaround to my_ops
+        from torch._library._out_variant import to_out_variant
+        from torch._inductor.utils import run_and_get_code
+        y, (code,) = run_and_get_code(torch.compile(torch.ops.other_lib.halves.default, fullgraph=True), torch.ones(4))
+        result = {
+            "scale": str(to_out_variant(torch.ops.other_lib.scale.default)),
+            "halves": str(to_out_variant(torch.ops.other_lib.halves.default)),
+            "halves_lowered_to_out": "other_lib.halves.out" in code,
+            "halves_values": [t.tolist() for t in y],
+        }
+    """), timeout=600)
+    assert result == {"scale": "other_lib.scale.out", "halves": "other_lib.halves.out",
+                      "halves_lowered_to_out": True, "halves_values": [[0.5] * 4, [0.5] * 4]}
+
+
+def test_nothing_happens_on_a_torch_without_the_patched_module():
+    result = run_in_fresh_python("""
+        import sys
+        sys.modules["torch._library._out_variant"] = None  # as on a torch that never had it
+        import torch_compat
+        torch_compat.apply("my_ops")
+        result = torch_compat._installed
+    """)
+    assert result is False
