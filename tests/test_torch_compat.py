@@ -42,24 +42,32 @@ OTHER_LIBRARY = textwrap.dedent("""
         return out1, out2
     torch.library.impl(lib, "halves.out", "CompositeExplicitAutograd")(halves_out)
     torch.library.register_fake("other_lib::halves", lib=lib)(lambda x: (torch.empty_like(x), torch.empty_like(x)))
+    # The same multi-output op in our own namespace: its lowering names its out arguments, so it is left alone too.
+    mine = torch.library.Library("my_ops", "FRAGMENT")
+    mine.define("halves(Tensor x) -> (Tensor, Tensor)")
+    mine.define("halves.out(Tensor x, *, Tensor(a!) out1, Tensor(b!) out2) -> (Tensor(a!), Tensor(b!))",
+                tags=(torch.Tag.out,))
+    torch.library.impl(mine, "halves", "CompositeExplicitAutograd")(lambda x: (x / 2, x / 2))
+    torch.library.impl(mine, "halves.out", "CompositeExplicitAutograd")(halves_out)
+    torch.library.register_fake("my_ops::halves", lib=mine)(lambda x: (torch.empty_like(x), torch.empty_like(x)))
 """)
 
 
-def test_other_libraries_keep_their_out_variants_and_multi_output_lowering():
+def test_other_libraries_and_multi_output_ops_keep_their_out_variant_lowering():
     result = run_in_fresh_python(OTHER_LIBRARY + textwrap.dedent("""
         import custom_ops_1  # applies the workaround to my_ops
         from torch._library._out_variant import to_out_variant
         from torch._inductor.utils import run_and_get_code
-        y, (code,) = run_and_get_code(torch.compile(torch.ops.other_lib.halves.default, fullgraph=True), torch.ones(4))
-        result = {
-            "scale": str(to_out_variant(torch.ops.other_lib.scale.default)),
-            "halves": str(to_out_variant(torch.ops.other_lib.halves.default)),
-            "halves_lowered_to_out": "other_lib.halves.out" in code,
-            "halves_values": [t.tolist() for t in y],
-        }
+        result = {"scale": str(to_out_variant(torch.ops.other_lib.scale.default))}
+        for ns in ("other_lib", "my_ops"):
+            op = getattr(torch.ops, ns).halves.default
+            y, (code,) = run_and_get_code(torch.compile(op, fullgraph=True), torch.ones(4))
+            result[ns] = [str(to_out_variant(op)), f"{ns}.halves.out" in code, [t.tolist() for t in y]]
     """), timeout=600)
-    assert result == {"scale": "other_lib.scale.out", "halves": "other_lib.halves.out",
-                      "halves_lowered_to_out": True, "halves_values": [[0.5] * 4, [0.5] * 4]}
+    halves = [[0.5] * 4, [0.5] * 4]
+    assert result == {"scale": "other_lib.scale.out",
+                      "other_lib": ["other_lib.halves.out", True, halves],
+                      "my_ops": ["my_ops.halves.out", True, halves]}
 
 
 def test_nothing_happens_on_a_torch_without_the_patched_module():
