@@ -74,25 +74,15 @@ torch.library.register_vmap("my_ops::mul3", _mul3_vmap, lib=_lib)
 torch_compat.apply("my_ops")
 
 
-def example_inputs() -> tuple[torch.Tensor, ...]:
-    """The inputs the example program is exported with (made on call: importing must not touch the global RNG)."""
-    return (torch.randn(2, 3),)
-
-
-def export_mul3(output_dir: str | os.PathLike) -> str:
-    """Exports a model calling mul3 to <output_dir>/custom_ops_1.pte."""
-    from pte_export import CallOp, export_to_pte
-
-    return export_to_pte(CallOp(torch.ops.my_ops.mul3.default), example_inputs(),
-                         os.path.join(output_dir, "custom_ops_1.pte"))
-
-
 def main() -> None:
+    import declared_ops
+    from pte_export import export_example
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--output_dir", default=os.path.dirname(os.path.abspath(__file__)),
                         help="where to write custom_ops_1.pte (default: the repository root)")
     args = parser.parse_args()
-    print(f"Exported {export_mul3(args.output_dir)}")
+    print(f"Exported {export_example(declared_ops.find('my_ops::mul3'), args.output_dir)}")
 
 
 if __name__ == "__main__":

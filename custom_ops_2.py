@@ -2,6 +2,10 @@
 calling mul4 to custom_ops_2.pte. The library comes from CMake (libcustom_ops_aot_lib.so) or, with --jit, from
 torch.utils.cpp_extension building the same sources on the fly.
 
+The loader is not mul4's alone: it loads the AOT library of any ops declared `registered_from: "cpp"` in
+custom_ops.bzl, checks that every op the library should register is registered, and adds what C++ cannot register
+(the vmap rule of elementwise ops, the torch 2.13 workaround).
+
     python custom_ops_2.py --so_library cmake-out/custom_ops_2/libcustom_ops_aot_lib.so [--output_dir DIR]
     python custom_ops_2.py --jit [--output_dir DIR]
 
@@ -12,115 +16,124 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 
 import torch
 
+import declared_ops
 import torch_compat
 
 REPO_ROOT = os.path.dirname(os.path.abspath(__file__))
+EXAMPLE_OP = "my_ops::mul4"
 DEFAULT_AOT_LIBRARY = os.path.join(REPO_ROOT, "cmake-out", "custom_ops_2", "libcustom_ops_aot_lib.so")
 JIT_BUILD_DIR = os.path.join(REPO_ROOT, "cmake-out", "jit")
-BUILD_HINT = (
-    "Build it with `bash test_custom_ops.sh cmake` (or: cmake -S . -B cmake-out/custom_ops_2 -G Ninja "
-    "-DREGISTER_EXAMPLE_CUSTOM_OP=2 && cmake --build cmake-out/custom_ops_2), or pass --jit to build it on the fly."
-)
 
 
-def _mul4_registered() -> bool:
-    return hasattr(torch.ops.my_ops, "mul4")
+def build_hint(ops) -> str:
+    names = ",".join(op.out_name for op in ops)
+    return (f"Build it with `bash test_custom_ops.sh cmake {ops[0].short_name}` (or cmake -S . -B cmake-out/DIR -G Ninja "
+            f"-DCUSTOM_OPS_ROOT_OPS={names} && cmake --build cmake-out/DIR), or pass --jit to build it on the fly.")
 
 
-_python_registrations = []  # keeps the vmap rule's library alive
+_loaded_library: str | None = None
+_python_side: list = []  # keeps the libraries of Python-side registrations alive
 
 
-def _register_python_side() -> None:
-    """What the C++ library cannot register itself: the vmap rule (functorch's C++ batching headers need nlohmann/json,
-    which the torch wheel does not ship), and the workaround for the pinned torch's Inductor bug (torch_compat)."""
-    if _python_registrations:
-        return
-    lib = torch.library.Library("my_ops", "FRAGMENT")
+def _register_python_side(ops) -> None:
+    """What C++ cannot register: the vmap rule of elementwise ops (functorch's C++ batching headers need
+    nlohmann/json, which the torch wheel does not ship), and the torch 2.13 Inductor workaround."""
+    for op in ops:
+        torch_compat.apply(op.namespace)
+        if op.elementwise and op.name not in {name for name, _ in _python_side}:
+            lib = torch.library.Library(op.namespace, "FRAGMENT")
+            functional = op.packet().default
 
-    def mul4_vmap(info, in_dims, input):
-        return torch.ops.my_ops.mul4.default(input), in_dims[0]
+            def elementwise_vmap(info, in_dims, input, functional=functional):
+                return functional(input), in_dims[0]  # the whole batch at once, batched along the same dimension
 
-    torch.library.register_vmap("my_ops::mul4", mul4_vmap, lib=lib)
-    _python_registrations.append(lib)
-    torch_compat.apply("my_ops")
+            torch.library.register_vmap(op.name, elementwise_vmap, lib=lib)
+            _python_side.append((op.name, lib))
 
 
-def load_aot_library(so_library: str | None = None) -> str:
-    """Loads libcustom_ops_aot_lib.so (default: the CMake build's) into this process; returns its path.
+def _check_registered(path: str, expect) -> None:
+    missing = [op for op in expect if not op.is_registered()]
+    if missing:
+        raise RuntimeError(f"{path} does not register {', '.join(op.name for op in missing)}: it was built without "
+                           f"{'it' if len(missing) == 1 else 'them'}. {build_hint(missing)}")
 
-    Loading is once per process: PyTorch would reject a second registration of the same schemas.
+
+def expected_ops(path: str):
+    """The C++-registered ops a CMake-built AOT library should register: those its build selected (the selection
+    codegen wrote beside it), else every op declared as registered from C++."""
+    declared = [op for op in declared_ops.load().values() if op.from_cpp]
+    selection = os.path.join(os.path.dirname(path), "aot_selected_operators.yaml")
+    if os.path.isfile(selection):
+        import yaml
+
+        with open(selection) as f:
+            names = set((yaml.safe_load(f) or {}).get("operators") or {})
+        return [op for op in declared if op.out_name in names]
+    return declared
+
+
+def load_aot_library(so_library: str | None = None, expect=None) -> str:
+    """Loads an AOT library (default: the CMake build of mul4's) into this process and returns its path.
+
+    `expect`: the DeclaredOps it must register (default: expected_ops()); a missing one is a RuntimeError saying how
+    to build it. A process takes one AOT library: every one defines the namespace (codegen's RegisterSchema.cpp), and
+    PyTorch allows one definition per namespace; loading the same one again is a no-op.
     """
+    global _loaded_library
     path = os.path.abspath(so_library or DEFAULT_AOT_LIBRARY)
+    expect = list(expected_ops(path) if expect is None else expect)
+    hint_ops = expect or [declared_ops.find(EXAMPLE_OP)]
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"AOT library not found: {path}. {BUILD_HINT}")
-    if _mul4_registered():
-        _register_python_side()
-        return path
-    try:
-        torch.ops.load_library(path)
-    except OSError as err:
-        raise OSError(f"cannot load {path} as a PyTorch op library ({err}). {BUILD_HINT}") from err
-    if not _mul4_registered():
-        raise RuntimeError(f"{path} loaded but registered no my_ops::mul4: it is not libcustom_ops_aot_lib.so. {BUILD_HINT}")
-    _register_python_side()
+        raise FileNotFoundError(f"AOT library not found: {path}. {build_hint(hint_ops)}")
+    if _loaded_library is not None and _loaded_library != path:
+        raise RuntimeError(f"the AOT library {_loaded_library} is already loaded; {path} would define its namespace a "
+                           "second time, which PyTorch refuses. Build one AOT library with every C++ op you need, or "
+                           "use a fresh process")
+    if _loaded_library is None:
+        try:
+            torch.ops.load_library(path)
+        except OSError as err:
+            raise OSError(f"cannot load {path} as a PyTorch op library ({err}). {build_hint(hint_ops)}") from err
+        _loaded_library = path
+    _check_registered(path, expect)
+    _register_python_side([op for op in declared_ops.load().values() if op.from_cpp and op.is_registered()])
     return path
 
 
-def _generate_aot_registration(out_dir: str) -> list[str]:
-    """Runs codegen (--use-aten-lib) for mul4.out: its schema (RegisterSchema.cpp) and CPU registration."""
-    import importlib.util
-
-    native_dir = os.path.join(list(importlib.util.find_spec("torchgen").submodule_search_locations)[0],
-                              "packaged", "ATen", "native")
-    os.makedirs(out_dir, exist_ok=True)
-    selection = os.path.join(out_dir, "selected_operators.yaml")
-    run = lambda *args: subprocess.run([sys.executable, "-m", *args], check=True, capture_output=True)  # noqa: E731
-    run("executorch.codegen.tools.gen_oplist", "--output_path", selection, "--root_ops", "my_ops::mul4.out")
-    run("executorch.codegen.gen", "--source-path", os.path.join(REPO_ROOT, "codegen"), "--install-dir", out_dir,
-        "--custom-ops-yaml-path", os.path.join(REPO_ROOT, "custom_ops.yaml"), "--op-selection-yaml-path", selection,
-        "--tags-path", os.path.join(native_dir, "tags.yaml"),
-        "--aten-yaml-path", os.path.join(native_dir, "native_functions.yaml"), "--use-aten-lib")
-    return [os.path.join(out_dir, "RegisterCPUCustomOps.cpp"), os.path.join(out_dir, "RegisterSchema.cpp")]
-
-
-def build_jit_library(verbose: bool = False) -> str:
-    """Builds custom_ops_2.cpp + custom_ops_2_out.cpp (+ the generated registration) with
-    torch.utils.cpp_extension (ninja, incremental, in cmake-out/jit/), loads the result and returns its path."""
+def build_jit_library(ops=None, verbose: bool = False) -> str:
+    """Builds the AOT library of `ops` (default: every op declared as registered from C++) with
+    torch.utils.cpp_extension (ninja, incremental, in cmake-out/jit/), after running the same codegen as CMake, then
+    loads it like load_aot_library(); returns its path."""
     from torch.utils.cpp_extension import load
 
-    if _mul4_registered():
-        raise RuntimeError("my_ops::mul4 is already registered in this process (the CMake-built library was loaded); "
-                           "build the JIT library in a fresh process")
-    sources = [os.path.join(REPO_ROOT, "custom_ops_2.cpp"), os.path.join(REPO_ROOT, "custom_ops_2_out.cpp")]
-    sources += _generate_aot_registration(os.path.join(JIT_BUILD_DIR, "generated"))
+    sys.path.insert(0, os.path.join(REPO_ROOT, "codegen"))
+    import run_codegen
+
+    global _loaded_library
+    ops = list(ops or [op for op in declared_ops.load().values() if op.from_cpp])
+    if _loaded_library is not None:
+        raise RuntimeError(f"the AOT library {_loaded_library} is already loaded in this process; build the JIT "
+                           "library in a fresh process")
+    generated = os.path.join(JIT_BUILD_DIR, "generated")
+    selection = os.path.join(generated, "aot_selected_operators.yaml")
+    run_codegen.write_selection(selection, [op.out_name for op in ops])
+    sources = [os.path.join(REPO_ROOT, s) for op in ops for s in (*op.aot_sources, *op.kernel_sources)]
+    sources += run_codegen.generate(selection, generated, aten=True)
     flags = ["-O3", "-DUSE_ATEN_LIB"]
     if torch.version.cuda:
-        sources.append(os.path.join(REPO_ROOT, "custom_ops_2_cuda.cu"))
+        sources += [os.path.join(REPO_ROOT, s) for op in ops for s in op.cuda_sources]
         flags.append("-DCUSTOM_OPS_WITH_CUDA")
-    os.makedirs(JIT_BUILD_DIR, exist_ok=True)
     path = load(name="custom_ops_aot_lib_jit", sources=sources, extra_cflags=flags, extra_cuda_cflags=flags,
                 extra_include_paths=[REPO_ROOT], build_directory=JIT_BUILD_DIR, is_python_module=False,
                 verbose=verbose)
-    _register_python_side()
+    _loaded_library = os.path.abspath(path)
+    _check_registered(path, ops)
+    _register_python_side(ops)
     return path
-
-
-def example_inputs() -> tuple[torch.Tensor, ...]:
-    """The inputs the example program is exported with (made on call: importing must not touch the global RNG)."""
-    return (torch.randn(2, 3),)
-
-
-def export_mul4(output_dir: str | os.PathLike) -> str:
-    """Exports a model calling mul4 to <output_dir>/custom_ops_2.pte (load the AOT library first)."""
-    from pte_export import CallOp, export_to_pte
-
-    return export_to_pte(CallOp(torch.ops.my_ops.mul4.default), example_inputs(),
-                         os.path.join(output_dir, "custom_ops_2.pte"))
 
 
 def main() -> None:
@@ -128,14 +141,17 @@ def main() -> None:
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--so_library", help=f"the AOT library to load (default: {DEFAULT_AOT_LIBRARY})")
     source.add_argument("--jit", action="store_true", help="build the AOT library with torch.utils.cpp_extension")
-    parser.add_argument("--output_dir", default=REPO_ROOT, help="where to write custom_ops_2.pte (default: repo root)")
+    parser.add_argument("--output_dir", default=REPO_ROOT, help="where to write the .pte (default: the repo root)")
     args = parser.parse_args()
+    from pte_export import export_example
+
     try:
-        library = build_jit_library() if args.jit else load_aot_library(args.so_library)
-    except (OSError, RuntimeError) as err:
+        mul4 = declared_ops.find(EXAMPLE_OP)
+        library = build_jit_library() if args.jit else load_aot_library(args.so_library, expect=[mul4])
+        print(f"Loaded {library}")
+        print(f"Exported {export_example(mul4, args.output_dir)}")
+    except (OSError, RuntimeError, declared_ops.DeclarationError) as err:
         sys.exit(f"error: {err}")
-    print(f"Loaded {library}")
-    print(f"Exported {export_mul4(args.output_dir)}")
 
 
 if __name__ == "__main__":

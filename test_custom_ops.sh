@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# Drives the whole custom-op flow: register -> export (.pte) -> bind (custom_ops.yaml) -> select -> build -> run,
-# and checks every runtime result against PyTorch eager. On first use it creates .venv/ with the pins from
-# pyproject.toml; later runs reuse it (and reinstall when the pins change).
+# Drives the whole custom-op flow for every op declared in custom_ops.bzl: build (select -> generate -> compile) ->
+# register with PyTorch -> export (.pte) -> run -> verify against PyTorch eager. On first use it creates .venv/ with the
+# pins from pyproject.toml; later runs reuse it (and reinstall when the pins change).
 #
-#   bash test_custom_ops.sh cmake    the mul3 flow, then the mul4 flow, built with CMake into cmake-out/
-#   bash test_custom_ops.sh buck2    the same flows built with Buck2
-#   bash test_custom_ops.sh test     the whole test suite (pytest)
-#   bash test_custom_ops.sh doctor   versions and the paths the build will use
-#   bash test_custom_ops.sh bench    my_ops::mul3.out vs ExecuTorch's aten::mul.out and memcpy (benchmark/)
+#   bash test_custom_ops.sh cmake [NAME...]   each declared op's flow (or the named ones: mul3, my_ops::mul4, ...)
+#   bash test_custom_ops.sh buck2             the same flows built with Buck2
+#   bash test_custom_ops.sh test [ARGS]       the whole test suite (pytest; ARGS go to pytest)
+#   bash test_custom_ops.sh doctor            versions and the paths the build will use
+#   bash test_custom_ops.sh bench [ARGS]      the kernels vs ExecuTorch's aten::mul.out and memcpy (benchmark/)
 set -euo pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -67,47 +67,63 @@ cmake_build() {
   cmake --build "${build_dir}" -j "$(nproc)"
 }
 
-run_mul3_flow_cmake() {
-  local build_dir="${BUILD_ROOT}/custom_ops_1"
-  step "mul3 1/4: register my_ops::mul3 from Python and export custom_ops_1.pte (custom_ops_1.py)"
-  "${PYTHON}" "${REPO_ROOT}/custom_ops_1.py" --output_dir "${REPO_ROOT}"
+# One op's flow. Arguments: a line of `declared_ops.py list` (short name, name, example program, registered_from, the
+# module or sources that register it).
+run_flow_cmake() {
+  local short="$1" name="$2" program="$3" origin="$4" where="$5"
+  local build_dir="${BUILD_ROOT}/${program}" pte="${REPO_ROOT}/${program}.pte"
+  local built="the kernels and runner"
+  [[ "${origin}" == cpp ]] && built="the kernels, runner and libcustom_ops_aot_lib.so (${where} + kernels in ATen mode)"
+  step "${short} 1/4: select ${name}.out, generate its registration, build ${built} (CMakeLists.txt)"
+  cmake_build "${build_dir}" "-DCUSTOM_OPS_ROOT_OPS=${name}.out"
 
-  step "mul3 2/4: select my_ops::mul3.out, generate its registration, build the kernels and runner (CMakeLists.txt)"
-  cmake_build "${build_dir}" -DREGISTER_EXAMPLE_CUSTOM_OP=1
+  local language="Python"
+  [[ "${origin}" == cpp ]] && language="C++"
+  step "${short} 2/4: register ${name} with PyTorch from ${language} (${where}), export ${program}.pte (pte_export.py)"
+  "${PYTHON}" "${REPO_ROOT}/pte_export.py" --op "${name}" --output_dir "${REPO_ROOT}" \
+    --aot_library "${build_dir}/libcustom_ops_aot_lib.so"
 
-  step "mul3 3/4: run custom_ops_1.pte in ${build_dir#"${REPO_ROOT}"/}/custom_ops_executor_runner"
-  "${build_dir}/custom_ops_executor_runner" --model_path="${REPO_ROOT}/custom_ops_1.pte"
+  step "${short} 3/4: run ${program}.pte in ${build_dir#"${REPO_ROOT}"/}/custom_ops_executor_runner"
+  "${build_dir}/custom_ops_executor_runner" --model_path="${pte}"
 
-  step "mul3 4/4: random inputs through the runner, checked against PyTorch eager (x * 3)"
-  "${PYTHON}" "${REPO_ROOT}/runner_check.py" --example 1 \
-    --runner "${build_dir}/custom_ops_executor_runner" --pte "${REPO_ROOT}/custom_ops_1.pte"
+  step "${short} 4/4: random inputs through the runner and the Python runtime, checked against the exported model in \
+eager PyTorch (runner_check.py)"
+  "${PYTHON}" "${REPO_ROOT}/runner_check.py" --pte "${pte}" --runner "${build_dir}/custom_ops_executor_runner" \
+    --kernel_library "${build_dir}/libcustom_ops_lib.so"
 }
 
-run_mul4_flow_cmake() {
-  local build_dir="${BUILD_ROOT}/custom_ops_2"
-  step "mul4 1/4: build libcustom_ops_aot_lib.so (custom_ops_2.cpp + custom_ops_2_out.cpp in ATen mode), and the \
-kernels + runner for my_ops::mul4.out"
-  cmake_build "${build_dir}" -DREGISTER_EXAMPLE_CUSTOM_OP=2
-
-  step "mul4 2/4: load the AOT library into PyTorch and export custom_ops_2.pte (custom_ops_2.py)"
-  "${PYTHON}" "${REPO_ROOT}/custom_ops_2.py" --so_library "${build_dir}/libcustom_ops_aot_lib.so" \
-    --output_dir "${REPO_ROOT}"
-
-  step "mul4 3/4: run custom_ops_2.pte in ${build_dir#"${REPO_ROOT}"/}/custom_ops_executor_runner"
-  "${build_dir}/custom_ops_executor_runner" --model_path="${REPO_ROOT}/custom_ops_2.pte"
-
-  step "mul4 4/4: random inputs through the runner, checked against PyTorch eager (x * 4)"
-  "${PYTHON}" "${REPO_ROOT}/runner_check.py" --example 2 --so_library "${build_dir}/libcustom_ops_aot_lib.so" \
-    --runner "${build_dir}/custom_ops_executor_runner" --pte "${REPO_ROOT}/custom_ops_2.pte"
+# The declared ops to run: all, or those named (a short name like mul3, or namespace::name).
+selected_ops() {
+  local all
+  all="$("${PYTHON}" "${REPO_ROOT}/declared_ops.py" list)" || die "custom_ops.bzl could not be read (see above)"
+  if [[ $# -eq 0 ]]; then
+    echo "${all}"
+    return
+  fi
+  local name line found
+  for name in "$@"; do
+    found=""
+    while IFS=$'\t' read -r -a line; do
+      if [[ "${line[0]}" == "${name}" || "${line[1]}" == "${name}" ]]; then
+        found="$(IFS=$'\t'; echo "${line[*]}")"
+      fi
+    done <<< "${all}"
+    [[ -n "${found}" ]] || die "no op '${name}' is declared in custom_ops.bzl; declared: $(cut -f1 <<< "${all}" | tr '\n' ' ')"
+    echo "${found}"
+  done
 }
 
 # ---- Modes ----------------------------------------------------------------------------------------------------------
 mode_cmake() {
   ensure_venv
   use_venv
-  run_mul3_flow_cmake
-  run_mul4_flow_cmake
-  step "All flows passed: mul3 and mul4 outputs match PyTorch eager"
+  local ops names=() op
+  ops="$(selected_ops "$@")"
+  while IFS=$'\t' read -r -a op; do
+    run_flow_cmake "${op[@]}"
+    names+=("${op[0]}")
+  done <<< "${ops}"
+  step "All flows passed: ${names[*]} match PyTorch eager"
 }
 
 mode_buck2() {
@@ -126,8 +142,8 @@ mode_test() {
 mode_bench() {
   ensure_venv
   use_venv
-  cmake_build "${BUILD_ROOT}/custom_ops_both" -DREGISTER_EXAMPLE_CUSTOM_OP=3 >/dev/null
-  "${PYTHON}" "${REPO_ROOT}/benchmark/benchmark.py" --build_dir "${BUILD_ROOT}/custom_ops_both" "$@"
+  cmake_build "${BUILD_ROOT}/bench" -DCUSTOM_OPS_BUILD_BENCHMARK=ON >/dev/null
+  "${PYTHON}" "${REPO_ROOT}/benchmark/benchmark.py" --build_dir "${BUILD_ROOT}/bench" "$@"
 }
 
 mode_doctor() {
@@ -156,7 +172,7 @@ EOF
 }
 
 case "${1:-}" in
-  cmake) mode_cmake ;;
+  cmake) shift; mode_cmake "$@" ;;
   buck2) mode_buck2 ;;
   test) shift; mode_test "$@" ;;
   doctor) mode_doctor ;;

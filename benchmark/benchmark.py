@@ -65,8 +65,8 @@ def memcpy_time_us(memcpy_binary: str, nbytes: int, repetitions: int) -> float:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--build_dir", default=os.path.join(REPO_ROOT, "cmake-out", "custom_ops_both"),
-                        help="a build with both ops (REGISTER_EXAMPLE_CUSTOM_OP=3)")
+    parser.add_argument("--build_dir", default=os.path.join(REPO_ROOT, "cmake-out", "bench"),
+                        help="a build with -DCUSTOM_OPS_BUILD_BENCHMARK=ON (bash test_custom_ops.sh bench makes it)")
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
 

@@ -1,63 +1,69 @@
-# Selective build and kernel-binding codegen with the tools the executorch wheel ships (executorch.codegen.*).
-# The wheel ships no codegen templates; this project's own live in codegen/templates/.
+# Selective build and kernel-binding codegen, through the project's one codegen entry point (codegen/run_codegen.py),
+# which wraps the tools the executorch wheel ships (gen_oplist, executorch.codegen.gen) with this project's templates.
 #
-#   select_operators(OUTPUT <yaml> ROOT_OPS <op;op...> | MODEL_FILE <pte>)
-#   generate_kernel_bindings(OUTPUT_DIR <dir> CUSTOM_OPS_YAML <yaml> SELECTED_OPS <yaml> [ATEN] SOURCES_VAR <var>)
+#   plan_custom_ops([ROOT_OPS <op;op...>] [MODEL_FILE <pte>] [EXAMPLE <1|2|3>])
+#       at configure time: checks the selection against custom_ops.yaml and custom_ops.bzl (a mistake is a configure
+#       error naming the fix), writes the selection yamls into the build directory and sets CUSTOM_OPS_SELECTED,
+#       CUSTOM_OPS_KERNEL_SOURCES, CUSTOM_OPS_AOT_SOURCES (empty unless a selected op is registered from C++) and
+#       CUSTOM_OPS_CUDA_SOURCES. Editing the yaml, the declarations or the model file re-runs it.
+#   generate_kernel_bindings(OUTPUT_DIR <dir> SELECTION <yaml> [ATEN] SOURCES_VAR <var>)
+#       at build time: the registration sources for the ExecuTorch runtime, or (ATEN) the schemas and CPU
+#       registration for the PyTorch AOT library.
 
-set(CODEGEN_TEMPLATE_ROOT "${CMAKE_CURRENT_LIST_DIR}/../codegen")
-file(GLOB CODEGEN_TEMPLATES CONFIGURE_DEPENDS "${CODEGEN_TEMPLATE_ROOT}/templates/*")
+set(CODEGEN_ENTRY_POINT "${CMAKE_CURRENT_LIST_DIR}/../codegen/run_codegen.py")
+get_filename_component(CODEGEN_ENTRY_POINT "${CODEGEN_ENTRY_POINT}" ABSOLUTE)
+get_filename_component(CUSTOM_OPS_REPO_ROOT "${CMAKE_CURRENT_LIST_DIR}/.." ABSOLUTE)
+file(GLOB CODEGEN_TEMPLATES CONFIGURE_DEPENDS "${CUSTOM_OPS_REPO_ROOT}/codegen/templates/*")
 
-# Writes the selected-operators yaml that codegen filters on: either the listed root ops, or every op a program uses.
-function(select_operators)
-  cmake_parse_arguments(ARG "" "OUTPUT;MODEL_FILE" "ROOT_OPS" ${ARGN})
+function(plan_custom_ops)
+  cmake_parse_arguments(ARG "" "MODEL_FILE;EXAMPLE" "ROOT_OPS" ${ARGN})
+  set(selection)
   if(ARG_MODEL_FILE)
-    set(selection_args --model_file_path "${ARG_MODEL_FILE}")
-    set(selection_deps "${ARG_MODEL_FILE}")
+    set(selection --model_file "${ARG_MODEL_FILE}")
+    set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS "${ARG_MODEL_FILE}")
   elseif(ARG_ROOT_OPS)
     list(JOIN ARG_ROOT_OPS "," root_ops)
-    # A stamp that changes only when the op list does, so editing the list (and only that) re-runs the selection.
-    set(stamp "${ARG_OUTPUT}.root_ops")
-    file(CONFIGURE OUTPUT "${stamp}" CONTENT "${root_ops}\n")
-    set(selection_args --root_ops "${root_ops}")
-    set(selection_deps "${stamp}")
-  else()
-    message(FATAL_ERROR "select_operators: give ROOT_OPS or MODEL_FILE")
+    set(selection --root_ops "${root_ops}")
+  elseif(ARG_EXAMPLE)
+    set(selection --example "${ARG_EXAMPLE}")
   endif()
-  add_custom_command(
-    OUTPUT "${ARG_OUTPUT}"
-    COMMAND "${Python3_EXECUTABLE}" -m executorch.codegen.tools.gen_oplist
-            --output_path "${ARG_OUTPUT}" ${selection_args}
-    DEPENDS ${selection_deps}
-    COMMENT "Selecting operators: ${selection_args}"
-    VERBATIM)
+  execute_process(
+    COMMAND "${Python3_EXECUTABLE}" "${CODEGEN_ENTRY_POINT}" plan --build_dir "${CMAKE_CURRENT_BINARY_DIR}" ${selection}
+    RESULT_VARIABLE status
+    OUTPUT_VARIABLE output
+    ERROR_VARIABLE error)
+  if(NOT status EQUAL 0)
+    # The entry point's own `error:` line alone: importing torch may print unrelated noise around it.
+    string(REGEX MATCH "error: [^\n]*" reason "${error}")
+    if(NOT reason)
+      set(reason "codegen/run_codegen.py plan failed:\n${error}")
+    endif()
+    message(FATAL_ERROR " ${reason}")  # indented: CMake prints it unwrapped, as one line
+  endif()
+  set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS
+    "${CUSTOM_OPS_REPO_ROOT}/custom_ops.yaml" "${CUSTOM_OPS_REPO_ROOT}/custom_ops.bzl")
+  include("${CMAKE_CURRENT_BINARY_DIR}/custom_ops_plan.cmake")
+  foreach(var CUSTOM_OPS_SELECTED CUSTOM_OPS_KERNEL_SOURCES CUSTOM_OPS_AOT_SOURCES CUSTOM_OPS_CUDA_SOURCES)
+    set(${var} "${${var}}" PARENT_SCOPE)
+  endforeach()
 endfunction()
 
-# Runs executorch.codegen.gen on custom_ops.yaml + the selection. ExecuTorch mode gives the registration of the
-# selected kernels into the ExecuTorch runtime; ATEN mode gives their schema + CPU registration for PyTorch.
 function(generate_kernel_bindings)
-  cmake_parse_arguments(ARG "ATEN" "OUTPUT_DIR;CUSTOM_OPS_YAML;SELECTED_OPS;SOURCES_VAR" "" ${ARGN})
-  find_pip_package_dir(torchgen_dir torchgen)
-  set(aten_yaml_dir "${torchgen_dir}/packaged/ATen/native")
+  cmake_parse_arguments(ARG "ATEN" "OUTPUT_DIR;SELECTION;SOURCES_VAR" "" ${ARGN})
   if(ARG_ATEN)
-    set(mode_args --use-aten-lib)
+    set(mode --aten)
     set(outputs "${ARG_OUTPUT_DIR}/RegisterCPUCustomOps.cpp" "${ARG_OUTPUT_DIR}/RegisterSchema.cpp")
     set(headers "${ARG_OUTPUT_DIR}/CustomOpsNativeFunctions.h")
   else()
-    set(mode_args)
+    set(mode)
     set(outputs "${ARG_OUTPUT_DIR}/RegisterCodegenUnboxedKernelsEverything.cpp")
     set(headers "${ARG_OUTPUT_DIR}/NativeFunctions.h")
   endif()
   add_custom_command(
     OUTPUT ${outputs} ${headers}
-    COMMAND "${Python3_EXECUTABLE}" -m executorch.codegen.gen
-            --source-path "${CODEGEN_TEMPLATE_ROOT}"
-            --install-dir "${ARG_OUTPUT_DIR}"
-            --custom-ops-yaml-path "${ARG_CUSTOM_OPS_YAML}"
-            --op-selection-yaml-path "${ARG_SELECTED_OPS}"
-            --tags-path "${aten_yaml_dir}/tags.yaml"
-            --aten-yaml-path "${aten_yaml_dir}/native_functions.yaml"
-            ${mode_args}
-    DEPENDS "${ARG_CUSTOM_OPS_YAML}" "${ARG_SELECTED_OPS}" ${CODEGEN_TEMPLATES}
+    COMMAND "${Python3_EXECUTABLE}" "${CODEGEN_ENTRY_POINT}" generate
+            --selection "${ARG_SELECTION}" --output_dir "${ARG_OUTPUT_DIR}" ${mode}
+    DEPENDS "${CUSTOM_OPS_REPO_ROOT}/custom_ops.yaml" "${ARG_SELECTION}" ${CODEGEN_TEMPLATES} "${CODEGEN_ENTRY_POINT}"
     COMMENT "Generating kernel bindings in ${ARG_OUTPUT_DIR}"
     VERBATIM)
   set(${ARG_SOURCES_VAR} ${outputs} PARENT_SCOPE)

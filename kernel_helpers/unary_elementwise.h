@@ -53,6 +53,14 @@ inline void check_supported_dtype(at::ScalarType dtype, const char* op_name) {
   TORCH_CHECK(is_supported_dtype(dtype), op_name, ": unsupported dtype ", dtype, "; supported: ", kSupportedDtypes);
 }
 
+// The functional op's CPU kernel, from the out variant's: a result laid out like the input (channels-last stays
+// channels-last, as with ATen's elementwise ops), filled by OutKernel.
+template <at::Tensor& (*OutKernel)(const at::Tensor&, at::Tensor&)>
+at::Tensor unary_elementwise_functional(const at::Tensor& input) {
+  at::Tensor output = at::empty_like(input);
+  return OutKernel(input, output);
+}
+
 // The functional op's Meta kernel: a result like the input (shape, dtype, layout), nothing computed.
 inline at::Tensor unary_elementwise_meta(const at::Tensor& input, const char* op_name) {
   check_supported_dtype(input.scalar_type(), op_name);

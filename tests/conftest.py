@@ -37,15 +37,28 @@ def cmake_build(name: str, *definitions: str) -> CMakeBuild:
     return _builds[name]
 
 
-@pytest.fixture(scope="session")
-def mul3_build() -> CMakeBuild:
-    return cmake_build("custom_ops_1", "REGISTER_EXAMPLE_CUSTOM_OP=1")
+def op_build(op) -> CMakeBuild:
+    """The build the flow makes for one declared op: cmake-out/<example_program>, selecting just that op."""
+    return cmake_build(op.example_program, f"CUSTOM_OPS_ROOT_OPS={op.out_name}")
 
 
 @pytest.fixture(scope="session")
-def mul4_build() -> CMakeBuild:
+def declared():
+    """The ops declared in custom_ops.bzl, by name."""
+    import declared_ops
+
+    return declared_ops.load()
+
+
+@pytest.fixture(scope="session")
+def mul3_build(declared) -> CMakeBuild:
+    return op_build(declared["my_ops::mul3"])
+
+
+@pytest.fixture(scope="session")
+def mul4_build(declared) -> CMakeBuild:
     """The mul4 flow's build: libcustom_ops_aot_lib.so, and the kernels + runner for my_ops::mul4.out alone."""
-    return cmake_build("custom_ops_2", "REGISTER_EXAMPLE_CUSTOM_OP=2")
+    return op_build(declared["my_ops::mul4"])
 
 
 @pytest.fixture(scope="session")
@@ -57,23 +70,24 @@ def mul4_aot(mul4_build) -> str:
 
 
 @pytest.fixture(scope="session")
-def mul4_pte(mul4_aot, tmp_path_factory) -> str:
-    import custom_ops_2
+def mul4_pte(declared, mul4_aot, tmp_path_factory) -> str:
+    from pte_export import export_example
 
-    return custom_ops_2.export_mul4(tmp_path_factory.mktemp("mul4"))
+    return export_example(declared["my_ops::mul4"], tmp_path_factory.mktemp("mul4"))
 
 
 @pytest.fixture(scope="session")
-def mul3_pte(tmp_path_factory) -> str:
-    import custom_ops_1
+def mul3_pte(declared, tmp_path_factory) -> str:
+    import custom_ops_1  # noqa: F401
+    from pte_export import export_example
 
-    return custom_ops_1.export_mul3(tmp_path_factory.mktemp("mul3"))
+    return export_example(declared["my_ops::mul3"], tmp_path_factory.mktemp("mul3"))
 
 
 @pytest.fixture(scope="session")
 def combined_build() -> CMakeBuild:
-    """Both example ops in one kernel library and one runner."""
-    return cmake_build("custom_ops_both", "REGISTER_EXAMPLE_CUSTOM_OP=3")
+    """Every declared op in one kernel library, one runner and one AOT library."""
+    return cmake_build("all_ops")
 
 
 @pytest.fixture(scope="session")

@@ -44,6 +44,24 @@ def full_range(shape, dtype, seed: int = 0):
     return torch.randint(info.min, info.max, shape, generator=g, dtype=torch.int64).to(dtype)
 
 
+def copy_repository(destination) -> str:
+    """Copies the repository's files (tracked, and untracked but not ignored: no build outputs, no .venv) to
+    `destination`, with .venv linked in, so a test can edit files or run the script there; returns the copy's path."""
+    import shutil
+
+    listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"], cwd=REPO_ROOT,
+                            capture_output=True, check=True).stdout.decode().split("\0")
+    for relative in filter(None, listed):
+        source = os.path.join(REPO_ROOT, relative)
+        if os.path.isfile(source):
+            target = os.path.join(destination, relative)
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            shutil.copy2(source, target)
+    if os.path.isdir(os.path.join(REPO_ROOT, ".venv")):
+        os.symlink(os.path.join(REPO_ROOT, ".venv"), os.path.join(destination, ".venv"))
+    return str(destination)
+
+
 def run_runner(runner: str, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([runner, *args], capture_output=True, text=True, errors="replace", timeout=120)
 

@@ -16,7 +16,7 @@ from helpers import REPO_ROOT
 def configure(build_dir, *definitions):
     return subprocess.run(
         ["cmake", "-S", REPO_ROOT, "-B", str(build_dir), "-G", "Ninja", f"-DPython3_EXECUTABLE={sys.executable}",
-         "-DREGISTER_EXAMPLE_CUSTOM_OP=2", *(f"-D{d}" for d in definitions)], capture_output=True, text=True)
+         "-DCUSTOM_OPS_ROOT_OPS=my_ops::mul4.out", *(f"-D{d}" for d in definitions)], capture_output=True, text=True)
 
 
 def test_the_libtorch_side_is_cpp20_and_the_runtime_side_cpp17(mul4_build):

@@ -246,3 +246,21 @@ def test_jit_and_cmake_builds_give_identical_schemas_and_results():
     cmake = {}
     exec(compile("import torch\n" + probe, "probe", "exec"), cmake)
     assert jit == cmake["result"]
+
+
+def test_the_loader_expects_the_ops_the_library_was_built_with(mul4_build, declared):
+    assert custom_ops_2.expected_ops(mul4_build.aot_lib) == [declared["my_ops::mul4"]]
+
+
+def test_a_library_without_an_expected_op_is_an_error_naming_it_and_the_build(mul4_build):
+    result = run_in_fresh_python(f"""
+        import dataclasses, custom_ops_2, declared_ops
+        relu6 = dataclasses.replace(declared_ops.load()["my_ops::mul4"], name="my_ops::relu6")
+        try:
+            custom_ops_2.load_aot_library({mul4_build.aot_lib!r}, expect=[relu6])
+            result = "loaded"
+        except RuntimeError as err:
+            result = str(err)
+    """)
+    assert "does not register my_ops::relu6: it was built without it" in result
+    assert "bash test_custom_ops.sh cmake relu6" in result and "-DCUSTOM_OPS_ROOT_OPS=my_ops::relu6.out" in result

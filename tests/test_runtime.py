@@ -1,5 +1,5 @@
 """The example programs at runtime, through the C++ runner and the ExecuTorch Python runtime, against ATen's own
-`x * K` (not our ops' eager kernels, which share the code under test); one combined build that runs both; programs
+`x * K` (not our ops' eager kernels, which share the code under test); one build with every op runs both; programs
 with channels-last inputs."""
 
 import pytest
@@ -37,7 +37,7 @@ def test_python_runtime_matches_aten(example, et_runtime):
         torch.testing.assert_close(actual, x * factor, rtol=0, atol=0)
 
 
-def test_combined_runner_runs_both_programs(combined_build, mul3_pte, mul4_pte):
+def test_one_build_with_every_op_runs_both_programs(combined_build, mul3_pte, mul4_pte):
     x = torch.randn(2, 3)
     for pte, expected in ((mul3_pte, x * 3), (mul4_pte, x * 4)):
         assert compare_outputs(run_pte(combined_build.runner, pte, [x], [expected]), [expected], exact=True) == []

@@ -1,0 +1,226 @@
+"""The one codegen entry point: operator selection (executorch's gen_oplist) and registration code (executorch's
+codegen with this project's templates), behind checks that turn selection mistakes into one-line errors that name
+the fix. CMake's configure step and custom commands, the JIT build (custom_ops_2.py) and Buck2's genrules call it.
+
+  run_codegen.py plan     --build_dir DIR [--root_ops a.out,b.out | --model_file x.pte | --example N]
+      checks the selection against custom_ops.yaml and custom_ops.bzl, writes DIR/selected_operators.yaml (and
+      DIR/aot_selected_operators.yaml when a selected op is registered from C++) and DIR/custom_ops_plan.cmake (the
+      selected ops and their sources, for CMakeLists.txt). No selection: every declared op.
+  run_codegen.py select   --output FILE (--root_ops a.out,b.out | --model_file x.pte) [--registered_from cpp]
+      just the selection yaml (Buck2's et_operator_library); --registered_from keeps the ops registered that way.
+  run_codegen.py generate --selection FILE --output_dir DIR [--aten]
+      the registration sources: ExecuTorch mode, or --aten for the PyTorch AOT library (schemas + CPU kernels).
+
+Errors go to stderr as one `error:` line and exit 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import os
+import subprocess
+import sys
+
+CODEGEN_DIR = os.path.dirname(os.path.abspath(__file__))
+REPO_ROOT = os.path.dirname(CODEGEN_DIR)
+CUSTOM_OPS_YAML = os.path.join(REPO_ROOT, "custom_ops.yaml")
+sys.path.insert(0, REPO_ROOT)
+
+import declared_ops  # noqa: E402
+
+
+class SelectionError(Exception):
+    """A selection or declaration mistake; the message names it and the fix."""
+
+
+# ---- Inputs: custom_ops.yaml, custom_ops.bzl, a model file ---------------------------------------------------------
+def yaml_ops(path: str = CUSTOM_OPS_YAML) -> list[str]:
+    """The out-variant names custom_ops.yaml binds, e.g. ["my_ops::mul3.out", ...]."""
+    import yaml
+
+    try:
+        with open(path) as f:
+            entries = yaml.safe_load(f) or []
+    except yaml.MarkedYAMLError as err:
+        mark = err.problem_mark or err.context_mark
+        raise SelectionError(f"{path}:{mark.line + 1}:{mark.column + 1}: YAML syntax error: {err.problem}") from None
+    if not isinstance(entries, list) or not all(isinstance(e, dict) and isinstance(e.get("func"), str)
+                                                for e in entries):
+        raise SelectionError(f"{path}: expected a list of entries, each with `func: <schema>` and `kernels:`")
+    return [e["func"].split("(")[0].strip() for e in entries]
+
+
+def declarations() -> dict[str, declared_ops.DeclaredOp]:
+    try:
+        ops = declared_ops.load()
+    except declared_ops.DeclarationError as err:
+        raise SelectionError(str(err)) from None
+    bound = yaml_ops()
+    for op in ops.values():
+        if op.out_name not in bound:
+            raise SelectionError(f"custom_ops.bzl declares {op.name} but custom_ops.yaml binds no {op.out_name}; add "
+                                 f"`- func: {op.out_name}(Tensor input, *, Tensor(a!) output) -> Tensor(a!)` with its "
+                                 "kernel_name")
+        for source in (*op.kernel_sources, *op.aot_sources, *op.cuda_sources):
+            if not os.path.isfile(os.path.join(REPO_ROOT, source)):
+                raise SelectionError(f"custom_ops.bzl: {op.name} names {source}, which does not exist")
+    for name in bound:
+        if name.split(".")[0] not in ops:
+            raise SelectionError(f"custom_ops.yaml binds {name} but custom_ops.bzl does not declare "
+                                 f"{name.split('.')[0]}; declare it (its kernel sources and how PyTorch learns it)")
+    return ops
+
+
+def namespaces(bound: list[str]) -> set[str]:
+    """The op namespaces custom_ops.yaml binds ops of; ExecuTorch's own kernels serve every other (aten, ...)."""
+    return {name.split("::")[0] for name in bound}
+
+
+def check_root_ops(root_ops: list[str], bound: list[str]) -> None:
+    for name in root_ops:
+        if name in bound or name.split("::")[0] not in namespaces(bound):
+            continue
+        if f"{name}.out" in bound:
+            raise SelectionError(f"root op {name!r} names no overload; did you mean {name}.out? (EXIR calls the out "
+                                 "variant, which custom_ops.yaml binds)")
+        raise SelectionError(f"root op {name!r} is not in custom_ops.yaml, which binds: {', '.join(bound)}")
+
+
+def program_operators(model_file: str) -> list[str]:
+    """The operators a .pte calls, after checking it is one (gen_oplist crashes on other files)."""
+    if not os.path.isfile(model_file):
+        raise SelectionError(f"model file {model_file} does not exist; export it first (e.g. python custom_ops_1.py)")
+    with open(model_file, "rb") as f:
+        header = f.read(8)
+    if len(header) < 8 or header[4:6] != b"ET":  # the flatbuffer file identifier, e.g. "ET12"
+        raise SelectionError(f"model file {model_file} is not an ExecuTorch program (.pte): its header has no ET "
+                             "file identifier; pass a program written by to_executorch()")
+    from pte_export import operators_in_program
+
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            return operators_in_program(model_file)
+    except Exception as err:  # noqa: BLE001  (any parse failure means a corrupt program)
+        raise SelectionError(f"model file {model_file} is not a readable ExecuTorch program ({err}); re-export it") \
+            from None
+
+
+# ---- Selection and generation --------------------------------------------------------------------------------------
+def write_selection(output: str, root_ops: list[str]) -> None:
+    """selected_operators.yaml for `root_ops`, through executorch's gen_oplist."""
+    from executorch.codegen.tools.gen_oplist import gen_oplist
+
+    os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
+    with contextlib.redirect_stdout(io.StringIO()):  # gen_oplist prints its inputs
+        gen_oplist(output_path=output, root_ops=",".join(root_ops) if root_ops else None)
+
+
+def selected_root_ops(ops, *, root_ops=None, model_file=None, example=None) -> list[str]:
+    bound = yaml_ops()
+    if model_file:
+        return program_operators(model_file)
+    if root_ops:
+        check_root_ops(root_ops, bound)
+        return list(root_ops)
+    if example:
+        chosen = [op.out_name for op in ops.values() if example == "all" or op.example_program == f"custom_ops_{example}"]
+        if not chosen:
+            raise SelectionError(f"no declared op has example program custom_ops_{example}; use 1, 2 or 3 (both)")
+        return chosen
+    return [op.out_name for op in ops.values()]
+
+
+def generate(selection: str, output_dir: str, aten: bool) -> list[str]:
+    """Runs executorch.codegen.gen; returns the generated sources."""
+    import torchgen
+
+    native = os.path.join(os.path.dirname(torchgen.__file__), "packaged", "ATen", "native")
+    cmd = [sys.executable, "-m", "executorch.codegen.gen", "--source-path", CODEGEN_DIR, "--install-dir", output_dir,
+           "--custom-ops-yaml-path", CUSTOM_OPS_YAML, "--op-selection-yaml-path", selection,
+           "--tags-path", os.path.join(native, "tags.yaml"),
+           "--aten-yaml-path", os.path.join(native, "native_functions.yaml")]
+    if aten:
+        cmd.append("--use-aten-lib")
+    os.makedirs(output_dir, exist_ok=True)
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SelectionError(f"executorch.codegen.gen failed:\n{proc.stderr[-4000:]}")
+    names = ["RegisterCPUCustomOps.cpp", "RegisterSchema.cpp"] if aten else ["RegisterCodegenUnboxedKernelsEverything.cpp"]
+    return [os.path.join(output_dir, name) for name in names]
+
+
+def cmake_list(paths) -> str:
+    return ";".join(os.path.join(REPO_ROOT, p).replace("\\", "/") for p in paths)
+
+
+def plan(build_dir: str, *, root_ops=None, model_file=None, example=None) -> None:
+    ops = declarations()
+    selected = selected_root_ops(ops, root_ops=root_ops, model_file=model_file, example=example)
+    by_out_name = {op.out_name: op for op in ops.values()}
+    chosen = [by_out_name[name] for name in selected if name in by_out_name]
+    ours = namespaces(yaml_ops())
+    unbound = [name for name in selected if name not in by_out_name and name.split("::")[0] in ours]
+    if unbound:
+        raise SelectionError(f"the program calls {', '.join(unbound)}, which custom_ops.yaml does not bind; bind and "
+                             "declare them, or export the program without them")
+    if not chosen:
+        raise SelectionError("the selection contains no op of custom_ops.yaml; nothing to build")
+    write_selection(os.path.join(build_dir, "selected_operators.yaml"), selected)
+    cpp = [op for op in chosen if op.from_cpp]
+    if cpp:
+        write_selection(os.path.join(build_dir, "aot_selected_operators.yaml"), [op.out_name for op in cpp])
+    lines = [
+        "# Written by codegen/run_codegen.py plan: the selected ops and what to build for them.",
+        f'set(CUSTOM_OPS_SELECTED "{";".join(op.name for op in chosen)}")',
+        f'set(CUSTOM_OPS_KERNEL_SOURCES "{cmake_list(s for op in chosen for s in op.kernel_sources)}")',
+        f'set(CUSTOM_OPS_AOT_SOURCES "{cmake_list(s for op in cpp for s in (*op.aot_sources, *op.kernel_sources))}")',
+        f'set(CUSTOM_OPS_CUDA_SOURCES "{cmake_list(s for op in cpp for s in op.cuda_sources)}")',
+    ]
+    with open(os.path.join(build_dir, "custom_ops_plan.cmake"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("plan")
+    p.add_argument("--build_dir", required=True)
+    s = sub.add_parser("select")
+    s.add_argument("--output", required=True)
+    s.add_argument("--registered_from", choices=("python", "cpp"))
+    for command in (p, s):
+        which = command.add_mutually_exclusive_group()
+        which.add_argument("--root_ops", help="comma-separated out variants, e.g. my_ops::mul3.out")
+        which.add_argument("--model_file", help="select every op this .pte program calls")
+        if command is p:
+            which.add_argument("--example", help="1, 2 or 3 (both): the upstream example's REGISTER_EXAMPLE_CUSTOM_OP")
+    g = sub.add_parser("generate")
+    g.add_argument("--selection", required=True)
+    g.add_argument("--output_dir", required=True)
+    g.add_argument("--aten", action="store_true")
+    args = parser.parse_args()
+
+    root_ops = [op.strip() for op in args.root_ops.split(",") if op.strip()] if getattr(args, "root_ops", None) else None
+    try:
+        if args.command == "plan":
+            example = {"3": "all"}.get(args.example, args.example)
+            plan(args.build_dir, root_ops=root_ops, model_file=args.model_file, example=example)
+        elif args.command == "select":
+            ops = declarations()
+            selected = selected_root_ops(ops, root_ops=root_ops, model_file=args.model_file)
+            if args.registered_from:
+                keep = {op.out_name for op in ops.values() if op.registered_from == args.registered_from}
+                selected = [name for name in selected if name in keep]
+            write_selection(args.output, selected)
+        else:
+            generate(args.selection, args.output_dir, args.aten)
+    except SelectionError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

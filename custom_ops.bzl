@@ -1,0 +1,38 @@
+# The project's ops, declared once. CMake (through codegen/run_codegen.py), test_custom_ops.sh, the verifier
+# (runner_check.py), the tests and Buck2 (TARGETS loads this file) all read it; custom_ops.yaml binds each op's out
+# variant to its kernel function. Plain literals only: Starlark loads it and Python parses it (declared_ops.py).
+#
+# Each key is an op, "namespace::name"; its out variant "namespace::name.out" must be in custom_ops.yaml.
+#   registered_from  how PyTorch learns the op: "python" (a module calling torch.library) or "cpp"
+#                    (TORCH_LIBRARY_FRAGMENT in sources built into libcustom_ops_aot_lib.so)
+#   python_module    "python" ops: the module that registers it (importing it must register it and do nothing else)
+#   aot_sources      "cpp" ops: the C++ sources of its PyTorch registration
+#   cuda_sources     "cpp" ops, optional: CUDA kernels, built only with a CUDA build of torch
+#   kernel_sources   its out variant's kernel: compiled for the ExecuTorch runtime and, for "cpp" ops, in ATen mode
+#                    into the AOT library too
+#   elementwise      True: one input, output shaped and laid out like it (gives "cpp" ops the batched vmap rule)
+#   bit_exact        True: results equal PyTorch eager bit for bit (the verifier then compares exactly)
+#   example_program  the program the flow exports: <example_program>.pte (and .pt2), built in cmake-out/<it>/
+#   example_inputs   its inputs, as (dtype, shape)
+CUSTOM_OPS = {
+    "my_ops::mul3": {
+        "registered_from": "python",
+        "python_module": "custom_ops_1",
+        "kernel_sources": ["custom_ops_1_out.cpp"],
+        "elementwise": True,
+        "bit_exact": True,
+        "example_program": "custom_ops_1",
+        "example_inputs": [("float32", [2, 3])],
+    },
+    "my_ops::mul4": {
+        "registered_from": "cpp",
+        "aot_sources": ["custom_ops_2.cpp"],
+        "cuda_sources": ["custom_ops_2_cuda.cu"],
+        "kernel_sources": ["custom_ops_2_out.cpp"],
+        "elementwise": True,
+        "bit_exact": True,
+        "example_program": "custom_ops_2",
+        "example_inputs": [("float32", [2, 3])],
+    },
+    # Add new ops above this line.
+}

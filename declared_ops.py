@@ -1,0 +1,190 @@
+"""The op declarations (custom_ops.bzl) for Python: which ops exist, how PyTorch learns each one, their kernel sources
+and example programs. The codegen entry point, the flow script, the exporter, the verifier and the tests all ask here,
+so adding an op means adding it to custom_ops.bzl, not to any of them.
+
+    python declared_ops.py list      one tab-separated line per op: short name, name, example program,
+                                     registered_from, and the module or sources that register it
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import os
+import sys
+from dataclasses import dataclass
+
+REPO_ROOT = os.path.dirname(os.path.abspath(__file__))
+DECLARATIONS = os.path.join(REPO_ROOT, "custom_ops.bzl")
+
+if REPO_ROOT not in sys.path:
+    sys.path.insert(0, REPO_ROOT)  # python_module names are modules of this repository
+
+
+class DeclarationError(ValueError):
+    """custom_ops.bzl is malformed, or names an op it does not declare."""
+
+
+@dataclass(frozen=True)
+class DeclaredOp:
+    name: str  # "my_ops::mul3"
+    registered_from: str  # "python" or "cpp"
+    kernel_sources: tuple[str, ...]
+    example_program: str
+    example_inputs: tuple[tuple[str, tuple[int, ...]], ...]
+    python_module: str | None = None
+    aot_sources: tuple[str, ...] = ()
+    cuda_sources: tuple[str, ...] = ()
+    elementwise: bool = False
+    bit_exact: bool = False
+
+    @property
+    def namespace(self) -> str:
+        return self.name.split("::")[0]
+
+    @property
+    def short_name(self) -> str:
+        return self.name.split("::")[1]
+
+    @property
+    def out_name(self) -> str:
+        """The out variant EXIR emits and custom_ops.yaml binds, e.g. "my_ops::mul3.out"."""
+        return f"{self.name}.out"
+
+    @property
+    def from_cpp(self) -> bool:
+        return self.registered_from == "cpp"
+
+    def packet(self):
+        """torch.ops.<namespace>.<name> (the op must be registered)."""
+        import torch
+
+        return getattr(getattr(torch.ops, self.namespace), self.short_name)
+
+    def is_registered(self) -> bool:
+        import torch
+
+        return hasattr(getattr(torch.ops, self.namespace), self.short_name)
+
+    def make_example_inputs(self, seed: int = 0):
+        """Random example inputs of the declared dtypes and shapes (a private generator: the global RNG is untouched)."""
+        import torch
+
+        generator = torch.Generator().manual_seed(seed)
+        inputs = []
+        for dtype_name, shape in self.example_inputs:
+            dtype = getattr(torch, dtype_name)
+            if dtype.is_floating_point:
+                inputs.append(torch.randn(shape, generator=generator).to(dtype))
+            else:
+                inputs.append(torch.randint(-100 if dtype.is_signed else 0, 100, shape, generator=generator, dtype=dtype))
+        return tuple(inputs)
+
+
+_FIELDS = {f.name for f in DeclaredOp.__dataclass_fields__.values()} - {"name"}  # type: ignore[attr-defined]
+_REQUIRED = {"registered_from", "kernel_sources", "example_program", "example_inputs"}
+_DTYPES = {"float32", "float64", "float16", "bfloat16", "uint8", "int8", "int16", "int32", "int64", "bool"}
+
+
+def _parse(path: str) -> dict:
+    with open(path) as f:
+        source = f.read()
+    try:
+        module = ast.parse(source, path)
+    except SyntaxError as err:
+        raise DeclarationError(f"{path}:{err.lineno}:{err.offset}: syntax error: {err.msg}") from None
+    for node in module.body:
+        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["CUSTOM_OPS"]:
+            try:
+                return ast.literal_eval(node.value)
+            except ValueError:
+                raise DeclarationError(f"{path}:{node.lineno}: CUSTOM_OPS must be a literal (no calls, names or "
+                                       "expressions): Buck2 and Python both read it") from None
+    raise DeclarationError(f"{path}: no `CUSTOM_OPS = {{...}}` assignment")
+
+
+def _check(name: str, entry: object, path: str) -> DeclaredOp:
+    where = f"{path}: {name}"
+    if not isinstance(name, str) or name.count("::") != 1 or "." in name:
+        raise DeclarationError(f"{path}: op key {name!r} must be 'namespace::name' (no overload)")
+    if not isinstance(entry, dict):
+        raise DeclarationError(f"{where}: the declaration must be a dict of fields")
+    unknown = set(entry) - _FIELDS
+    if unknown:
+        raise DeclarationError(f"{where}: unknown field(s) {sorted(unknown)}; known: {sorted(_FIELDS)}")
+    missing = _REQUIRED - set(entry)
+    if missing:
+        raise DeclarationError(f"{where}: missing field(s) {sorted(missing)}")
+    origin = entry["registered_from"]
+    if origin == "python" and not entry.get("python_module"):
+        raise DeclarationError(f"{where}: registered_from 'python' needs python_module (the module that registers it)")
+    if origin == "cpp" and not entry.get("aot_sources"):
+        raise DeclarationError(f"{where}: registered_from 'cpp' needs aot_sources (its TORCH_LIBRARY_FRAGMENT sources)")
+    if origin not in ("python", "cpp"):
+        raise DeclarationError(f"{where}: registered_from must be 'python' or 'cpp', got {origin!r}")
+    inputs = []
+    for item in entry["example_inputs"]:
+        if not (isinstance(item, (tuple, list)) and len(item) == 2 and item[0] in _DTYPES
+                and all(isinstance(d, int) and d >= 0 for d in item[1])):
+            raise DeclarationError(f"{where}: example_inputs entries are (dtype, shape), e.g. ('float32', [2, 3]); "
+                                   f"got {item!r} (dtypes: {', '.join(sorted(_DTYPES))})")
+        inputs.append((item[0], tuple(item[1])))
+    values = {**entry, "example_inputs": tuple(inputs)}
+    for key in ("kernel_sources", "aot_sources", "cuda_sources"):
+        values[key] = tuple(entry.get(key, ()))
+    return DeclaredOp(name=name, **values)
+
+
+def load(path: str = DECLARATIONS) -> dict[str, DeclaredOp]:
+    """All declared ops by name, in declaration order; DeclarationError names the file, op and field at fault."""
+    ops = _parse(path)
+    if not isinstance(ops, dict):
+        raise DeclarationError(f"{path}: CUSTOM_OPS must be a dict of op name -> declaration")
+    declared = {name: _check(name, entry, path) for name, entry in ops.items()}
+    programs = [op.example_program for op in declared.values()]
+    if len(set(programs)) != len(programs):
+        raise DeclarationError(f"{path}: two ops share an example_program; each needs its own")
+    return declared
+
+
+def find(name: str, declared: dict[str, DeclaredOp] | None = None) -> DeclaredOp:
+    """The op called `name`: "mul3", "my_ops::mul3" or its out variant "my_ops::mul3.out"."""
+    declared = load() if declared is None else declared
+    base = name.split(".")[0]
+    for op in declared.values():
+        if base in (op.name, op.short_name):
+            return op
+    raise DeclarationError(f"no op {name!r} is declared in custom_ops.bzl; declared: {', '.join(declared)}")
+
+
+def register_with_pytorch(ops, aot_library: str | None = None) -> None:
+    """Makes `ops` known to PyTorch: imports the module of each Python-registered op, and loads the AOT library (which
+    must register every C++-registered one; default: the one built for the first such op's example)."""
+    cpp_ops = [op for op in ops if op.from_cpp]
+    for op in ops:
+        if not op.from_cpp:
+            importlib.import_module(op.python_module)
+    if cpp_ops:
+        import custom_ops_2
+
+        library = aot_library or os.path.join(REPO_ROOT, "cmake-out", cpp_ops[0].example_program,
+                                              "libcustom_ops_aot_lib.so")
+        custom_ops_2.load_aot_library(library, expect=cpp_ops)
+
+
+def main() -> int:
+    if sys.argv[1:] != ["list"]:
+        print("usage: python declared_ops.py list", file=sys.stderr)
+        return 2
+    try:
+        for op in load().values():
+            where = " ".join(op.aot_sources) if op.from_cpp else f"{op.python_module}.py"
+            print("\t".join((op.short_name, op.name, op.example_program, op.registered_from, where)))
+    except DeclarationError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

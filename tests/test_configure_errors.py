@@ -1,0 +1,81 @@
+"""Selection and declaration mistakes stop the build at configure time with one line that names the problem and the
+fix, instead of building an empty library or failing later; a kernel_name that no source defines fails the kernel
+library's own link, naming the symbol."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from helpers import REPO_ROOT, copy_repository
+
+
+def configure(build_dir, *definitions, source=REPO_ROOT):
+    return subprocess.run(["cmake", "-S", source, "-B", str(build_dir), "-G", "Ninja",
+                           f"-DPython3_EXECUTABLE={sys.executable}", *(f"-D{d}" for d in definitions)],
+                          capture_output=True, text=True, timeout=300)
+
+
+def error_line(proc):
+    assert proc.returncode != 0, proc.stdout[-2000:]
+    lines = [line.strip() for line in proc.stderr.splitlines() if line.strip().startswith("error: ")]
+    assert len(lines) == 1, proc.stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize("root_ops, expected", [
+    ("my_ops::nope.out", "error: root op 'my_ops::nope.out' is not in custom_ops.yaml, which binds: my_ops::mul3.out, "
+                         "my_ops::mul4.out"),
+    ("my_ops::mul3", "error: root op 'my_ops::mul3' names no overload; did you mean my_ops::mul3.out?"),
+])
+def test_a_root_op_that_is_not_bound_fails_at_configure_time(root_ops, expected, tmp_path):
+    assert error_line(configure(tmp_path, f"CUSTOM_OPS_ROOT_OPS={root_ops}")).startswith(expected)
+
+
+def test_a_missing_model_file_fails_at_configure_time(tmp_path):
+    missing = tmp_path / "nonexistent.pte"
+    line = error_line(configure(tmp_path / "build", f"CUSTOM_OPS_MODEL_FILE={missing}"))
+    assert line.startswith(f"error: model file {missing} does not exist")
+
+
+def test_a_model_file_that_is_not_a_program_fails_at_configure_time(tmp_path):
+    not_a_program = tmp_path / "notes.pte"
+    not_a_program.write_text("these are not the bytes of a program\n" * 10)
+    line = error_line(configure(tmp_path / "build", f"CUSTOM_OPS_MODEL_FILE={not_a_program}"))
+    assert line.startswith(f"error: model file {not_a_program} is not an ExecuTorch program (.pte)")
+
+
+def test_a_yaml_syntax_error_names_file_line_and_column(tmp_path):
+    repo = copy_repository(tmp_path / "repo")
+    yaml_path = os.path.join(repo, "custom_ops.yaml")
+    with open(yaml_path, "a") as f:
+        f.write("\n- func: my_ops::broken.out(Tensor input) -> Tensor\n  kernels: [unclosed\n")
+    line = error_line(configure(tmp_path / "build", source=repo))
+    assert line.startswith(f"error: {yaml_path}:"), line
+    assert "YAML syntax error" in line
+    line_number, column = line.split(f"{yaml_path}:")[1].split(":")[:2]
+    assert int(line_number) > 10 and int(column) >= 1
+
+
+def test_a_declaration_mistake_names_the_op_and_field(tmp_path):
+    repo = copy_repository(tmp_path / "repo")
+    bzl = os.path.join(repo, "custom_ops.bzl")
+    text = open(bzl).read().replace('"kernel_sources": ["custom_ops_1_out.cpp"]', '"kernel_source": ["custom_ops_1_out.cpp"]')
+    open(bzl, "w").write(text)
+    line = error_line(configure(tmp_path / "build", source=repo))
+    assert f"{bzl}: my_ops::mul3: unknown field(s) ['kernel_source']" in line
+
+
+def test_a_misspelled_kernel_name_fails_the_kernel_library_link_naming_the_symbol(tmp_path):
+    repo = copy_repository(tmp_path / "repo")
+    yaml_path = os.path.join(repo, "custom_ops.yaml")
+    text = open(yaml_path).read().replace("custom::mul3_out_impl", "custom::mul3_out_iml")
+    open(yaml_path, "w").write(text)
+    build = tmp_path / "build"
+    assert configure(build, "CUSTOM_OPS_ROOT_OPS=my_ops::mul3.out", source=repo).returncode == 0
+    proc = subprocess.run(["cmake", "--build", str(build), "--target", "custom_ops_lib"], capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode != 0
+    assert "Linking CXX shared library libcustom_ops_lib.so" in proc.stdout
+    assert "undefined reference to `custom::native::mul3_out_iml(" in proc.stdout

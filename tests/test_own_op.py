@@ -1,0 +1,82 @@
+"""README's "Adding your own op", followed literally: in a copy of the repository, every fenced block of that section
+is applied as it says (`file=F` creates F, `mode=append` appends to it, `mode=insert` inserts above the declarations'
+"# Add new ops above this line." marker) and every `bash run` block is run. That adds my_ops::add7 from Python and
+my_ops::relu6 from C++ and runs each one's flow; then their runners are checked against ATen's own x + 7 and relu6."""
+
+import os
+import re
+import subprocess
+
+import pytest
+import torch
+
+from helpers import REPO_ROOT, copy_repository, full_range
+from runner_check import compare_outputs, run_pte
+
+INSERT_MARKER = "    # Add new ops above this line.\n"
+
+
+def recipe_blocks():
+    with open(os.path.join(REPO_ROOT, "README.md")) as f:
+        readme = f.read()
+    section = re.search(r"^## Adding your own op\n(.*?)^## ", readme, re.M | re.S).group(1)
+    blocks = []
+    for info, body in re.findall(r"^```(\w[^\n]*)\n(.*?)^```", section, re.M | re.S):
+        words = info.split()
+        attributes = dict(word.split("=", 1) for word in words[1:] if "=" in word)
+        blocks.append((words[0], attributes, "run" in words[1:], body))
+    return blocks
+
+
+def apply_block(repo, attributes, body):
+    path = os.path.join(repo, attributes["file"])
+    mode = attributes.get("mode", "create")
+    if mode == "create":
+        assert not os.path.exists(path), f"the recipe creates {attributes['file']}, which already exists"
+        text = body
+    else:
+        text = open(path).read()
+        if mode == "append":
+            text = text.rstrip("\n") + "\n\n" + body
+        else:
+            assert mode == "insert" and INSERT_MARKER in text, f"no insertion marker in {attributes['file']}"
+            text = text.replace(INSERT_MARKER, body + INSERT_MARKER)
+    with open(path, "w") as f:
+        f.write(text)
+
+
+def test_the_recipe_has_the_files_and_commands_of_both_paths():
+    blocks = recipe_blocks()
+    files = [a["file"] for _, a, run, _ in blocks if not run]
+    commands = [body.strip() for _, _, run, body in blocks if run]
+    assert files == ["add7.py", "add7_out.cpp", "custom_ops.yaml", "custom_ops.bzl",
+                     "relu6.cpp", "relu6_out.cpp", "custom_ops.yaml", "custom_ops.bzl"]
+    assert commands == ["bash test_custom_ops.sh cmake add7", "bash test_custom_ops.sh cmake relu6"]
+
+
+@pytest.fixture(scope="module")
+def repo_with_recipe(tmp_path_factory):
+    repo = copy_repository(tmp_path_factory.mktemp("own_op") / "repo")
+    for _, attributes, run, body in recipe_blocks():
+        if not run:
+            apply_block(repo, attributes, body)
+            continue
+        proc = subprocess.run(["bash", "-c", body], cwd=repo, capture_output=True, text=True, timeout=1200,
+                              env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+        assert proc.returncode == 0, f"{body.strip()} failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+        assert "outputs match PyTorch eager" in proc.stdout and "All flows passed" in proc.stdout
+    return repo
+
+
+@pytest.mark.parametrize("program, reference", [
+    ("add7", lambda x: x + 7),
+    ("relu6", torch.nn.functional.relu6),
+])
+def test_the_new_ops_compute_what_aten_does(repo_with_recipe, program, reference):
+    runner = os.path.join(repo_with_recipe, "cmake-out", program, "custom_ops_executor_runner")
+    pte = os.path.join(repo_with_recipe, f"{program}.pte")
+    shape = (2, 3) if program == "add7" else (4, 8)
+    for seed in range(3):
+        x = full_range(shape, torch.float32, seed) / 1e3  # mostly within relu6's [0, 6] knee
+        expected = [reference(x)]
+        assert compare_outputs(run_pte(runner, pte, [x], expected), expected, exact=True) == []

@@ -1,0 +1,113 @@
+"""The op-agnostic verifier (runner_check.py): every declared op's example passes it through the C++ runner and the
+Python runtime; it fails, with a message, when the eager reference differs (even by one ulp where the ops promise
+exact results), when the .pt2 is missing, or when the program calls an op nobody declared."""
+
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from helpers import REPO_ROOT
+from pte_export import CallOp, export_to_pte, pt2_path
+from tests.conftest import op_build
+
+
+def run_verifier(pte, build, *extra):
+    return subprocess.run([sys.executable, f"{REPO_ROOT}/runner_check.py", "--pte", str(pte), "--runner", build.runner,
+                           "--kernel_library", build.kernel_lib, *extra], capture_output=True, text=True, timeout=600)
+
+
+def export_in_fresh_process(op, build, out_dir):
+    subprocess.run([sys.executable, f"{REPO_ROOT}/pte_export.py", "--op", op.name, "--output_dir", str(out_dir),
+                    "--aot_library", build.aot_lib], check=True, capture_output=True, timeout=600)
+    return out_dir / f"{op.example_program}.pte"
+
+
+def test_every_declared_op_passes_in_the_runner_and_the_python_runtime(declared, tmp_path):
+    for op in declared.values():
+        build = op_build(op)
+        proc = run_verifier(export_in_fresh_process(op, build, tmp_path), build)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert "outputs match PyTorch eager" in proc.stdout
+        assert ("comparing bit for bit" in proc.stdout) == op.bit_exact
+
+
+@pytest.fixture
+def mul3_copy(mul3_pte, tmp_path):
+    """A copy of the mul3 program and its .pt2, to tamper with."""
+    pte = tmp_path / "program.pte"
+    shutil.copy(mul3_pte, pte)
+    shutil.copy(pt2_path(mul3_pte), pt2_path(pte))
+    return pte
+
+
+class AFewUlpsAbove(torch.nn.Module):
+    def forward(self, x):
+        return torch.ops.my_ops.mul3(x) * (1 + 2**-22)  # ~2 ulps: inside float32's default tolerance, not exact
+
+
+def test_a_reference_a_few_ulps_away_fails_the_exact_comparison(mul3_copy, mul3_build, tmp_path):
+    export_to_pte(AFewUlpsAbove(), (torch.randn(2, 3),), tmp_path / "ulp.pte")
+    shutil.copy(pt2_path(tmp_path / "ulp.pte"), pt2_path(mul3_copy))
+    proc = run_verifier(mul3_copy, mul3_build)
+    assert proc.returncode == 1
+    assert "comparing bit for bit" in proc.stdout
+    assert "error: outputs DIFFER from PyTorch eager" in proc.stdout
+    assert "MISMATCH runner: output 0" in proc.stderr and "MISMATCH Python runtime: output 0" in proc.stderr
+
+
+def test_a_reference_of_another_model_fails(mul3_copy, mul3_build, tmp_path):
+    export_to_pte(CallOp(torch.neg), (torch.randn(2, 3),), tmp_path / "neg.pte")
+    shutil.copy(pt2_path(tmp_path / "neg.pte"), pt2_path(mul3_copy))
+    proc = run_verifier(mul3_copy, mul3_build)
+    assert proc.returncode == 1 and "outputs DIFFER" in proc.stdout
+
+
+def test_a_missing_pt2_is_an_error(mul3_copy, mul3_build):
+    pt2 = pt2_path(mul3_copy)
+    import os
+
+    os.remove(pt2)
+    proc = run_verifier(mul3_copy, mul3_build)
+    assert proc.returncode == 1
+    assert f"error: no eager reference for {mul3_copy}: {pt2} is missing" in proc.stderr
+
+
+class ThreeXPlusOne(torch.nn.Module):
+    def forward(self, x):
+        return torch.ops.my_ops.mul3(x) + 1
+
+
+def test_programs_with_other_ops_compare_within_dtype_tolerance(combined_build, tmp_path):
+    import custom_ops_1  # noqa: F401
+
+    pte = export_to_pte(ThreeXPlusOne(), (torch.randn(4, 5),), tmp_path / "mixed.pte")
+    proc = run_verifier(pte, combined_build)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "aten::add.out" in proc.stdout
+    assert "within dtype tolerance" in proc.stdout
+
+
+def test_channels_last_and_dynamic_programs_verify(combined_build, mul4_aot, tmp_path):
+    x = torch.randn(2, 3, 4, 5).to(memory_format=torch.channels_last)
+    pte = export_to_pte(CallOp(torch.ops.my_ops.mul4.default), (x,), tmp_path / "cl.pte")
+    assert run_verifier(pte, combined_build).returncode == 0
+    dims = ({0: torch.export.Dim("rows", min=1, max=32)},)
+    pte = export_to_pte(CallOp(torch.ops.my_ops.mul4.default), (torch.randn(8, 3),), tmp_path / "dyn.pte",
+                        dynamic_shapes=dims)
+    proc = run_verifier(pte, combined_build)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def test_a_program_calling_an_undeclared_op_is_refused(mul3_build, tmp_path):
+    lib = torch.library.Library("undeclared_ns", "DEF")
+    lib.define("twice(Tensor x) -> Tensor")
+    lib.define("twice.out(Tensor x, *, Tensor(a!) output) -> Tensor(a!)", tags=(torch.Tag.out,))
+    torch.library.impl(lib, "twice", "CompositeExplicitAutograd")(lambda x: x * 2)
+    torch.library.impl(lib, "twice.out", "CompositeExplicitAutograd")(lambda x, *, output: torch.mul(x, 2, out=output))
+    pte = export_to_pte(CallOp(torch.ops.undeclared_ns.twice.default), (torch.randn(3),), tmp_path / "undeclared.pte")
+    proc = run_verifier(pte, mul3_build)
+    assert proc.returncode == 1
+    assert "calls undeclared_ns::twice.out, which custom_ops.bzl does not declare" in proc.stderr
