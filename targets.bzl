@@ -1,0 +1,123 @@
+# The Buck2 graph, built from the op declarations (custom_ops.bzl) like CMakeLists.txt builds it. TARGETS calls
+# define_common_targets(); a build file cannot loop, so the per-op targets are made here. For each declared op
+# (suffix _<short name>, e.g. _mul3) and for all ops together (no suffix):
+#   select<sfx>                       et_operator_library: the op selection (selected_operators.yaml)
+#   custom_ops_kernels<sfx>           the selected ops' runtime kernels
+#   custom_ops_lib<sfx>               their generated registration, linked whole with the kernels
+#   custom_ops_executor_runner<sfx>   the runner: custom ops + ExecuTorch's optimized aten kernels
+#   custom_ops_aot_lib<sfx>           ops registered from C++: their PyTorch registration, kernels in ATen mode and
+#                                     codegen's schemas (build its [shared] sub-target: libcustom_ops_aot_lib.so)
+load(":custom_ops.bzl", "CUSTOM_OPS")
+load("//codegen:codegen.bzl", "et_operator_library", "executorch_generated_lib")
+
+def _wheel_dir(key):
+    value = read_config("custom_ops", key)
+    if value == None:
+        fail("[custom_ops] {} is not set: run `bash test_custom_ops.sh buck2`, which writes .buckconfig.local".format(key))
+    return value
+
+def _wheel_library(name, libraries, exported_deps = [], preprocessor_flags = []):
+    """A library of the executorch wheel, by flags: its .so files stay where pip put them (absolute rpath)."""
+    lib = _wheel_dir("executorch_dir") + "/lib"
+    native.prebuilt_cxx_library(
+        name = name,
+        exported_preprocessor_flags = preprocessor_flags,
+        # no-as-needed: kernel libraries only register from static initializers; nothing references their symbols.
+        exported_linker_flags = ["-L" + lib, "-Wl,--push-state,--no-as-needed"] +
+                                ["-l" + library for library in libraries] + ["-Wl,--pop-state", "-Wl,-rpath," + lib],
+        exported_deps = exported_deps,
+        visibility = ["PUBLIC"],
+    )
+
+def wheel_libraries():
+    et = _wheel_dir("executorch_dir")
+    _wheel_library(
+        name = "executorch",
+        libraries = ["executorch"],
+        # The definitions the wheel's own libraries were built with: a mismatch silently changes class layouts.
+        preprocessor_flags = [
+            "-isystem",
+            et + "/include",
+            "-isystem",
+            et + "/include/executorch/runtime/core/portable_type/c10",
+            "-DC10_USING_CUSTOM_GENERATED_MACROS",
+            "-DET_EVENT_TRACER_ENABLED",
+        ],
+    )
+    _wheel_library(
+        name = "executorch_threadpool",
+        libraries = ["executorch_threadpool"],
+        preprocessor_flags = ["-DET_USE_THREADPOOL"],
+        exported_deps = [":executorch"],
+    )
+    _wheel_library(
+        name = "executorch_kernels_optimized",
+        libraries = ["executorch_kernels_optimized"],
+        exported_deps = [":executorch"],
+    )
+    torch = _wheel_dir("torch_dir")
+    native.prebuilt_cxx_library(
+        name = "torch",
+        exported_preprocessor_flags = [
+            "-isystem",
+            torch + "/include",
+            "-isystem",
+            torch + "/include/torch/csrc/api/include",
+            "-D_GLIBCXX_USE_CXX11_ABI=" + _wheel_dir("torch_cxx11_abi"),
+        ],
+        exported_linker_flags = ["-L" + torch + "/lib", "-ltorch", "-ltorch_cpu", "-lc10", "-Wl,-rpath," + torch + "/lib"],
+        visibility = ["PUBLIC"],
+    )
+
+# The headers kernels include: the kernel helpers and any header beside the op sources (multiply_by_constant.h).
+def _kernel_headers():
+    return native.glob(["*.h", "kernel_helpers/*.h"])
+
+def _define_example(suffix, ops):
+    select = "select" + suffix
+    et_operator_library(name = select, ops = [name + ".out" for name in ops])
+    native.cxx_library(
+        name = "custom_ops_kernels" + suffix,
+        srcs = [src for name in ops for src in CUSTOM_OPS[name]["kernel_sources"]],
+        headers = _kernel_headers(),
+        compiler_flags = ["-O3"],
+        deps = [":executorch_threadpool"],
+        visibility = ["PUBLIC"],
+    )
+    executorch_generated_lib(
+        name = "custom_ops_lib" + suffix,
+        operator_library = ":" + select,
+        kernel_deps = [":custom_ops_kernels" + suffix],
+        deps = [":executorch"],
+    )
+    native.cxx_binary(
+        name = "custom_ops_executor_runner" + suffix,
+        srcs = ["runner/custom_ops_executor_runner.cpp"],
+        compiler_flags = ["-O3"],
+        link_style = "static",
+        deps = [":custom_ops_lib" + suffix, ":executorch_kernels_optimized"],
+        visibility = ["PUBLIC"],
+    )
+    cpp_ops = [name for name in ops if CUSTOM_OPS[name]["registered_from"] == "cpp"]
+    if cpp_ops:
+        et_operator_library(name = "select_aot" + suffix, ops = [name + ".out" for name in cpp_ops])
+        executorch_generated_lib(
+            name = "custom_ops_aot_lib" + suffix,
+            operator_library = ":select_aot" + suffix,
+            aten_mode = True,
+            srcs = [src for name in cpp_ops for key in ("aot_sources", "kernel_sources") for src in CUSTOM_OPS[name][key]],
+            headers = _kernel_headers(),
+            # C++20 like torch's cpp_extension; USE_ATEN_LIB compiles the kernels against at::Tensor.
+            compiler_flags = ["-std=c++20", "-O3"],
+            preprocessor_flags = ["-DUSE_ATEN_LIB"],
+            deps = [":torch"],
+            preferred_linkage = "shared",
+            soname = "libcustom_ops_aot_lib.so",
+        )
+
+def define_common_targets():
+    wheel_libraries()
+    native.export_file(name = "custom_ops.yaml", visibility = ["PUBLIC"])
+    for name in CUSTOM_OPS:
+        _define_example("_" + name.split("::")[1], [name])
+    _define_example("", list(CUSTOM_OPS))

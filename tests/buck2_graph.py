@@ -1,0 +1,658 @@
+"""The Buck2 build, checked without buck2 (which no registry here provides). Four stages, each needing the last:
+
+  evaluate  TARGETS, the .bzl files it loads and toolchains/BUCK, run by starlark-rust (the starlark-pyo3 wheel, the
+            interpreter buck2 embeds) in buck2's dialects: build files without `def` or top-level `if`/`for`, .bzl
+            files with them. The prelude's rules are stand-ins that record each target and reject any attribute the
+            prelude does not declare settable (tests/buck2/prelude-rule-attrs.json); `native`, `read_config` (from
+            .buckconfig and .buckconfig.local) and `glob` behave as in buck2.
+  check     .buckconfig and the toolchains are the offline set; every file and label the graph names exists; each
+            example's op selection, kernel sources and AOT sources are the ones CMake's plan picks for it.
+  build     the recorded graph executed the way buck2 would: genrules under `bash -e` in a symlinked $SRCDIR with
+            $OUT, $SRCS and $(location ...)/$(exe ...) expanded; cxx_library/cxx_binary compiled and linked from
+            their recorded srcs, headers, flags and deps (static archives, link_whole, shared libraries) with the
+            toolchain's compiler and flags. Outputs go to buck-out/graph/.
+  run       every declared op's example exported (its AOT library from this build for C++ ops), run in the runner
+            built here, and verified against eager PyTorch (runner_check.py); the all-ops runner runs them all.
+
+    python tests/buck2_graph.py [--repo DIR] [--stage evaluate|check|build|run]
+Exit 0 when every stage up to --stage passed; 1 otherwise, with one `error:` line per problem on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import configparser
+import dataclasses
+import fnmatch
+import glob as globlib
+import hashlib
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ATTRIBUTES = os.path.join(HERE, "buck2", "prelude-rule-attrs.json")
+TOOLCHAIN_RULES = {  # load("@prelude//toolchains:<file>.bzl", ...) -> the stand-ins each file provides
+    "@prelude//toolchains:cxx.bzl": ["system_cxx_toolchain"],
+    "@prelude//toolchains:genrule.bzl": ["system_genrule_toolchain"],
+    "@prelude//toolchains:python.bzl": ["system_python_bootstrap_toolchain"],
+}
+BUILD_RULES = ["genrule", "cxx_library", "cxx_binary", "prebuilt_cxx_library", "export_file", "filegroup"]
+
+
+class GraphError(Exception):
+    """A problem with the Buck2 graph; the message names the file, target or attribute."""
+
+
+@dataclasses.dataclass
+class Target:
+    kind: str
+    name: str
+    cell: str
+    attrs: dict
+
+    @property
+    def label(self) -> str:
+        return f"{self.cell}//:{self.name}"
+
+
+# ---- evaluate ------------------------------------------------------------------------------------------------------
+def read_buckconfig(repo: str) -> dict[str, dict[str, str]]:
+    parser = configparser.ConfigParser(interpolation=None, strict=False)
+    parser.optionxform = str
+    for name in (".buckconfig", ".buckconfig.local"):
+        path = os.path.join(repo, name)
+        if os.path.isfile(path):
+            with open(path) as f:
+                parser.read_string("\n".join(line.strip() for line in f), source=path)
+    return {section: dict(parser[section]) for section in parser.sections()}
+
+
+class Evaluator:
+    def __init__(self, repo: str, config: dict):
+        import starlark
+
+        self.sl = starlark
+        self.repo = repo
+        self.config = config
+        self.targets: dict[str, Target] = {}
+        with open(ATTRIBUTES) as f:
+            self.attributes = json.load(f)
+        self.globals = starlark.Globals.extended_by([starlark.LibraryExtension.StructType,
+                                                     starlark.LibraryExtension.Json])
+        self.frozen: dict[str, object] = {}
+
+    def _dialect(self, build_file: bool):
+        d = self.sl.Dialect.extended()
+        d.enable_def = not build_file
+        d.enable_top_level_stmt = not build_file  # build files: no top-level if/for either
+        d.enable_keyword_only_arguments = not build_file
+        d.enable_load_reexport = False
+        d.enable_f_strings = True
+        return d
+
+    def _rule(self, kind: str, cell: str):
+        settable = set(self.attributes[kind]["settable"])
+        default_only = set(self.attributes[kind]["default_only"])
+
+        def record(*args, **kwargs):
+            if args:
+                raise GraphError(f"{kind}() takes keyword arguments only, got {len(args)} positional")
+            name = kwargs.get("name")
+            if not isinstance(name, str) or not name:
+                raise GraphError(f"{kind}() needs name")
+            for key in kwargs:
+                if key in default_only:
+                    raise GraphError(f"{kind}(name = {name!r}): attribute {key!r} is default_only in the prelude and "
+                                     "cannot be set")
+                if key not in settable:
+                    raise GraphError(f"{kind}(name = {name!r}): {key!r} is not an attribute of {kind} in the prelude")
+            if kind == "export_file":
+                kwargs.setdefault("src", name)  # the prelude's native.export_file stub: src defaults to name
+            target = Target(kind, name, cell, kwargs)
+            if target.label in self.targets:
+                raise GraphError(f"target {target.label} is defined twice")
+            self.targets[target.label] = target
+
+        return record
+
+    def _read_config(self, section, key, default=None):
+        return self.config.get(section, {}).get(key, default)
+
+    def _glob(self, include, exclude=()):
+        found = set()
+        for pattern in include:
+            for path in globlib.glob(os.path.join(self.repo, pattern), recursive=True):
+                if os.path.isfile(path):
+                    found.add(os.path.relpath(path, self.repo))
+        return sorted(p for p in found if not any(fnmatch.fnmatch(p, e) for e in exclude))
+
+    def _builtins(self, cell: str, rules: list[str]):
+        """A frozen module holding what buck2 makes global: native (a struct), read_config, and the rules."""
+        key = f"__builtins__{cell}"
+        if key not in self.frozen:
+            m = self.sl.Module()
+            for rule in rules:
+                m.add_callable(f"__rule_{rule}", self._rule(rule, cell))
+            m.add_callable("read_config", self._read_config)
+            m.add_callable("glob", self._glob)
+            m.add_callable("package_name", lambda: "")
+            members = "".join(f"{r} = __rule_{r}, " for r in rules)
+            src = f"native = struct({members}read_config = read_config, glob = glob, package_name = package_name)\n"
+            src += "".join(f"{r} = __rule_{r}\n" for r in rules)
+            self.sl.eval(m, self.sl.parse("<builtins>", src, self.sl.Dialect.extended()), self.globals)
+            self.frozen[key] = m.freeze()
+        return self.frozen[key]
+
+    def eval_file(self, cell: str, relative: str, build_file: bool):
+        path = os.path.join(self.repo, relative)
+        with open(path) as f:
+            source = f.read()
+        rules = BUILD_RULES if cell == "root" else []
+        exported = ["read_config"] + (rules + ["glob", "package_name"] if build_file else ["native"])
+        # buck2 provides these as globals; a load on line 1 (joined with `;`) keeps the file's line numbers.
+        names = ", ".join(f'"{n}"' for n in exported)
+        source = f'load("@__builtins__{cell}", {names}); ' + source
+        module = self.sl.Module()
+        try:
+            ast = self.sl.parse(relative, source, self._dialect(build_file))
+            self.sl.eval(module, ast, self.globals, self.sl.FileLoader(lambda label: self._load(cell, label)))
+        except self.sl.StarlarkError as err:
+            raise GraphError(f"{relative}: {err}") from None
+        return module.freeze()
+
+    def _load(self, cell: str, label: str):
+        if label.startswith("@__builtins__"):
+            return self._builtins(label[len("@__builtins__"):], BUILD_RULES if cell == "root" else [])
+        if label in TOOLCHAIN_RULES:
+            m = self.sl.Module()
+            for rule in TOOLCHAIN_RULES[label]:
+                m.add_callable(rule, self._rule(rule, cell))
+            return m.freeze()
+        if label.startswith("@prelude//") or label.startswith("prelude//"):
+            raise GraphError(f"loads {label}, which the graph check has no stand-in for")
+        if label.startswith("//"):
+            relative = label[2:].replace(":", "/").lstrip("/")  # //codegen:codegen.bzl -> codegen/codegen.bzl
+        elif label.startswith(":"):
+            relative = label[1:]  # a file of the root package
+        else:
+            raise GraphError(f"load({label!r}): only root-cell labels and the prelude's toolchains are supported")
+        if not os.path.isfile(os.path.join(self.repo, relative)):
+            raise GraphError(f"load({label!r}): {relative} does not exist")
+        if relative not in self.frozen:
+            self.frozen[relative] = self.eval_file(cell, relative, build_file=False)
+        return self.frozen[relative]
+
+
+def evaluate(repo: str) -> tuple[dict[str, Target], dict]:
+    config = read_buckconfig(repo)
+    evaluator = Evaluator(repo, config)
+    name = config.get("buildfile", {}).get("name")
+    if name != "TARGETS":
+        raise GraphError(f".buckconfig: [buildfile] name must be TARGETS (the project's build file), got {name!r}")
+    evaluator.eval_file("root", "TARGETS", build_file=True)
+    evaluator.eval_file("toolchains", "toolchains/BUCK", build_file=True)
+    return evaluator.targets, config
+
+
+# ---- check ---------------------------------------------------------------------------------------------------------
+LABEL = re.compile(r"^(?:(\w+)?//)?:([\w.+-]+)(?:\[([^\]]+)\])?$")
+MACRO = re.compile(r"(?<!\\)\$\((location|exe) ([^)\s]+)\)")
+
+
+def parse_label(value: str, cell: str = "root"):
+    m = LABEL.match(value)
+    if not m:
+        return None
+    return f"{m.group(1) or cell}//:{m.group(2)}", m.group(3)
+
+
+def sources_of(target: Target) -> list[str]:
+    """Every source attribute value (files and labels) of a target."""
+    values = []
+    for key in ("srcs", "headers", "exported_headers"):
+        value = target.attrs.get(key, [])
+        values += list(value.values()) if isinstance(value, dict) else list(value)
+    if target.kind == "export_file":
+        values.append(target.attrs["src"])
+    return values
+
+
+def deps_of(target: Target) -> list[str]:
+    return [*target.attrs.get("deps", []), *target.attrs.get("exported_deps", [])]
+
+
+def check(repo: str, targets: dict[str, Target], config: dict) -> list[str]:
+    problems = []
+    cells = config.get("cells", {})
+    if cells.get("root") != "." or cells.get("toolchains") != "toolchains" or "prelude" not in cells:
+        problems.append(".buckconfig: [cells] needs root = ., prelude and toolchains = toolchains")
+    if config.get("external_cells", {}).get("prelude") != "bundled":
+        problems.append(".buckconfig: [external_cells] prelude must be bundled (no prelude checkout needed)")
+    if "target_platform_detector_spec" not in config.get("parser", {}):
+        problems.append(".buckconfig: [parser] target_platform_detector_spec is missing")
+    for name in ("cxx", "genrule", "python_bootstrap"):
+        if f"toolchains//:{name}" not in targets:
+            problems.append(f"toolchains/BUCK defines no {name} toolchain, which the prelude looks up")
+    for target in targets.values():
+        where = f"{target.label} ({target.kind})"
+        for value in sources_of(target):
+            label = parse_label(value, target.cell)
+            if label is None:
+                if not os.path.isfile(os.path.join(repo, value)):
+                    problems.append(f"{where}: source {value} does not exist")
+                continue
+            problems += _check_label(targets, where, *label)
+        for dep in deps_of(target):
+            label = parse_label(dep, target.cell)
+            if label is None:
+                problems.append(f"{where}: dep {dep!r} is not a label")
+            else:
+                problems += _check_label(targets, where, *label)
+                if label[0] in targets and targets[label[0]].kind not in ("cxx_library", "prebuilt_cxx_library"):
+                    problems.append(f"{where}: dep {dep} is a {targets[label[0]].kind}, not a C++ library")
+        for key in ("cmd", "bash"):
+            for _, value in MACRO.findall(target.attrs.get(key) or ""):
+                problems += _check_label(targets, f"{where} {key}", *(parse_label(value, target.cell) or (value, None)))
+        if target.kind == "genrule" and not (target.attrs.get("cmd") or target.attrs.get("bash")):
+            problems.append(f"{where}: a genrule needs cmd")
+        if target.kind == "genrule" and ("out" in target.attrs) == ("outs" in target.attrs):
+            problems.append(f"{where}: a genrule needs exactly one of out and outs")
+    return problems
+
+
+def _check_label(targets, where, label, sub):
+    if label not in targets:
+        return [f"{where}: label {label} names no target"]
+    target = targets[label]
+    if sub is not None and sub not in (target.attrs.get("outs") or {}) and sub not in ("shared",):
+        return [f"{where}: {label} has no named output [{sub}]"]
+    return []
+
+
+# ---- build ---------------------------------------------------------------------------------------------------------
+@dataclasses.dataclass
+class Built:
+    default: list[str] = dataclasses.field(default_factory=list)  # default outputs, absolute paths
+    named: dict[str, list[str]] = dataclasses.field(default_factory=dict)
+    # C++: what dependents compile with and link against
+    exported_preprocessor_flags: list[str] = dataclasses.field(default_factory=list)
+    exported_header_dirs: list[str] = dataclasses.field(default_factory=list)
+    exported_linker_flags: list[str] = dataclasses.field(default_factory=list)
+    archive: str | None = None
+    link_whole: bool = False
+    shared_library: str | None = None
+
+
+class Executor:
+    ENV_DROPPED = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "LD_LIBRARY_PATH", "LD_PRELOAD")  # as buck2 does
+
+    def __init__(self, repo: str, targets: dict[str, Target], log=print):
+        self.repo = repo
+        self.targets = targets
+        self.out = os.path.join(repo, "buck-out", "graph")
+        self.cache = os.environ.get("BUCK2_GRAPH_CACHE", os.path.join(self.out, "cache"))
+        os.makedirs(self.cache, exist_ok=True)
+        self.built: dict[str, Built] = {}
+        self.log = log
+        cxx = targets["toolchains//:cxx"].attrs
+        self.cxx = shutil.which(cxx.get("cxx_compiler") or "clang++")
+        self.linker = shutil.which(cxx.get("linker") or "clang++")
+        self.archiver = shutil.which(cxx.get("archiver") or "ar")
+        if not (self.cxx and self.linker and self.archiver):
+            raise GraphError("toolchains//:cxx names a compiler, linker or archiver that is not on PATH")
+        self.cxx_flags = list(cxx.get("cxx_flags", []))
+        self.link_flags = list(cxx.get("link_flags", []))
+
+    def target_dir(self, target: Target) -> str:
+        path = os.path.join(self.out, target.cell, target.name)
+        os.makedirs(path, exist_ok=True)
+        return path
+
+    def source(self, value: str, cell: str = "root") -> str:
+        """The absolute path of a source attribute value: a file of the repository, or a target's output."""
+        label = parse_label(value, cell)
+        if label is None:
+            return os.path.join(self.repo, value)
+        built = self.build(label[0])
+        outputs = built.named[label[1]] if label[1] else built.default
+        if len(outputs) != 1:
+            raise GraphError(f"{value} has {len(outputs)} outputs; a source needs one")
+        return outputs[0]
+
+    def build(self, label: str) -> Built:
+        if label not in self.built:
+            target = self.targets[label]
+            method = getattr(self, f"_build_{target.kind}", None)
+            if method is None:
+                raise GraphError(f"{label}: the graph check cannot execute a {target.kind}")
+            self.built[label] = method(target)
+        return self.built[label]
+
+    # -- rules --
+    def _build_export_file(self, target):
+        return Built(default=[os.path.join(self.repo, target.attrs["src"])])
+
+    def _expand_macros(self, text: str, target: Target, relative_to: str) -> str:
+        def expand(m):  # $(location x) and $(exe x): the path of x's output
+            return os.path.relpath(self.source(m.group(2), target.cell), relative_to)
+
+        return MACRO.sub(expand, text).replace("\\$(", "$(")
+
+    def _build_genrule(self, target):
+        attrs = target.attrs
+        base = self.target_dir(target)
+        srcs_dir, out_dir = os.path.join(base, "srcs"), os.path.join(base, "out")
+        for d in (srcs_dir, out_dir):
+            shutil.rmtree(d, ignore_errors=True)
+        os.makedirs(srcs_dir)
+        short_paths = []
+        for value in attrs.get("srcs", []):
+            label = parse_label(value, target.cell)
+            short = value if label is None else os.path.basename(self.source(value, target.cell))
+            link = os.path.join(srcs_dir, short)
+            os.makedirs(os.path.dirname(link), exist_ok=True)
+            os.symlink(self.source(value, target.cell), link)
+            short_paths.append(short)
+        if "out" in attrs:
+            out_env = os.path.join(out_dir, attrs["out"])
+            prepare = os.path.dirname(out_env)
+            default, named = [out_env], {}
+        else:
+            out_env = prepare = out_dir
+            named = {name: [os.path.join(out_dir, p) for p in paths] for name, paths in attrs["outs"].items()}
+            default = [os.path.join(out_dir, p) for p in attrs.get("default_outs", [])] or [out_dir]
+        rel = lambda p: os.path.relpath(p, srcs_dir)  # noqa: E731  (buck2 relativizes every path to $SRCDIR)
+        cmd = self._expand_macros(attrs.get("bash") or attrs["cmd"], target, srcs_dir)
+        script = os.path.join(base, "genrule.sh")
+        with open(script, "w") as f:
+            f.write(f"mkdir -p {shlex.quote(rel(prepare))} || exit 99\nexport TMP=${{TMPDIR:-/tmp}}\n{cmd}\n")
+        env = {k: v for k, v in os.environ.items() if k not in self.ENV_DROPPED}
+        env.update(OUT=rel(out_env), SRCDIR="./.", SRCS=" ".join(f"./{p}" for p in short_paths),
+                   GEN_DIR="GEN_DIR_DEPRECATED", **{k: str(v) for k, v in (attrs.get("env") or {}).items()})
+        self.log(f"genrule {target.label}")
+        proc = subprocess.run(["/usr/bin/env", "bash", "-e", script], cwd=srcs_dir, env=env, capture_output=True,
+                              text=True)
+        if proc.returncode != 0:
+            raise GraphError(f"{target.label}: the genrule's cmd failed (exit {proc.returncode}): "
+                             f"{(proc.stderr or proc.stdout).strip()[-2000:]}")
+        for path in default + [p for paths in named.values() for p in paths]:
+            if not os.path.exists(path):
+                raise GraphError(f"{target.label}: the genrule's cmd did not write its output {rel(path)}")
+        return Built(default=default, named=named)
+
+    def _build_prebuilt_cxx_library(self, target):
+        attrs = target.attrs
+        built = Built(exported_preprocessor_flags=self._flags(attrs.get("exported_preprocessor_flags", []), target),
+                      exported_linker_flags=self._flags(attrs.get("exported_linker_flags", []), target))
+        self._inherit_exported(built, attrs.get("exported_deps", []), target)
+        return built
+
+    def _flags(self, flags, target):
+        return [self._expand_macros(flag, target, self.repo) for flag in flags]
+
+    def _inherit_exported(self, built: Built, deps, target):
+        """Exported preprocessor flags and headers pass on through exported_deps, as in buck2."""
+        for dep in deps:
+            d = self.build(parse_label(dep, target.cell)[0])
+            built.exported_preprocessor_flags = built.exported_preprocessor_flags + d.exported_preprocessor_flags
+            built.exported_header_dirs = built.exported_header_dirs + d.exported_header_dirs
+
+    def _header_tree(self, target, attr: str) -> str | None:
+        headers = target.attrs.get(attr)
+        if not headers:
+            return None
+        tree = os.path.join(self.target_dir(target), attr)
+        shutil.rmtree(tree, ignore_errors=True)
+        namespace = target.attrs.get("header_namespace", "")  # the package path: "" for the root package
+        items = headers.items() if isinstance(headers, dict) else ((h, h) for h in headers)
+        for name, value in items:
+            link = os.path.join(tree, namespace, name)
+            os.makedirs(os.path.dirname(link), exist_ok=True)
+            os.symlink(self.source(value, target.cell), link)
+        return tree
+
+    def _compile(self, target, deps) -> list[str]:
+        attrs = target.attrs
+        flags = list(self.cxx_flags)
+        own_exported = self._flags(attrs.get("exported_preprocessor_flags", []), target)
+        flags += self._flags(attrs.get("preprocessor_flags", []), target) + own_exported
+        for tree in (self._header_tree(target, "headers"), self._header_tree(target, "exported_headers")):
+            if tree:
+                flags += ["-I", tree]
+        for dep in deps:
+            d = self.build(dep)
+            flags += d.exported_preprocessor_flags + [f for tree in d.exported_header_dirs for f in ("-I", tree)]
+        flags += self._flags(attrs.get("compiler_flags", []), target) + ["-fPIC"]
+        sources = [self.source(value, target.cell) for value in attrs.get("srcs", [])]
+        with concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 2) as pool:
+            return list(pool.map(lambda src: self._compile_one(target, src, flags), sources))
+
+    def _content_key(self, path: str) -> str:
+        """A header tree by the content of its files, any other path by the content of the file."""
+        digest = hashlib.sha256()
+        files = sorted(os.path.join(r, f) for r, _, fs in os.walk(path) for f in fs) if os.path.isdir(path) else [path]
+        for file in files:
+            digest.update(os.path.relpath(file, path).encode() if file != path else b"")
+            with open(file, "rb") as f:
+                digest.update(f.read())
+        return digest.hexdigest()
+
+    def _compile_one(self, target, src, flags) -> str:
+        """One compile, cached by its command and inputs (like buck2's action cache): header trees and the source by
+        content, so the same compile in two targets runs once."""
+        key = [self._content_key(f) if f.startswith(self.out) else f for f in flags]
+        digest = hashlib.sha256(" ".join([self.cxx, *key, self._content_key(src)]).encode())
+        obj = os.path.join(self.cache, digest.hexdigest() + ".o")
+        if not os.path.isfile(obj):
+            self.log(f"compile {target.label}: {os.path.relpath(src, self.repo)}")
+            proc = subprocess.run([self.cxx, *flags, "-c", src, "-o", obj + ".tmp"], cwd=self.repo,
+                                  capture_output=True, text=True)
+            if proc.returncode != 0:
+                raise GraphError(f"{target.label}: compiling {os.path.relpath(src, self.repo)} failed: "
+                                 f"{proc.stderr.strip()[-3000:]}")
+            os.replace(obj + ".tmp", obj)
+        return obj
+
+    def _dep_labels(self, target):
+        return [parse_label(d, target.cell)[0] for d in deps_of(target)]
+
+    def _link_inputs(self, target) -> tuple[list[str], list[str]]:
+        """(library arguments, linker flags) of every transitive dep, dependents before their dependencies."""
+        order, seen = [], set()
+
+        def visit(label):
+            if label in seen:
+                return
+            seen.add(label)
+            for dep in self._dep_labels(self.targets[label]):
+                visit(dep)
+            order.insert(0, label)
+
+        for dep in self._dep_labels(target):
+            visit(dep)
+        libraries, flags = [], []
+        for label in order:
+            d = self.build(label)
+            if d.shared_library:
+                libraries += [d.shared_library, f"-Wl,-rpath,{os.path.dirname(d.shared_library)}"]
+            elif d.archive and d.link_whole:
+                libraries += ["-Wl,--whole-archive", d.archive, "-Wl,--no-whole-archive"]
+            elif d.archive:
+                libraries.append(d.archive)
+            flags += d.exported_linker_flags
+        return libraries, flags
+
+    def _build_cxx_library(self, target):
+        attrs = target.attrs
+        objects = self._compile(target, self._dep_labels(target))
+        built = Built(exported_preprocessor_flags=self._flags(attrs.get("exported_preprocessor_flags", []), target),
+                      exported_linker_flags=self._flags(attrs.get("exported_linker_flags", []), target),
+                      link_whole=bool(attrs.get("link_whole")))
+        tree = self._header_tree(target, "exported_headers")
+        built.exported_header_dirs = [tree] if tree else []
+        self._inherit_exported(built, attrs.get("exported_deps", []), target)
+        base = self.target_dir(target)
+        if attrs.get("preferred_linkage") == "shared":
+            soname = attrs.get("soname") or f"lib{target.name}.so"
+            path = os.path.join(base, soname)
+            libraries, flags = self._link_inputs(target)
+            whole = ["-Wl,--whole-archive", *objects, "-Wl,--no-whole-archive"] if built.link_whole else objects
+            self._link(target, [*self.link_flags, "-shared", f"-Wl,-soname,{soname}", *whole, *libraries, *flags,
+                                *self._flags(attrs.get("linker_flags", []), target)], path)
+            built.shared_library = path
+            built.default = built.named["shared"] = [path]
+        else:
+            built.archive = os.path.join(base, f"lib{target.name}.a")
+            if os.path.exists(built.archive):
+                os.remove(built.archive)
+            subprocess.run([self.archiver, "rcs", built.archive, *objects], check=True)
+            built.default = [built.archive]
+        return built
+
+    def _build_cxx_binary(self, target):
+        attrs = target.attrs
+        objects = self._compile(target, self._dep_labels(target))
+        libraries, flags = self._link_inputs(target)
+        path = os.path.join(self.target_dir(target), target.name)
+        self._link(target, [*self.link_flags, *self._flags(attrs.get("linker_flags", []), target), *objects,
+                            *libraries, *flags, *self._flags(attrs.get("post_linker_flags", []), target)], path)
+        return Built(default=[path])
+
+    def _link(self, target, args, output):
+        self.log(f"link {target.label}")
+        proc = subprocess.run([self.linker, *args, "-o", output], cwd=self.repo, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise GraphError(f"{target.label}: linking failed: {proc.stderr.strip()[-3000:]}")
+
+
+# ---- the examples: selection against CMake's, then run and verify --------------------------------------------------
+def examples(repo: str):
+    """(suffix, [declared ops]) per example: each op alone, then all together, as targets.bzl defines them."""
+    sys.path.insert(0, repo)
+    import declared_ops
+
+    ops = list(declared_ops.load(os.path.join(repo, "custom_ops.bzl")).values())
+    return [(f"_{op.short_name}", [op]) for op in ops] + [("", ops)]
+
+
+def cmake_plan(repo: str, ops) -> tuple[set[str], list[str], list[str]]:
+    """What CMake selects and compiles for `ops`: (selected operators, kernel sources, AOT sources)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        subprocess.run([sys.executable, os.path.join(repo, "codegen", "run_codegen.py"), "plan", "--build_dir", tmp,
+                        "--root_ops", ",".join(op.out_name for op in ops)], check=True, capture_output=True)
+        with open(os.path.join(tmp, "custom_ops_plan.cmake")) as f:
+            plan = dict(re.findall(r'set\((\w+) "([^"]*)"\)', f.read()))
+        import yaml
+
+        with open(os.path.join(tmp, "selected_operators.yaml")) as f:
+            selected = set(yaml.safe_load(f)["operators"])
+    sources = lambda var: sorted(os.path.relpath(p, repo) for p in plan[var].split(";") if p)  # noqa: E731
+    return selected, sources("CUSTOM_OPS_KERNEL_SOURCES"), sources("CUSTOM_OPS_AOT_SOURCES")
+
+
+def check_against_cmake(repo: str, targets, executor: Executor) -> list[str]:
+    import yaml
+
+    problems = []
+    for suffix, ops in examples(repo):
+        selected, kernel_sources, aot_sources = cmake_plan(repo, ops)
+        label = f"root//:select{suffix}"
+        if label not in targets:
+            problems.append(f"no selection target {label} for {', '.join(op.name for op in ops)}")
+            continue
+        with open(executor.build(label).default[0]) as f:
+            buck_selected = set(yaml.safe_load(f)["operators"])
+        if buck_selected != selected:
+            problems.append(f"{label} selects {sorted(buck_selected)}, CMake selects {sorted(selected)}")
+        buck_kernels = sorted(targets.get(f"root//:custom_ops_kernels{suffix}", Target("", "", "", {})).attrs
+                              .get("srcs", []))
+        if buck_kernels != kernel_sources:
+            problems.append(f"root//:custom_ops_kernels{suffix} compiles {buck_kernels}, CMake {kernel_sources}")
+        aot = targets.get(f"root//:custom_ops_aot_lib{suffix}")
+        buck_aot = sorted(s for s in (aot.attrs.get("srcs", []) if aot else []) if not s.startswith(":"))
+        if buck_aot != aot_sources:
+            problems.append(f"root//:custom_ops_aot_lib{suffix} compiles {buck_aot}, CMake {aot_sources}")
+    return problems
+
+
+def build_and_run(repo: str, executor: Executor, log=print) -> list[str]:
+    problems = []
+    programs = os.path.join(executor.out, "programs")
+    os.makedirs(programs, exist_ok=True)
+    env = dict(os.environ, PYTHONPATH=repo)
+    everything = []
+    for suffix, ops in examples(repo):
+        runner = executor.build(f"root//:custom_ops_executor_runner{suffix}").default[0]
+        aot_label = f"root//:custom_ops_aot_lib{suffix}"
+        aot = executor.build(aot_label).shared_library if aot_label in executor.targets else None
+        if suffix == "":
+            everything = [(runner, aot, op) for op in ops]
+            continue
+        (op,) = ops
+        export = [sys.executable, os.path.join(repo, "pte_export.py"), "--op", op.name, "--output_dir", programs]
+        proc = subprocess.run(export + (["--aot_library", aot] if aot else []), capture_output=True, text=True,
+                              env=env, cwd=repo)
+        if proc.returncode != 0:
+            problems.append(f"exporting {op.name} with {aot or 'its Python module'} failed: {proc.stderr[-1500:]}")
+            continue
+        problems += _verify(repo, runner, aot, op, programs, env, log)
+    for runner, aot, op in everything:
+        problems += _verify(repo, runner, aot, op, programs, env, log)
+    return problems
+
+
+def _verify(repo, runner, aot, op, programs, env, log) -> list[str]:
+    pte = os.path.join(programs, f"{op.example_program}.pte")
+    cmd = [sys.executable, os.path.join(repo, "runner_check.py"), "--pte", pte, "--runner", runner]
+    proc = subprocess.run(cmd + (["--aot_library", aot] if aot else []), capture_output=True, text=True, env=env,
+                          cwd=repo)
+    log(f"verify {os.path.relpath(runner, repo)} on {op.example_program}.pte: "
+        f"{'match' if proc.returncode == 0 else 'FAILED'}")
+    if proc.returncode != 0:
+        return [f"{os.path.relpath(runner, repo)} on {op.example_program}.pte: {(proc.stderr + proc.stdout)[-2000:]}"]
+    return []
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repo", default=os.path.dirname(HERE))
+    parser.add_argument("--stage", choices=("evaluate", "check", "build", "run"), default="run")
+    parser.add_argument("--quiet", action="store_true")
+    args = parser.parse_args()
+    repo = os.path.abspath(args.repo)
+    log = (lambda *a: None) if args.quiet else (lambda message: print(f"[buck2 graph] {message}", flush=True))
+    stages = ["evaluate", "check", "build", "run"][: ["evaluate", "check", "build", "run"].index(args.stage) + 1]
+    try:
+        targets, config = evaluate(repo)
+        log(f"evaluated TARGETS and toolchains/BUCK: {len(targets)} targets, every attribute known to the prelude")
+        problems = check(repo, targets, config) if "check" in stages else []
+        if not problems and "check" in stages:
+            executor = Executor(repo, targets, log)
+            problems = check_against_cmake(repo, targets, executor)
+            if not problems:
+                log("every file and label resolves; each example selects and compiles what CMake does")
+            if not problems and "build" in stages:
+                for label, target in targets.items():
+                    if target.cell == "root" and target.kind in ("cxx_binary", "cxx_library", "genrule"):
+                        executor.build(label)
+                log("built every target")
+                if "run" in stages:
+                    problems = build_and_run(repo, executor, log)
+    except GraphError as err:
+        problems = [str(err)]
+    for problem in problems:
+        print(f"error: {problem}", file=sys.stderr)
+    if not problems:
+        log(f"passed: {', '.join(stages)}")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,107 @@
+"""The Buck2 build, checked without buck2 (tests/buck2_graph.py): it passes on the real TARGETS, fails on copies of the
+Buck2 files with one thing broken (a dependency, an attribute, a genrule command, link_whole, the dialect), and
+`bash test_custom_ops.sh buck2` either runs the flows with a buck2 on PATH or says plainly that buck2 did not run."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from helpers import REPO_ROOT, copy_repository
+
+GRAPH_CHECK = os.path.join(REPO_ROOT, "tests", "buck2_graph.py")
+# Mutated copies share the real tree's compile cache: what they do not break is not rebuilt.
+CACHE = {"BUCK2_GRAPH_CACHE": os.path.join(REPO_ROOT, "buck-out", "graph", "cache")}
+
+
+def write_buckconfig_local(repo):
+    with open(os.path.join(repo, ".buckconfig.local"), "w") as f:
+        subprocess.run([sys.executable, os.path.join(REPO_ROOT, "tools", "buckconfig_local.py")], stdout=f, check=True)
+
+
+def run_graph_check(repo, stage="run"):
+    return subprocess.run([sys.executable, GRAPH_CHECK, "--repo", repo, "--stage", stage], capture_output=True,
+                          text=True, timeout=1800, env=dict(os.environ, **CACHE))
+
+
+@pytest.fixture(scope="module")
+def graph_check():
+    write_buckconfig_local(REPO_ROOT)
+    return run_graph_check(REPO_ROOT)
+
+
+def test_the_graph_evaluates_builds_and_runs_every_example(graph_check, declared):
+    assert graph_check.returncode == 0, graph_check.stderr[-4000:]
+    out = graph_check.stdout
+    assert "every attribute known to the prelude" in out
+    assert "each example selects and compiles what CMake does" in out
+    for op in declared.values():
+        assert f"custom_ops_executor_runner_{op.short_name} on {op.example_program}.pte: match" in out
+        assert f"custom_ops_executor_runner on {op.example_program}.pte: match" in out
+
+
+MUTATIONS = {
+    "a dependency dropped (the kernels lose the executorch headers)": (
+        "targets.bzl", '        deps = [":executorch_threadpool"],\n', "", "build",
+        "root//:custom_ops_kernels_mul3: compiling custom_ops_1_out.cpp failed"),
+    "an attribute misspelled": (
+        "targets.bzl", '        compiler_flags = ["-O3"],\n        deps = [":executorch_threadpool"],',
+        '        compiler_flag = ["-O3"],\n        deps = [":executorch_threadpool"],', "evaluate",
+        "'compiler_flag' is not an attribute of cxx_library in the prelude"),
+    "a genrule command broken": (
+        "codegen/codegen.bzl", "generate --selection", "generate --selected", "build",
+        "root//:custom_ops_lib_mul3_combined: the genrule's cmd failed"),
+    "the registration not linked whole": (
+        "codegen/codegen.bzl", "        link_whole = True,\n", "", "run",
+        "no kernel library linked into this runner registers: my_ops::mul3.out"),
+    "a default_only attribute set": (
+        "targets.bzl", '        link_style = "static",', '        link_style = "static",\n        link_whole = True,',
+        "evaluate", "attribute 'link_whole' is default_only in the prelude"),
+    "a def in the build file": (
+        "TARGETS", "define_common_targets()\n", "def f():\n    pass\n\ndefine_common_targets()\n", "evaluate",
+        "`def` is not allowed in this dialect"),
+    "a selection that differs from CMake's": (
+        "targets.bzl", 'et_operator_library(name = select, ops = [name + ".out" for name in ops])',
+        'et_operator_library(name = select, ops = ["my_ops::mul3.out"])', "check",
+        "root//:select_mul4 selects ['my_ops::mul3.out'], CMake selects ['my_ops::mul4.out']"),
+}
+
+
+@pytest.mark.parametrize("mutation", MUTATIONS)
+def test_a_broken_copy_of_the_buck2_files_fails_the_check(mutation, graph_check, tmp_path):
+    path, old, new, stage, message = MUTATIONS[mutation]
+    repo = copy_repository(tmp_path / "repo")
+    write_buckconfig_local(repo)
+    with open(os.path.join(repo, path)) as f:
+        text = f.read()
+    assert old in text, f"the mutation's anchor is gone from {path}"
+    with open(os.path.join(repo, path), "w") as f:
+        f.write(text.replace(old, new, 1))
+    proc = run_graph_check(repo, stage)
+    assert proc.returncode == 1, proc.stdout[-3000:]
+    assert message in proc.stderr, proc.stderr[-3000:]
+
+
+def run_script_buck2(path_prefix=""):
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH",)}
+    env.update(CACHE, PATH=path_prefix + "/usr/local/bin:/usr/bin:/bin")
+    return subprocess.run(["bash", os.path.join(REPO_ROOT, "test_custom_ops.sh"), "buck2"], capture_output=True,
+                          text=True, timeout=1800, env=env)
+
+
+def test_without_buck2_the_script_runs_the_graph_check_and_exits_3(graph_check):
+    proc = run_script_buck2()
+    assert proc.returncode == 3, proc.stderr[-3000:]
+    assert "[buck2 graph] passed: evaluate, check, build, run" in proc.stdout
+    assert "error: buck2 itself was NOT run: it is not on PATH" in proc.stderr
+    assert "https://github.com/facebook/buck2/releases" in proc.stderr
+
+
+def test_with_a_buck2_on_path_the_script_builds_exports_runs_and_verifies_each_op(graph_check, declared):
+    # A stand-in buck2 (tests/buck2/buck2) built on the graph executor: this checks the script's with-buck2 branch
+    # (target names, --show-full-output parsing, AOT library hand-off), not buck2 itself.
+    proc = run_script_buck2(os.path.join(REPO_ROOT, "tests", "buck2") + ":")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert f"All buck2 flows passed: {' '.join(op.short_name for op in declared.values())} match PyTorch eager" \
+        in proc.stdout
