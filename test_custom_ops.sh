@@ -115,16 +115,22 @@ selected_ops() {
 }
 
 # ---- Modes ----------------------------------------------------------------------------------------------------------
+# run_flows <flow function> <what> [NAME...]: the flow of each selected op, then one line saying they all passed.
+run_flows() {
+  local flow="$1" what="$2" ops names=() op
+  shift 2
+  ops="$(selected_ops "$@")"
+  while IFS=$'\t' read -r -a op; do
+    "${flow}" "${op[@]}"
+    names+=("${op[0]}")
+  done <<< "${ops}"
+  step "All ${what} passed: ${names[*]} match PyTorch eager"
+}
+
 mode_cmake() {
   ensure_venv
   use_venv
-  local ops names=() op
-  ops="$(selected_ops "$@")"
-  while IFS=$'\t' read -r -a op; do
-    run_flow_cmake "${op[@]}"
-    names+=("${op[0]}")
-  done <<< "${ops}"
-  step "All flows passed: ${names[*]} match PyTorch eager"
+  run_flows run_flow_cmake flows "$@"
 }
 
 # Exit code of `buck2` mode when buck2 is not on PATH: the graph check ran (and passed), buck2 itself did not.
@@ -170,13 +176,7 @@ mode_buck2() {
   fi
   # The daemon keeps the environment it started with: restart it so it sees this venv.
   buck2 kill >/dev/null 2>&1 || true
-  local ops names=() op
-  ops="$(selected_ops "$@")"
-  while IFS=$'\t' read -r -a op; do
-    run_flow_buck2 "${op[@]}"
-    names+=("${op[0]}")
-  done <<< "${ops}"
-  step "All buck2 flows passed: ${names[*]} match PyTorch eager"
+  run_flows run_flow_buck2 "buck2 flows" "$@"
 }
 
 mode_test() {
