@@ -211,12 +211,10 @@ def verify(pte: str, *, runner: str | None = None, kernel_library: str | None = 
         problems += [f"runner: {p}" for p in compare_outputs(actual, expected, exact=exact)]
         report(f"  runner          {actual[0].flatten()[:6].tolist()}")
     if kernel_library:
-        from kernel_library import load_kernel_library
+        from python_runtime import load_kernel_library, load_method_checked
 
         load_kernel_library(kernel_library)
-        from executorch.runtime import Runtime
-
-        actual = list(Runtime.get().load_program(pte).load_method("forward").execute(inputs))
+        actual = list(load_method_checked(pte).execute(inputs))
         problems += [f"Python runtime: {p}" for p in compare_outputs(actual, expected, exact=exact)]
         report(f"  Python runtime  {actual[0].flatten()[:6].tolist()}")
     report(f"  eager (.pt2)    {expected[0].flatten()[:6].tolist()}")

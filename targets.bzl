@@ -92,7 +92,8 @@ def _define_example(suffix, ops):
     )
     native.cxx_binary(
         name = "custom_ops_executor_runner" + suffix,
-        srcs = ["runner/custom_ops_executor_runner.cpp"],
+        srcs = ["runner/custom_ops_executor_runner.cpp", "runner/program_runner.cpp"],
+        headers = ["runner/program_runner.h"],
         compiler_flags = ["-O3"],
         link_style = "static",
         deps = [":custom_ops_lib" + suffix, ":executorch_kernels_optimized"],

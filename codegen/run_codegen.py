@@ -150,7 +150,65 @@ def generate(selection: str, output_dir: str, aten: bool) -> list[str]:
     if proc.returncode != 0:
         raise SelectionError(f"executorch.codegen.gen failed:\n{proc.stderr[-4000:]}")
     names = ["RegisterCPUCustomOps.cpp", "RegisterSchema.cpp"] if aten else ["RegisterCodegenUnboxedKernelsEverything.cpp"]
+    if not aten:
+        insert_argument_checks(os.path.join(output_dir, names[0]))
     return [os.path.join(output_dir, name) for name in names]
+
+
+# The EValue tags each schema type accepts, for the checked unboxing (see templates/RegisterCodegenUnboxedKernels.cpp).
+_TAGS = {"Tensor": ["Tensor"], "int": ["Int"], "SymInt": ["Int"], "float": ["Double"], "bool": ["Bool"],
+         "Scalar": ["Int", "Double", "Bool"], "str": ["String"], "ScalarType": ["Int"], "Layout": ["Int"],
+         "MemoryFormat": ["Int"], "Tensor[]": ["ListTensor"], "Tensor?[]": ["ListOptionalTensor"],
+         "int[]": ["ListInt"], "SymInt[]": ["ListInt"], "float[]": ["ListDouble"], "bool[]": ["ListBool"],
+         "Scalar[]": ["ListScalar"]}
+
+
+def _accepted_tags(type_) -> list[str] | None:
+    text = str(type_)
+    optional = text.endswith("?")
+    base = text[:-1] if optional else text
+    base = "int[]" if base.startswith("int[") else base  # int[2] etc.
+    tags = _TAGS.get(base)
+    return None if tags is None else tags + (["None"] if optional else [])
+
+
+def insert_argument_checks(path: str) -> None:
+    """Opens every generated kernel in `path` with a call of checked_unboxing::arguments_match(), listing the
+    argument types its schema in custom_ops.yaml declares (types without a known tag are not checked)."""
+    import re
+
+    import yaml
+    from torchgen.model import FunctionSchema
+
+    with open(CUSTOM_OPS_YAML) as f:
+        schemas = {e["func"].split("(")[0].strip(): FunctionSchema.parse(e["func"].split("::", 1)[1])
+                   for e in yaml.safe_load(f)}
+    with open(path) as f:
+        text = f.read()
+
+    def checks(match) -> str:
+        op = match.group("op")
+        schema = schemas[op]
+        arguments = list(schema.arguments.flat_all)
+        rows = []
+        for a in arguments:
+            tags = _accepted_tags(a.type)
+            mask = " | ".join(f"bit(Tag::{t})" for t in tags) if tags else "0xffffffffu"
+            rows.append(f'{{"{a.name}", {mask}, "{a.type}"}}')
+        stack_size = len(arguments) + len(schema.returns)
+        return (f"{match.group(0)}\n"
+                f"            using namespace checked_unboxing;\n"
+                f"            static constexpr Argument kArguments[] = {{{', '.join(rows)}}};\n"
+                f'            if (!arguments_match(context, "{op}", stack, kArguments, {len(arguments)}, {stack_size})) '
+                "{\n              return;\n            }")
+
+    pattern = re.compile(r'Kernel\(\s*"(?P<op>[^"]+)",(?:\s*"[^"]*",)?\s*\[\]\([^)]*\)\s*\{')
+    text, count = pattern.subn(checks, text)
+    if count == 0 or count != text.count("Kernel("):
+        raise SelectionError(f"{path}: found {count} kernels to check but {text.count('Kernel(')} `Kernel(`; the "
+                             "executorch codegen output changed shape, update insert_argument_checks()")
+    with open(path, "w") as f:
+        f.write(text)
 
 
 def cmake_list(paths) -> str:

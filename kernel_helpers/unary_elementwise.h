@@ -9,8 +9,8 @@
 //     Python). Also provides the Meta-kernel helpers, so fake tensors see the same errors and shapes.
 //
 // The contract, both modes: output dtype == input dtype, one of the supported dtypes; the output is resized to the
-// input's shape (and, in ATen mode, laid out like the input when it had to be resized); input and output are the same
-// memory (in place) or do not overlap.
+// input's shape (and, in ATen mode, laid out like the input when it had to be resized); input and output data exist,
+// are aligned to their element size, and are the same memory (in place) or do not overlap.
 #pragma once
 
 #include <cstdint>
@@ -144,6 +144,18 @@ namespace detail {
 inline auto shape_string(const executorch::aten::Tensor& t) {
   return executorch::runtime::tensor_shape_to_c_string({t.sizes().data(), t.sizes().size()});
 }
+
+inline bool is_element_aligned(const executorch::aten::Tensor& t) {
+  return reinterpret_cast<uintptr_t>(t.const_data_ptr()) % t.element_size() == 0;
+}
+
+// The same memory (in place), or none of it shared: a program's memory plan decides where tensors live, and a
+// corrupt one can place the output across the input.
+inline bool same_or_disjoint(const executorch::aten::Tensor& in, const executorch::aten::Tensor& out) {
+  const auto a = reinterpret_cast<uintptr_t>(in.const_data_ptr());
+  const auto b = reinterpret_cast<uintptr_t>(out.const_data_ptr());
+  return a == b || a + in.nbytes() <= b || b + out.nbytes() <= a;
+}
 } // namespace detail
 
 // The out variant's runtime kernel: out = Op(in).
@@ -169,6 +181,20 @@ executorch::aten::Tensor& unary_elementwise_out(
       ctx, executorch::runtime::tensors_have_same_dim_order(in, out), InvalidArgument, out,
       "%s: input and output have different dim orders (memory layouts); export them with the same memory format",
       op_name);
+  if (in.numel() > 0) {
+    ET_KERNEL_CHECK_MSG(
+        ctx, in.const_data_ptr() != nullptr && out.const_data_ptr() != nullptr, InvalidArgument, out,
+        "%s: the input or output has elements but no memory; the program's memory plan is corrupt, re-export it",
+        op_name);
+    ET_KERNEL_CHECK_MSG(
+        ctx, detail::is_element_aligned(in) && detail::is_element_aligned(out), InvalidArgument, out,
+        "%s: input or output data is not aligned to its %zu-byte elements; the program's memory plan is corrupt, "
+        "re-export it", op_name, static_cast<size_t>(in.element_size()));
+    ET_KERNEL_CHECK_MSG(
+        ctx, detail::same_or_disjoint(in, out), InvalidArgument, out,
+        "%s: the output overlaps the input without being it (in place); the program's memory plan is corrupt, "
+        "re-export it", op_name);
+  }
   bool all_work_ran = true;
   ET_SWITCH_REALHBF16_TYPES(in.scalar_type(), ctx, op_name, CTYPE, [&] {
     all_work_ran = elementwise::apply_unary<CTYPE, Op>(

@@ -91,10 +91,23 @@ def combined_build() -> CMakeBuild:
 
 
 @pytest.fixture(scope="session")
+def sanitized_build() -> CMakeBuild:
+    """Every declared op's kernels and the runner built with AddressSanitizer and UBSan (no AOT library: it would be
+    loaded into Python, which has no sanitizer runtime)."""
+    return cmake_build("sanitize", "CUSTOM_OPS_SANITIZE=ON", "CUSTOM_OPS_BUILD_AOT_LIBRARY=OFF")
+
+
+@pytest.fixture(scope="session", params=["runner", "sanitized runner"])
+def any_runner(request, mul3_build) -> str:
+    """The mul3 flow's runner, and the sanitized one (which runs every declared op)."""
+    return mul3_build.runner if request.param == "runner" else request.getfixturevalue("sanitized_build").runner
+
+
+@pytest.fixture(scope="session")
 def et_runtime(combined_build):
     """The ExecuTorch Python runtime with the combined kernel library loaded into this process (once: registrations
     are process-global, and this is the only kernel library the pytest process loads)."""
-    from kernel_library import load_kernel_library
+    from python_runtime import load_kernel_library
 
     load_kernel_library(combined_build.kernel_lib)
     from executorch.runtime import Runtime

@@ -62,8 +62,13 @@ def copy_repository(destination) -> str:
     return str(destination)
 
 
-def run_runner(runner: str, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([runner, *args], capture_output=True, text=True, errors="replace", timeout=120)
+# Sanitizer findings end the run with this exit code and a report on stderr (sanitized builds only).
+SANITIZER_ENV = {"ASAN_OPTIONS": "exitcode=86:detect_leaks=1", "UBSAN_OPTIONS": "print_stacktrace=1:exitcode=86"}
+
+
+def run_runner(runner: str, *args: str, timeout: int = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([runner, *args], capture_output=True, text=True, errors="replace", timeout=timeout,
+                          env=dict(os.environ, **SANITIZER_ENV))
 
 
 def run_in_fresh_python(code: str, timeout: int = 300, env: dict[str, str] | None = None) -> dict:

@@ -33,3 +33,19 @@ def rewrite_output_tensor(src: str, dst: str, *, scalar_type: str | None = None,
     with open(dst, "wb") as f:
         f.write(bytes(serialize_pte_binary(pte)))
     return dst
+
+
+def replace_kernel_argument(src: str, dst: str, argument: int, value) -> str:
+    """Writes a copy of a valid .pte whose first kernel call passes `value` (an executorch.exir.schema value such as
+    Int(7)) as its `argument`-th argument."""
+    from executorch.exir.schema import EValue
+
+    with open(src, "rb") as f:
+        pte = deserialize_pte_binary(f.read())
+    plan = pte.program.execution_plan[0]
+    plan.values.append(EValue(value))
+    call = next(i for chain in plan.chains for i in chain.instructions if hasattr(i.instr_args, "op_index"))
+    call.instr_args.args[argument] = len(plan.values) - 1
+    with open(dst, "wb") as f:
+        f.write(bytes(serialize_pte_binary(pte)))
+    return dst

@@ -31,5 +31,6 @@ def test_the_isa_dispatcher_checks_every_feature_a_variant_is_compiled_for():
     for targets in re.findall(r'__attribute__\(\(target\("([^"]+)"\)\)\)', source):
         compiled_for.update(targets.split(","))
     checked = set(re.findall(r'__builtin_cpu_supports\("([^"]+)"\)', source))
+    checked |= set(re.findall(r"(?<!bool )cpu_supports_(\w+)\(\)", source))  # calls of the CPUID readers
     assert compiled_for, "no target attributes found"
     assert compiled_for <= checked, f"compiled for but never checked at run time: {sorted(compiled_for - checked)}"

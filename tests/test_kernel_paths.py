@@ -38,7 +38,7 @@ RUNTIME_PROBE = READ_STATS + """
 import torch
 from executorch.runtime import Runtime
 from helpers import full_range
-from kernel_library import load_kernel_library
+from python_runtime import load_kernel_library
 load_kernel_library({kernel_lib!r})
 runtime = Runtime.get()
 mismatches = []

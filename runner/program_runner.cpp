@@ -1,0 +1,547 @@
+// See program_runner.h. Order matters here: nothing the program declares is allocated or dereferenced before it has
+// been checked (verification, then MethodMeta's checked accessors, then the memory budget).
+#include "program_runner.h"
+
+#include <executorch/extension/memory_allocator/malloc_memory_allocator.h>
+#include <executorch/extension/tensor/tensor.h>
+#include <executorch/runtime/core/exec_aten/util/scalar_type_util.h>
+#include <executorch/runtime/core/hierarchical_allocator.h>
+#include <executorch/runtime/executor/method.h>
+#include <executorch/runtime/platform/platform.h>
+#include <executorch/runtime/platform/runtime.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cinttypes>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <type_traits>
+
+namespace custom_ops_runner {
+namespace {
+
+using executorch::aten::DimOrderType;
+using executorch::aten::ScalarType;
+using executorch::aten::SizesType;
+using executorch::aten::Tensor;
+using executorch::extension::TensorPtr;
+using executorch::runtime::Program;
+using executorch::runtime::Error;
+using executorch::runtime::EValue;
+using executorch::runtime::MethodMeta;
+using executorch::runtime::Span;
+
+bool g_quiet = false;
+
+int fail(const std::string& message) {
+  if (!g_quiet) {
+    std::fprintf(stderr, "error: %s\n", message.c_str());
+  }
+  return 1;
+}
+
+// ---- ExecuTorch's log: printed, and the details the final error line repeats remembered ---------------------------
+struct LogDetails {
+  std::set<std::string> missing_operators;
+  std::vector<std::string> errors;
+};
+LogDetails g_log;
+std::string g_program_name = "<no program>";
+bool g_print_log = true;
+
+void log_hook(
+    et_timestamp_t /*timestamp*/,
+    et_pal_log_level_t level,
+    const char* filename,
+    const char* /*function*/,
+    size_t line,
+    const char* message,
+    size_t length) {
+  std::string text(message, length);
+  while (!text.empty() && text.back() == '\n') {
+    text.pop_back();
+  }
+  // A corrupt program can put raw bytes into messages (e.g. its file identifier); keep the output printable.
+  for (char& c : text) {
+    if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) >= 0x7f) {
+      c = '?';
+    }
+  }
+  const char* base = std::strrchr(filename, '/');
+  if (g_print_log) {
+    std::fprintf(stderr, "[%c %s:%zu] %s\n", static_cast<char>(level), base ? base + 1 : filename, line, text.c_str());
+  }
+  constexpr const char kMissing[] = "Missing operator: ";
+  if (auto pos = text.find(kMissing); pos != std::string::npos) {
+    std::string rest = text.substr(pos + sizeof(kMissing) - 1);  // "[3] my_ops::mul4.out"
+    const size_t name = rest.find("] ");
+    rest = name == std::string::npos ? rest : rest.substr(name + 2);
+    g_log.missing_operators.insert(rest.empty() ? "(an operator with no name)" : rest);
+  } else if (level == kError && g_log.errors.size() < 8) {
+    g_log.errors.push_back(text);
+  }
+}
+
+std::string logged_errors() {
+  std::string joined;
+  for (const auto& e : g_log.errors) {
+    joined += "\n  " + e;
+  }
+  return joined.empty() ? "" : "; ExecuTorch reported:" + joined;
+}
+
+[[noreturn]] void stop_on_internal_check(const char* what) {
+  std::fprintf(stderr, "error: '%s' is corrupt or unsupported: %s%s\n", g_program_name.c_str(), what,
+               logged_errors().c_str());
+  std::fflush(stderr);
+  std::_Exit(1);
+}
+
+[[noreturn]] void abort_hook() {
+  stop_on_internal_check("ExecuTorch stopped on a failed internal check (ET_CHECK) while using it");
+}
+
+std::string describe(Error error) {
+  char code[16];
+  std::snprintf(code, sizeof(code), "0x%x", static_cast<unsigned>(error));
+  return std::string(executorch::runtime::to_string(error)) + " (" + code + ")";
+}
+
+std::vector<std::string> split(const std::string& text, char separator) {
+  std::vector<std::string> parts;
+  std::stringstream stream(text);
+  std::string part;
+  while (std::getline(stream, part, separator)) {
+    parts.push_back(part);
+  }
+  if (!text.empty() && text.back() == separator) {
+    parts.emplace_back();
+  }
+  return parts;
+}
+
+template <typename T>
+std::string list_string(executorch::aten::ArrayRef<T> values) {
+  std::string s = "[";
+  for (size_t i = 0; i < values.size(); ++i) {
+    s += (i ? ", " : "") + std::to_string(values[i]);
+  }
+  return s + "]";
+}
+
+// ---- Pre-flight: every size the program declares, checked before anything is allocated ---------------------------
+// bytes = product(sizes) * element size, or nullopt on a negative size or overflow.
+std::optional<uint64_t> tensor_bytes(Span<const SizesType> sizes, ScalarType dtype) {
+  if (!executorch::runtime::isValid(dtype)) {
+    return std::nullopt;
+  }
+  uint64_t bytes = executorch::runtime::elementSize(dtype);
+  for (SizesType s : sizes) {
+    if (s < 0 || __builtin_mul_overflow(bytes, static_cast<uint64_t>(s), &bytes)) {
+      return std::nullopt;
+    }
+  }
+  return bytes;
+}
+
+bool is_permutation(Span<const uint8_t> dim_order) {
+  std::vector<bool> seen(dim_order.size(), false);
+  for (uint8_t d : dim_order) {
+    if (d >= dim_order.size() || seen[d]) {
+      return false;
+    }
+    seen[d] = true;
+  }
+  return true;
+}
+
+std::string budget_hint(uint64_t needed, uint64_t budget) {
+  return std::to_string(needed) + " bytes, more than --max_memory=" + std::to_string(budget) +
+      "; raise --max_memory if you trust this program";
+}
+
+// Checks the method's planned buffers, inputs and outputs through MethodMeta's checked accessors (an output whose
+// value index is out of range would otherwise abort in Method::get_outputs). Returns an error message or nothing;
+// `planned_sizes` receives the buffer sizes.
+std::optional<std::string> preflight(const MethodMeta& meta, const RunOptions& options,
+                                     std::vector<size_t>& planned_sizes, uint64_t& planned_total) {
+  uint64_t total = 0;
+  for (size_t i = 0; i < meta.num_memory_planned_buffers(); ++i) {
+    auto size = meta.memory_planned_buffer_size(i);
+    if (!size.ok() || *size < 0) {
+      return "memory-planned buffer " + std::to_string(i) + " has no valid size";
+    }
+    if (__builtin_add_overflow(total, static_cast<uint64_t>(*size), &total) || total > options.max_memory) {
+      return "the method's memory-planned buffers need at least " + budget_hint(total, options.max_memory);
+    }
+    planned_sizes.push_back(static_cast<size_t>(*size));
+  }
+  planned_total = total;
+  for (size_t i = 0; i < meta.num_inputs(); ++i) {
+    auto tag = meta.input_tag(i);
+    if (!tag.ok()) {
+      return "input " + std::to_string(i) + " has unreadable metadata: " + describe(tag.error());
+    }
+    if (*tag != executorch::runtime::Tag::Tensor) {
+      continue;  // reported when inputs are prepared: this runner feeds tensors only
+    }
+    auto info = meta.input_tensor_meta(i);
+    if (!info.ok() || !is_permutation(info->dim_order()) || info->dim_order().size() != info->sizes().size()) {
+      return "input " + std::to_string(i) + " has invalid tensor metadata (sizes, dim order or dtype)";
+    }
+    auto bytes = tensor_bytes(info->sizes(), info->scalar_type());
+    if (!bytes || __builtin_add_overflow(total, *bytes, &total) || total > options.max_memory) {
+      return "the method's buffers and inputs need at least " + budget_hint(bytes ? total : UINT64_MAX,
+                                                                            options.max_memory);
+    }
+  }
+  for (size_t i = 0; i < meta.num_outputs(); ++i) {
+    auto tag = meta.output_tag(i);
+    if (!tag.ok()) {
+      return "output " + std::to_string(i) + " refers to no valid value: " + describe(tag.error()) + logged_errors();
+    }
+    if (*tag == executorch::runtime::Tag::Tensor) {
+      auto info = meta.output_tensor_meta(i);
+      if (!info.ok() || !is_permutation(info->dim_order()) ||
+          !tensor_bytes(info->sizes(), info->scalar_type())) {
+        return "output " + std::to_string(i) + " has invalid tensor metadata (sizes, dim order or dtype)";
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+// Planned memory allocated here, checked and zeroed, instead of by Module (whose std::vector throws bad_alloc).
+struct PlannedMemory {
+  std::vector<std::unique_ptr<uint8_t, decltype(&std::free)>> buffers;
+  std::vector<Span<uint8_t>> spans;
+  std::unique_ptr<executorch::runtime::HierarchicalAllocator> allocator;
+};
+
+std::optional<std::string> allocate_planned_memory(const std::vector<size_t>& sizes, PlannedMemory& memory) {
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    // calloc: a never-written planned tensor reads as zeros, not as whatever the allocator left.
+    auto* data = static_cast<uint8_t*>(sizes[i] ? std::calloc(sizes[i], 1) : nullptr);
+    if (sizes[i] != 0 && data == nullptr) {
+      return "cannot allocate memory-planned buffer " + std::to_string(i) + " (" + std::to_string(sizes[i]) +
+          " bytes)";
+    }
+    memory.buffers.emplace_back(data, &std::free);
+    memory.spans.emplace_back(data, sizes[i]);
+  }
+  memory.allocator = std::make_unique<executorch::runtime::HierarchicalAllocator>(
+      Span<Span<uint8_t>>(memory.spans.data(), memory.spans.size()));
+  return std::nullopt;
+}
+
+// ---- Inputs ---------------------------------------------------------------------------------------------------------
+// An input tensor's bytes, 64-byte aligned so vectorized kernels see the alignment a planned buffer would have.
+struct InputBuffer {
+  std::unique_ptr<void, decltype(&std::free)> data{nullptr, &std::free};
+  TensorPtr tensor;
+};
+
+std::optional<std::string> read_file(const std::string& path, size_t expected_bytes, void* destination) {
+  std::ifstream file(path, std::ios::binary | std::ios::ate);
+  if (!file) {
+    return "cannot open input file '" + path + "'";
+  }
+  const auto actual = static_cast<uint64_t>(file.tellg());
+  if (actual != expected_bytes) {
+    return "input file '" + path + "' has " + std::to_string(actual) + " bytes, expected " +
+        std::to_string(expected_bytes);
+  }
+  file.seekg(0);
+  file.read(static_cast<char*>(destination), static_cast<std::streamsize>(expected_bytes));
+  return file ? std::nullopt : std::optional<std::string>("failed reading input file '" + path + "'");
+}
+
+// Returns false for a dtype the runner cannot synthesize values for.
+bool fill_with_ones(ScalarType dtype, void* data, size_t numel) {
+  switch (dtype) {
+#define FILL_CASE(ctype, name)                                            \
+  case ScalarType::name:                                                  \
+    std::fill_n(static_cast<ctype*>(data), numel, static_cast<ctype>(1)); \
+    return true;
+    ET_FORALL_REAL_TYPES_AND3(Half, BFloat16, Bool, FILL_CASE)
+#undef FILL_CASE
+    default:
+      return false;
+  }
+}
+
+// `total` starts at the planned memory's size: planned buffers plus inputs stay within --max_memory.
+std::optional<std::string> prepare_inputs(const RunOptions& options, const MethodMeta& meta, uint64_t total,
+                                          std::vector<InputBuffer>& buffers, std::vector<EValue>& values) {
+  const size_t count = meta.num_inputs();
+  if (!options.inputs.empty() && options.inputs.size() != count) {
+    return "--inputs names " + std::to_string(options.inputs.size()) + " file(s) but method '" + options.method +
+        "' takes " + std::to_string(count) + " input(s)";
+  }
+  if (options.input_shapes && options.input_shapes->size() != count) {
+    return "--input_shapes gives " + std::to_string(options.input_shapes->size()) + " shape(s) but method '" +
+        options.method + "' takes " + std::to_string(count) + " input(s)";
+  }
+  for (size_t i = 0; i < count; ++i) {
+    auto tag = meta.input_tag(i);
+    if (!tag.ok() || *tag != executorch::runtime::Tag::Tensor) {
+      return "input " + std::to_string(i) + " of method '" + options.method +
+          "' is not a tensor; this runner feeds tensor inputs only";
+    }
+    auto info = meta.input_tensor_meta(i);  // checked in preflight()
+    std::vector<SizesType> sizes(info->sizes().begin(), info->sizes().end());
+    if (options.input_shapes) {
+      const std::string& text = (*options.input_shapes)[i];
+      auto parsed = parse_shape(text);
+      if (!parsed) {
+        return "--input_shapes entry '" + text + "' is not a shape like 2x3 (each dimension 0 to 2147483647)";
+      }
+      if (parsed->size() != sizes.size()) {
+        return "--input_shapes entry '" + text + "' has " + std::to_string(parsed->size()) +
+            " dimension(s) but input " + std::to_string(i) + " of method '" + options.method + "' has " +
+            std::to_string(sizes.size());
+      }
+      sizes = *parsed;
+    }
+    const ScalarType dtype = info->scalar_type();
+    auto nbytes = tensor_bytes({sizes.data(), sizes.size()}, dtype);
+    if (!nbytes || __builtin_add_overflow(total, *nbytes, &total) || total > options.max_memory) {
+      return "input " + std::to_string(i) + " of shape " + list_string<SizesType>({sizes.data(), sizes.size()}) +
+          " needs " + (nbytes ? budget_hint(*nbytes, options.max_memory) : "more bytes than fit in 64 bits");
+    }
+    const size_t numel = *nbytes / executorch::runtime::elementSize(dtype);
+    InputBuffer buffer;
+    buffer.data.reset(std::aligned_alloc(64, std::max<size_t>(64, (*nbytes + 63) / 64 * 64)));
+    if (!buffer.data) {
+      return "cannot allocate " + std::to_string(*nbytes) + " bytes for input " + std::to_string(i);
+    }
+    if (!options.inputs.empty()) {
+      if (auto err = read_file(options.inputs[i], *nbytes, buffer.data.get())) {
+        return *err + " (method '" + options.method + "' input " + std::to_string(i) + " is " +
+            executorch::runtime::toString(dtype) + list_string<SizesType>({sizes.data(), sizes.size()}) + ")";
+      }
+    } else if (!fill_with_ones(dtype, buffer.data.get(), numel)) {
+      return std::string("input ") + std::to_string(i) + " has dtype " + executorch::runtime::toString(dtype) +
+          ", which the runner cannot fill with ones; pass --inputs";
+    }
+    // In the declared dim order, so the bytes mean what the program expects (channels-last stays channels-last).
+    std::vector<DimOrderType> dim_order(info->dim_order().begin(), info->dim_order().end());
+    buffer.tensor = executorch::extension::make_tensor_ptr(sizes, buffer.data.get(), dim_order, {}, dtype);
+    values.emplace_back(buffer.tensor);
+    buffers.push_back(std::move(buffer));
+  }
+  return std::nullopt;
+}
+
+// ---- Outputs --------------------------------------------------------------------------------------------------------
+template <typename T>
+void print_values(const Tensor& t, size_t limit) {
+  const T* data = t.const_data_ptr<T>();
+  for (size_t i = 0; i < std::min<size_t>(limit, t.numel()); ++i) {
+    std::printf("%s%g", i ? ", " : "", static_cast<double>(data[i]));
+  }
+}
+
+void print_output(size_t index, const EValue& value) {
+  if (!value.isTensor()) {
+    std::printf("Output %zu: (not a tensor, tag %d)\n", index, static_cast<int>(value.tag));
+    return;
+  }
+  const Tensor& t = value.toTensor();
+  // The dim order is printed when it is not row-major, so readers of --outputs know the bytes' order.
+  bool row_major = true;
+  for (size_t d = 0; d < t.dim_order().size(); ++d) {
+    row_major = row_major && t.dim_order()[d] == d;
+  }
+  std::printf("Output %zu: %s%s%s, values: [", index, executorch::runtime::toString(t.scalar_type()),
+              list_string(t.sizes()).c_str(), row_major ? "" : (" dim_order=" + list_string(t.dim_order())).c_str());
+  constexpr size_t kShown = 8;
+  switch (t.scalar_type()) {
+#define PRINT_CASE(ctype, name)     \
+  case ScalarType::name:            \
+    print_values<ctype>(t, kShown); \
+    break;
+    ET_FORALL_REAL_TYPES_AND3(Half, BFloat16, Bool, PRINT_CASE)
+#undef PRINT_CASE
+    default:
+      std::printf("...");
+  }
+  std::printf("%s]\n", static_cast<size_t>(t.numel()) > kShown ? ", ..." : "");
+}
+
+std::optional<std::string> write_output(const std::string& path, const EValue& value) {
+  if (!value.isTensor()) {
+    return "output written to '" + path + "' is not a tensor";
+  }
+  const Tensor& t = value.toTensor();
+  std::ofstream file(path, std::ios::binary);
+  file.write(static_cast<const char*>(t.const_data_ptr()), static_cast<std::streamsize>(t.nbytes()));
+  return file ? std::nullopt : std::optional<std::string>("cannot write output file '" + path + "'");
+}
+
+} // namespace
+
+std::optional<uint64_t> parse_count(const std::string& text, uint64_t max) {
+  if (text.empty() || !std::isdigit(static_cast<unsigned char>(text[0]))) {
+    return std::nullopt;  // no sign, no space
+  }
+  errno = 0;
+  char* end = nullptr;
+  const unsigned long long value = std::strtoull(text.c_str(), &end, 10);
+  if (errno == ERANGE || *end != '\0' || value > max) {
+    return std::nullopt;
+  }
+  return value;
+}
+
+std::optional<std::vector<int32_t>> parse_shape(const std::string& text) {
+  static_assert(std::is_same_v<SizesType, int32_t>, "shapes are parsed as ExecuTorch's int32 sizes");
+  std::vector<int32_t> sizes;
+  for (const auto& dim : split(text, 'x')) {
+    auto value = parse_count(dim, INT32_MAX);
+    if (!value) {
+      return std::nullopt;
+    }
+    sizes.push_back(static_cast<int32_t>(*value));
+  }
+  return sizes;
+}
+
+std::optional<uint64_t> parse_bytes(const std::string& text) {
+  if (text.empty()) {
+    return std::nullopt;
+  }
+  int shift = 0;
+  switch (text.back()) {
+    case 'K': shift = 10; break;
+    case 'M': shift = 20; break;
+    case 'G': shift = 30; break;
+    default: break;
+  }
+  auto value = parse_count(shift ? text.substr(0, text.size() - 1) : text, UINT64_MAX >> shift);
+  return value ? std::optional<uint64_t>(*value << shift) : std::nullopt;
+}
+
+void install_runtime_hooks(bool turn_aborts_into_errors, bool print_log) {
+  g_print_log = print_log;
+  executorch::runtime::register_pal(executorch::runtime::PalImpl::create(
+      nullptr, turn_aborts_into_errors ? abort_hook : nullptr, nullptr, nullptr, log_hook, nullptr, nullptr,
+      __FILE__));
+  executorch::runtime::runtime_init();
+  if (turn_aborts_into_errors) {
+    std::set_terminate([] { stop_on_internal_check("an exception escaped ExecuTorch (e.g. an allocation failed)"); });
+  }
+}
+
+int run_program(
+    std::unique_ptr<executorch::runtime::DataLoader> loader,
+    const std::string& program_name,
+    const RunOptions& options) {
+  g_program_name = program_name;
+  g_quiet = options.quiet;
+  g_log = LogDetails();
+  // Program and Method directly, not extension::Module: Module's conveniences call Result::get() unchecked (its
+  // method_names() aborts on a method without a name, a verified program can still have one).
+  auto program = Program::load(loader.get(), options.verification);
+  if (!program.ok()) {
+    return fail("'" + program_name + "' is not a loadable ExecuTorch program: " + describe(program.error()) +
+                ". Re-export it with to_executorch() (e.g. python custom_ops_1.py)" + logged_errors());
+  }
+  std::string known;
+  bool found = false;
+  for (size_t i = 0; i < program->num_methods(); ++i) {
+    auto name = program->get_method_name(i);
+    if (!name.ok() || *name == nullptr) {
+      return fail("method " + std::to_string(i) + " of '" + program_name + "' has no name; the program is corrupt");
+    }
+    known += (known.empty() ? "" : ", ") + std::string(*name);
+    found = found || options.method == *name;
+  }
+  if (!found) {
+    return fail("the program has no method '" + options.method + "'; it has: " + known);
+  }
+  auto meta = program->method_meta(options.method.c_str());
+  if (!meta.ok()) {
+    return fail("cannot read method '" + options.method + "': " + describe(meta.error()) + logged_errors());
+  }
+  std::vector<size_t> planned_sizes;
+  uint64_t planned_total = 0;
+  if (auto err = preflight(*meta, options, planned_sizes, planned_total)) {
+    return fail("method '" + options.method + "' of '" + program_name + "': " + *err);
+  }
+  PlannedMemory planned;
+  if (auto err = allocate_planned_memory(planned_sizes, planned)) {
+    return fail(*err);
+  }
+  // The method's own structures and kernels' scratch space: malloc-backed, so a failure is a null the runtime
+  // reports (MemoryAllocationFailed), not an exception.
+  executorch::extension::MallocMemoryAllocator method_allocator;
+  executorch::extension::MallocMemoryAllocator temp_allocator;
+  executorch::runtime::MemoryManager memory_manager(&method_allocator, planned.allocator.get(), &temp_allocator);
+  auto method = program->load_method(options.method.c_str(), &memory_manager);
+  if (!method.ok()) {
+    if (method.error() == Error::OperatorMissing) {
+      std::string ops;
+      for (const auto& op : g_log.missing_operators) {
+        ops += (ops.empty() ? "" : ", ") + op;
+      }
+      return fail("the program calls operator(s) that no kernel library linked into this runner registers: " +
+                  (ops.empty() ? std::string("(see the log above)") : ops) +
+                  ". Add them to the selected root ops (CMake -DCUSTOM_OPS_ROOT_OPS or REGISTER_EXAMPLE_CUSTOM_OP), "
+                  "bind each to a kernel in custom_ops.yaml, and rebuild");
+    }
+    return fail("cannot load method '" + options.method + "': " + describe(method.error()) + logged_errors());
+  }
+
+  std::vector<InputBuffer> buffers;
+  std::vector<EValue> inputs;
+  if (auto err = prepare_inputs(options, *meta, planned_total, buffers, inputs)) {
+    return fail(*err);
+  }
+  double total_us = 0;
+  for (uint64_t run = 0; run < options.num_executions; ++run) {
+    g_log.errors.clear();
+    const auto start = std::chrono::steady_clock::now();
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      if (Error err = method->set_input(inputs[i], i); err != Error::Ok) {
+        return fail("input " + std::to_string(i) + " does not fit method '" + options.method + "': " + describe(err) +
+                    logged_errors());
+      }
+    }
+    if (Error err = method->execute(); err != Error::Ok) {
+      return fail("executing method '" + options.method + "' failed: " + describe(err) + logged_errors());
+    }
+    const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+    total_us += us;
+    if (options.num_executions > 1 && !options.quiet) {
+      std::printf("Execution %" PRIu64 ": %.3f us\n", run + 1, us);
+    }
+  }
+  if (options.quiet) {
+    return 0;
+  }
+  std::printf("Ran method '%s' %" PRIu64 " time(s): %.3f us average\n", options.method.c_str(),
+              options.num_executions, total_us / static_cast<double>(options.num_executions));
+  const size_t num_outputs = method->outputs_size();  // output value indices were range-checked by preflight()
+  if (!options.outputs.empty() && options.outputs.size() != num_outputs) {
+    return fail("--outputs names " + std::to_string(options.outputs.size()) + " file(s) but method '" +
+                options.method + "' returned " + std::to_string(num_outputs) + " output(s)");
+  }
+  for (size_t i = 0; i < num_outputs; ++i) {
+    print_output(i, method->get_output(i));
+    if (!options.outputs.empty()) {
+      if (auto err = write_output(options.outputs[i], method->get_output(i))) {
+        return fail(*err);
+      }
+    }
+  }
+  return 0;
+}
+
+} // namespace custom_ops_runner

@@ -1,0 +1,59 @@
+// The runner's load -> verify -> pre-flight -> run path, shared by the command line (custom_ops_executor_runner.cpp)
+// and the fuzz target (fuzz_program.cpp). A .pte is untrusted input: the program is verified before use, every size
+// it declares is checked against a memory budget before anything is allocated, planned memory is allocated here
+// (checked, zeroed), and every failure ends in one `error:` line and exit code 1.
+#pragma once
+
+#include <executorch/runtime/executor/program.h>
+#include <executorch/runtime/platform/compiler.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace executorch {
+namespace runtime {
+class DataLoader;
+}
+} // namespace executorch
+
+namespace custom_ops_runner {
+
+// Largest --num_executions accepted (a typo such as 99999999999999999999 is an error, not an endless run).
+constexpr uint64_t kMaxExecutions = 1000000;
+// Default --max_memory: planned buffers plus inputs (1 GiB).
+constexpr uint64_t kDefaultMaxMemory = uint64_t{1} << 30;
+
+struct RunOptions {
+  std::string method = "forward";
+  std::vector<std::string> inputs;                        // raw input files; empty: every input filled with ones
+  std::optional<std::vector<std::string>> input_shapes;   // "2x3" per input, for dynamic programs
+  std::vector<std::string> outputs;                       // raw output files
+  uint64_t num_executions = 1;
+  uint64_t max_memory = kDefaultMaxMemory;
+  executorch::runtime::Program::Verification verification =
+      executorch::runtime::Program::Verification::InternalConsistency;
+  bool quiet = false;  // no log, no error line, no outputs (the fuzz target)
+};
+
+// Runs `options.method` of the program `loader` reads (named `program_name` in messages). Returns 0, or 1 after
+// printing one `error:` line.
+int run_program(
+    std::unique_ptr<executorch::runtime::DataLoader> loader,
+    const std::string& program_name,
+    const RunOptions& options);
+
+// Parsing for the command line, checked: no sign, no overflow, no trailing junk. nullopt on any of those.
+std::optional<uint64_t> parse_count(const std::string& text, uint64_t max);
+// A byte count with an optional binary suffix: 512, 64K, 256M, 2G.
+std::optional<uint64_t> parse_bytes(const std::string& text);
+// A shape like 2x3 ("" for a 0-d tensor), each dimension 0 to INT32_MAX (ExecuTorch's sizes are int32).
+std::optional<std::vector<int32_t>> parse_shape(const std::string& text);
+
+// Installs the ExecuTorch log hook (keeps the details the final error line repeats) and turns ExecuTorch's own
+// aborts, and uncaught exceptions, into an `error:` line naming the program instead of a signal.
+void install_runtime_hooks(bool turn_aborts_into_errors, bool print_log = true);
+
+} // namespace custom_ops_runner
