@@ -14,12 +14,16 @@ namespace native {
 
 template <int64_t kFactor>
 struct MultiplyBy {
+  // x * k in half precision rounds once, like the float product rounded to half, when k has <= 11 significant bits.
+  static constexpr bool kExactInHalf = kFactor >= -2048 && kFactor <= 2048;
+
   template <typename T>
   C10_HOST_DEVICE static constexpr T apply(T x) {
     if constexpr (std::is_integral_v<T>) {
       return elementwise::wrapping_mul(x, static_cast<T>(kFactor));  // wraps like PyTorch's integer mul
     } else {
-      return x * static_cast<T>(kFactor);  // float/double; Half and BFloat16 arrive as float and are rounded once
+      // float/double (Half and BFloat16 arrive as float and are rounded once), or a vector of halves (kExactInHalf)
+      return x * static_cast<elementwise::lane_t<T>>(kFactor);
     }
   }
 };

@@ -14,10 +14,16 @@
 //   - Integer overflow must wrap like PyTorch's (two's complement), never be undefined: use wrapping_mul/wrapping_add
 //     below instead of `*` and `+` on T (8- and 16-bit operands are promoted to signed int by C++).
 //   - apply must be pure (no state): the helpers call it from several threads and in any order.
+//   - Optional: `static constexpr bool kExactInHalf = true;` promises that computing in half precision gives, bit for
+//     bit, the float result rounded once to half (true of x * k for a k with at most 11 significant bits: the product
+//     is exact in float, so there is only one rounding either way). apply<T> must then also compile for T a vector of
+//     halves: spell constants as lane_t<T>. On AArch64 CPUs with half-precision arithmetic (FEAT_FP16) Half elements
+//     are then computed eight per instruction without conversions.
 #pragma once
 
 #include <cstdint>
 #include <type_traits>
+#include <utility>
 
 #include <c10/macros/Macros.h>
 
@@ -28,6 +34,24 @@ namespace elementwise {
 // The arithmetic type an element of T is computed in: float for the 16-bit float types, T itself otherwise.
 template <typename T>
 using compute_t = std::conditional_t<std::is_arithmetic_v<T>, T, float>;
+
+// The element type of T: T itself for a scalar, the lane type for a compiler vector (kExactInHalf functors).
+template <typename T, bool = std::is_arithmetic_v<T>>
+struct lane {
+  using type = T;
+};
+template <typename T>
+struct lane<T, false> {
+  using type = std::decay_t<decltype(std::declval<T>()[0])>;
+};
+template <typename T>
+using lane_t = typename lane<T>::type;
+
+// Whether Op declares kExactInHalf = true.
+template <typename Op, typename = void>
+constexpr bool exact_in_half = false;
+template <typename Op>
+constexpr bool exact_in_half<Op, std::void_t<decltype(Op::kExactInHalf)>> = Op::kExactInHalf;
 
 // Integer arithmetic modulo 2^bits. The operands go through an unsigned type at least as wide as `unsigned`, so no
 // promotion to signed int can overflow (uint16_t * uint16_t would be int * int otherwise).

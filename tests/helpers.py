@@ -39,7 +39,11 @@ def full_range(shape, dtype, seed: int = 0):
     g = torch.Generator().manual_seed(seed)
     if dtype.is_floating_point:
         magnitudes = 10.0 ** torch.randint(-3, 6, shape, generator=g)
-        return (torch.randn(shape, generator=g, dtype=torch.float64) * magnitudes).to(dtype)
+        values = (torch.randn(shape, generator=g, dtype=torch.float64) * magnitudes).to(dtype)
+        special = torch.tensor([float("nan"), float("inf"), float("-inf"), -0.0, torch.finfo(dtype).tiny / 4])
+        flat = values.view(-1)
+        flat[: min(flat.numel(), special.numel())] = special[: flat.numel()].to(dtype)  # NaN, infinities, -0, a subnormal
+        return values
     info = torch.iinfo(dtype)
     return torch.randint(info.min, info.max, shape, generator=g, dtype=torch.int64).to(dtype)
 

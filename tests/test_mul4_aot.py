@@ -162,7 +162,7 @@ def test_autocast_keeps_the_dtype_of_x_times_4(dtype, autocast_dtype):
         expected = x * 4
         actual = torch.ops.my_ops.mul4(x)
     assert actual.dtype == expected.dtype == dtype
-    torch.testing.assert_close(actual, expected, rtol=0, atol=0)
+    torch.testing.assert_close(actual, expected, rtol=0, atol=0, equal_nan=True)
 
 
 def test_export_under_autocast_adds_no_casts():
