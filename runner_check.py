@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -65,10 +66,12 @@ def run_pte(
     *,
     pass_shapes: bool = False,
     extra_args: Sequence[str] = (),
+    emulator: Sequence[str] = (),
 ) -> list[torch.Tensor]:
     """Runs the program's forward on `inputs`; returns its outputs read back with the dtypes of `expected_like`.
 
     pass_shapes=True sends each input's shape (--input_shapes), which programs with dynamic dimensions need.
+    emulator: a command that runs the runner, for one built for another architecture (e.g. qemu-aarch64 -L ...).
     """
     with tempfile.TemporaryDirectory() as tmp:
         in_files = []
@@ -76,7 +79,7 @@ def run_pte(
             in_files.append(os.path.join(tmp, f"input{i}.bin"))
             tensor_to_file(t, in_files[-1])
         out_files = [os.path.join(tmp, f"output{i}.bin") for i in range(len(expected_like))]
-        cmd = [runner, f"--model_path={pte_path}", f"--inputs={','.join(in_files)}", f"--outputs={','.join(out_files)}"]
+        cmd = [*emulator, runner, f"--model_path={pte_path}", f"--inputs={','.join(in_files)}", f"--outputs={','.join(out_files)}"]
         if pass_shapes:
             cmd.append("--input_shapes=" + ",".join("x".join(map(str, t.shape)) for t in inputs))
         proc = subprocess.run([*cmd, *extra_args], capture_output=True, text=True, timeout=300)
@@ -187,7 +190,7 @@ def eager_reference(pte_path: str):
 
 
 def verify(pte: str, *, runner: str | None = None, kernel_library: str | None = None, aot_library: str | None = None,
-           seed: int = 0, tolerance: str = "auto", report=print) -> list[str]:
+           seed: int = 0, tolerance: str = "auto", emulator: Sequence[str] = (), report=print) -> list[str]:
     """Checks `pte` in the runner and/or the Python runtime against its .pt2 in eager; returns the mismatches."""
     import declared_ops
 
@@ -207,7 +210,7 @@ def verify(pte: str, *, runner: str | None = None, kernel_library: str | None = 
            f"comparing {'bit for bit' if exact else 'within dtype tolerance (integers exactly)'}")
     problems = []
     if runner:
-        actual = run_pte(runner, pte, inputs, expected)
+        actual = run_pte(runner, pte, inputs, expected, emulator=emulator)
         problems += [f"runner: {p}" for p in compare_outputs(actual, expected, exact=exact)]
         report(f"  runner          {actual[0].flatten()[:6].tolist()}")
     if kernel_library:
@@ -227,12 +230,15 @@ def main() -> int:
     parser.add_argument("--runner", help="a custom_ops_executor_runner to run it in")
     parser.add_argument("--kernel_library", help="a libcustom_ops_lib.so to run it with in the Python runtime")
     parser.add_argument("--aot_library", help="the AOT library of ops registered from C++ (default: beside the runner)")
+    parser.add_argument("--emulator", default="", help="a command to run the runner with, for a runner built for "
+                        "another architecture, e.g. 'qemu-aarch64 -L /usr/aarch64-linux-gnu'")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--tolerance", choices=("auto", "exact", "dtype"), default="auto")
     args = parser.parse_args()
     try:
         problems = verify(args.pte, runner=args.runner, kernel_library=args.kernel_library,
-                          aot_library=args.aot_library, seed=args.seed, tolerance=args.tolerance)
+                          aot_library=args.aot_library, seed=args.seed, tolerance=args.tolerance,
+                          emulator=shlex.split(args.emulator))
     except (VerificationError, RunnerError, OSError, RuntimeError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

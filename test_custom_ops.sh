@@ -6,6 +6,7 @@
 #   bash test_custom_ops.sh cmake [NAME...]   each declared op's flow (or the named ones: mul3, my_ops::mul4, ...)
 #   bash test_custom_ops.sh buck2 [NAME...]   the same flows built with Buck2; without buck2 on PATH: the graph check
 #                                             (tests/buck2_graph.py), then exit 3 saying buck2 itself did not run
+#   bash test_custom_ops.sh aarch64 [NAME...] the flows cross-compiled for 64-bit ARM, run under qemu-aarch64
 #   bash test_custom_ops.sh test [ARGS]       the whole test suite (pytest; ARGS go to pytest)
 #   bash test_custom_ops.sh doctor            versions and the paths the build will use
 #   bash test_custom_ops.sh bench [ARGS]      the kernels vs ExecuTorch's aten::mul.out and memcpy (benchmark/)
@@ -17,7 +18,7 @@ PYTHON="${VENV}/bin/python"
 BUILD_ROOT="${REPO_ROOT}/cmake-out"
 
 usage() {
-  sed -n '6,11p' "${BASH_SOURCE[0]}" | sed 's/^#//' >&2
+  sed -n '6,12p' "${BASH_SOURCE[0]}" | sed 's/^#//' >&2
   exit 2
 }
 
@@ -179,6 +180,60 @@ mode_buck2() {
   run_flows run_flow_buck2 "buck2 flows" "$@"
 }
 
+# ---- ARM64: cross-compiled runtime side, run under emulation ---------------------------------------------------------
+readonly QEMU_AARCH64=(qemu-aarch64 -L /usr/aarch64-linux-gnu)
+
+# The executorch wheel for manylinux aarch64, of the version installed here (the .pte format and codegen must match):
+# downloaded once and unpacked, not installed, under cmake-out/aarch64/. Prints its package directory.
+aarch64_executorch_package() {
+  local version wheels site
+  version="$("${PYTHON}" -c 'import importlib.metadata as m; print(m.version("executorch"))')"
+  wheels="${BUILD_ROOT}/aarch64/wheels"
+  site="${BUILD_ROOT}/aarch64/site-executorch-${version}"
+  if [[ ! -f "${site}/.unpacked" ]]; then
+    "${PYTHON}" -m pip download --quiet --no-deps --platform manylinux_2_28_aarch64 --only-binary=:all: \
+      --python-version "$("${PYTHON}" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')" \
+      "executorch==${version}" -d "${wheels}" >&2 || die "could not download the aarch64 executorch ${version} wheel"
+    rm -rf "${site}"
+    "${PYTHON}" -m zipfile -e "$(ls "${wheels}"/executorch-"${version}"-*aarch64*.whl | head -n1)" "${site}" ||
+      die "could not unpack the aarch64 executorch wheel"
+    touch "${site}/.unpacked"
+  fi
+  echo "${site}/executorch"
+}
+
+# One op's flow for ARM64: cross-compile its kernels and runner, export on this machine, run and verify under qemu.
+run_flow_aarch64() {
+  local short="$1" name="$2" program="$3" origin="$4"
+  local build_dir="${BUILD_ROOT}/aarch64/${program}" pte="${REPO_ROOT}/${program}.pte" aot=()
+  step "${short} 1/4: cross-compile ${name}.out's kernels and runner for aarch64 into ${build_dir#"${REPO_ROOT}"/}"
+  cmake_build "${build_dir}" --toolchain "${REPO_ROOT}/cmake/aarch64-linux-gnu.toolchain.cmake" \
+    -DEXECUTORCH_PACKAGE_DIR="${AARCH64_EXECUTORCH}" -DCUSTOM_OPS_BUILD_AOT_LIBRARY=OFF "-DCUSTOM_OPS_ROOT_OPS=${name}.out"
+  if [[ "${origin}" == cpp ]]; then  # PyTorch on this machine learns the op from a host build of the AOT library
+    cmake_build "${BUILD_ROOT}/${program}" "-DCUSTOM_OPS_ROOT_OPS=${name}.out" >/dev/null
+    aot=(--aot_library "${BUILD_ROOT}/${program}/libcustom_ops_aot_lib.so")
+  fi
+
+  step "${short} 2/4: export ${program}.pte on this machine (pte_export.py)"
+  "${PYTHON}" "${REPO_ROOT}/pte_export.py" --op "${name}" --output_dir "${REPO_ROOT}" "${aot[@]}"
+
+  step "${short} 3/4: run ${program}.pte in the aarch64 runner under ${QEMU_AARCH64[*]}"
+  "${QEMU_AARCH64[@]}" "${build_dir}/custom_ops_executor_runner" --model_path="${pte}"
+
+  step "${short} 4/4: random inputs through the aarch64 runner, checked against eager PyTorch here (runner_check.py)"
+  "${PYTHON}" "${REPO_ROOT}/runner_check.py" --pte "${pte}" --runner "${build_dir}/custom_ops_executor_runner" \
+    --emulator "${QEMU_AARCH64[*]}" "${aot[@]}"
+}
+
+mode_aarch64() {
+  ensure_venv
+  use_venv
+  bash "${REPO_ROOT}/tools/require_packages.sh" g++-aarch64-linux-gnu qemu-user ||
+    die "the ARM64 flow needs the GNU cross toolchain and qemu-user (see above)"
+  AARCH64_EXECUTORCH="$(aarch64_executorch_package)"
+  run_flows run_flow_aarch64 "aarch64 flows (under qemu-aarch64)" "$@"
+}
+
 mode_test() {
   ensure_venv
   use_venv
@@ -221,6 +276,7 @@ EOF
 case "${1:-}" in
   cmake) shift; mode_cmake "$@" ;;
   buck2) shift; mode_buck2 "$@" ;;
+  aarch64) shift; mode_aarch64 "$@" ;;
   test) shift; mode_test "$@" ;;
   doctor) mode_doctor ;;
   bench) shift; mode_bench "$@" ;;

@@ -1,0 +1,108 @@
+"""ARM64: `bash test_custom_ops.sh aarch64` cross-compiles the runtime side with cmake/aarch64-linux-gnu.toolchain.cmake
+against the aarch64 executorch wheel and runs it under qemu-aarch64. Here: that mode end to end, every dtype and
+dynamic shapes bit for bit on an ARMv8.0 CPU (Cortex-A53: NEON, no half-precision arithmetic) and on QEMU's `max` CPU
+(FEAT_FP16), and the proof that the half-precision path runs on the second and never on the first."""
+
+import glob
+import os
+import re
+import subprocess
+
+import pytest
+import torch
+
+from conftest import cmake_build
+from helpers import ALL_DTYPES, REPO_ROOT, full_range
+from runner_check import compare_outputs, run_pte
+
+SYSROOT = "/usr/aarch64-linux-gnu"
+CPUS = ("cortex-a53", "max")
+ELF_MACHINE_AARCH64 = 183
+
+
+def qemu(cpu: str) -> list[str]:
+    return ["qemu-aarch64", "-cpu", cpu, "-L", SYSROOT]
+
+
+def elf_machine(path: str) -> int:
+    with open(path, "rb") as f:
+        header = f.read(20)
+    assert header[:4] == b"\x7fELF", path
+    return int.from_bytes(header[18:20], "little")
+
+
+@pytest.fixture(scope="module")
+def aarch64_flow():
+    """Runs the aarch64 mode once (it installs the Debian packages when missing and fetches the wheel)."""
+    proc = subprocess.run(["bash", os.path.join(REPO_ROOT, "test_custom_ops.sh"), "aarch64"],
+                          capture_output=True, text=True, timeout=1800)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    return proc
+
+
+@pytest.fixture(scope="module")
+def aarch64_package(aarch64_flow) -> str:
+    from importlib.metadata import version
+
+    (package,) = glob.glob(os.path.join(REPO_ROOT, "cmake-out", "aarch64", f"site-executorch-{version('executorch')}",
+                                        "executorch"))
+    return package
+
+
+@pytest.fixture(scope="module")
+def aarch64_build(aarch64_package):
+    """Both ops' kernels and a runner, cross-compiled."""
+    return cmake_build(os.path.join("aarch64", "all_ops"),
+                       f"CMAKE_TOOLCHAIN_FILE={REPO_ROOT}/cmake/aarch64-linux-gnu.toolchain.cmake",
+                       f"EXECUTORCH_PACKAGE_DIR={aarch64_package}", "CUSTOM_OPS_BUILD_AOT_LIBRARY=OFF",
+                       "CUSTOM_OPS_ROOT_OPS=my_ops::mul3.out,my_ops::mul4.out")
+
+
+def test_the_mode_cross_builds_runs_and_verifies_every_example(aarch64_flow, declared):
+    assert "All aarch64 flows (under qemu-aarch64) passed: mul3 mul4 match PyTorch eager" in aarch64_flow.stdout
+    for op in declared.values():
+        build_dir = os.path.join(REPO_ROOT, "cmake-out", "aarch64", op.example_program)
+        for built in ("custom_ops_executor_runner", "libcustom_ops_lib.so"):
+            assert elf_machine(os.path.join(build_dir, built)) == ELF_MACHINE_AARCH64, built
+    assert aarch64_flow.stdout.count("outputs match PyTorch eager") == len(declared)
+
+
+@pytest.mark.parametrize("cpu", CPUS)
+def test_every_dtype_and_dynamic_shapes_bit_exact_under_emulation(aarch64_build, dynamic_programs, cpu):
+    # Shapes: empty, a tail only, whole 256-element blocks plus a tail (the 16-bit float paths' two halves).
+    shapes = [(0, 2, 3, 4), (1, 1, 1, 3), (3, 7, 13, 15)]
+    problems = []
+    for op, factor in (("mul3", 3), ("mul4", 4)):
+        for dtype_name in ALL_DTYPES:
+            dtype = getattr(torch, dtype_name)
+            pte = dynamic_programs.get(op, dtype, 4)
+            for shape in shapes:
+                x = full_range(shape, dtype, seed=len(problems) + sum(shape))
+                expected = [x * factor]
+                actual = run_pte(aarch64_build.runner, pte, [x], expected, pass_shapes=True, emulator=qemu(cpu))
+                problems += [f"{op} {dtype_name} {shape}: {p}" for p in compare_outputs(actual, expected, exact=True)]
+    assert problems == []
+
+
+def half_arithmetic_encodings(library: str) -> set[str]:
+    """The encodings of the library's `fmul vN.8h` (half-precision vector multiply, FEAT_FP16) instructions."""
+    disassembly = subprocess.run(["aarch64-linux-gnu-objdump", "-d", library], capture_output=True, text=True,
+                                 check=True).stdout
+    return set(re.findall(r"^\s*[0-9a-f]+:\s+([0-9a-f]{8})\s+fmul\s+v\d+\.8h", disassembly, re.M))
+
+
+@pytest.mark.parametrize("cpu,expect_half_arithmetic", [("cortex-a53", False), ("max", True)])
+def test_half_arithmetic_runs_only_where_the_cpu_has_it(aarch64_build, dynamic_programs, tmp_path, cpu,
+                                                        expect_half_arithmetic):
+    # QEMU logs every instruction it translates (-d in_asm): the FP16 multiply appears exactly when HWCAP says the CPU
+    # has it. On the Cortex-A53 it would be SIGILL, so this also checks the runtime test.
+    encodings = half_arithmetic_encodings(aarch64_build.kernel_lib)
+    assert encodings, "the kernel library has no half-precision vector multiply (the FP16 path was not compiled)"
+    x = full_range((1, 1, 16, 16), torch.float16)
+    log = tmp_path / "in_asm.log"
+    actual = run_pte(aarch64_build.runner, dynamic_programs.get("mul3", torch.float16, 4), [x], [x * 3],
+                     pass_shapes=True, emulator=[*qemu(cpu), "-d", "in_asm", "-D", str(log)])
+    assert compare_outputs(actual, [x * 3], exact=True) == []
+    translated = log.read_text()
+    ran = any(re.search(rf"\s{e}\s", translated) for e in encodings)
+    assert ran == expect_half_arithmetic, f"{cpu}: half-precision multiply {'ran' if ran else 'did not run'}"
