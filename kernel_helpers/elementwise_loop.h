@@ -320,11 +320,12 @@ CUSTOM_OPS_AVX2 inline void narrow_block_avx2(const float* block, c10::BFloat16*
   }
 }
 
+// (The final shift is masked to the non-NaN lanes, which saves the blend: this rounding is what bounds BFloat16.)
 CUSTOM_OPS_AVX512 inline __m512i round_to_bfloat16_avx512(__m512i u) {
   const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-  const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7FFF))), 16);
+  const __m512i biased = _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7FFF)));
   const __m512 f = _mm512_castsi512_ps(u);
-  return _mm512_mask_mov_epi32(rounded, _mm512_cmp_ps_mask(f, f, _CMP_UNORD_Q), _mm512_set1_epi32(0x7FC0));
+  return _mm512_mask_srli_epi32(_mm512_set1_epi32(0x7FC0), _mm512_cmp_ps_mask(f, f, _CMP_ORD_Q), biased, 16);
 }
 
 CUSTOM_OPS_AVX512 inline void widen_block_avx512(const c10::BFloat16* in, float* block) {
