@@ -81,8 +81,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--output_dir", default=os.path.dirname(os.path.abspath(__file__)),
                         help="where to write custom_ops_1.pte (default: the repository root)")
+    parser.add_argument("--etrecord", action="store_true", help="also write the ETRecord for the devtools")
     args = parser.parse_args()
-    print(f"Exported {export_example(declared_ops.find('my_ops::mul3'), args.output_dir)}")
+    print(f"Exported {export_example(declared_ops.find('my_ops::mul3'), args.output_dir, etrecord=args.etrecord)}")
 
 
 if __name__ == "__main__":

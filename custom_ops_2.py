@@ -142,6 +142,7 @@ def main() -> None:
     source.add_argument("--so_library", help=f"the AOT library to load (default: {DEFAULT_AOT_LIBRARY})")
     source.add_argument("--jit", action="store_true", help="build the AOT library with torch.utils.cpp_extension")
     parser.add_argument("--output_dir", default=REPO_ROOT, help="where to write the .pte (default: the repo root)")
+    parser.add_argument("--etrecord", action="store_true", help="also write the ETRecord for the devtools")
     args = parser.parse_args()
     from pte_export import export_example
 
@@ -149,7 +150,7 @@ def main() -> None:
         mul4 = declared_ops.find(EXAMPLE_OP)
         library = build_jit_library() if args.jit else load_aot_library(args.so_library, expect=[mul4])
         print(f"Loaded {library}")
-        print(f"Exported {export_example(mul4, args.output_dir)}")
+        print(f"Exported {export_example(mul4, args.output_dir, etrecord=args.etrecord)}")
     except (OSError, RuntimeError, declared_ops.DeclarationError) as err:
         sys.exit(f"error: {err}")
 

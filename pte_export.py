@@ -4,7 +4,7 @@ program saved beside it (.pt2) so the verifier can rerun the same model in eager
 EXIR swaps each functional custom op for its registered `.out` variant, so memory planning can give every output a
 planned buffer. custom_ops_1.py and custom_ops_2.py export their examples through export_example(); so does
 
-    python pte_export.py --op NAME [--output_dir DIR] [--aot_library PATH]
+    python pte_export.py --op NAME [--output_dir DIR] [--aot_library PATH] [--etrecord]
 
 for any op declared in custom_ops.bzl (it registers the op with PyTorch first).
 """
@@ -38,6 +38,11 @@ def pt2_path(pte_path: str | os.PathLike) -> str:
     return os.path.splitext(os.fspath(pte_path))[0] + ".pt2"
 
 
+def etrecord_path(pte_path: str | os.PathLike) -> str:
+    """Where export_to_pte(etrecord=True) saves the ETRecord of a .pte: beside it, as .etrecord."""
+    return os.path.splitext(os.fspath(pte_path))[0] + ".etrecord"
+
+
 def export_to_pte(
     model: torch.nn.Module,
     example_inputs: Sequence[torch.Tensor],
@@ -45,11 +50,14 @@ def export_to_pte(
     *,
     dynamic_shapes: Any = None,
     plan_graph_inputs: bool = True,
+    etrecord: bool = False,
 ) -> str:
     """Exports `model` to an ExecuTorch program at `pte_path` (and its ExportedProgram to pt2_path()); returns the path.
 
     plan_graph_inputs=False leaves graph inputs out of memory planning, so the runtime reads the caller's buffers
     directly instead of copying them into planned memory first (what a kernel benchmark wants).
+    etrecord=True also writes an ETRecord to etrecord_path(): the graphs and the debug-handle map that let
+    executorch.devtools.Inspector name each op in an ETDump from the runner (profile_program.py).
     """
     from executorch.exir import ExecutorchBackendConfig, to_edge
     from executorch.exir.passes import MemoryPlanningPass
@@ -58,20 +66,23 @@ def export_to_pte(
     pte_path = os.fspath(pte_path)
     os.makedirs(os.path.dirname(os.path.abspath(pte_path)), exist_ok=True)
     torch.export.save(exported, pt2_path(pte_path))
-    edge = to_edge(exported)  # with the edge dialect's IR validity check on: registered custom ops pass it
+    # The edge dialect's IR validity check stays on: registered custom ops pass it.
+    edge = to_edge(exported, generate_etrecord=etrecord)
     program = edge.to_executorch(
         ExecutorchBackendConfig(memory_planning_pass=MemoryPlanningPass(alloc_graph_input=plan_graph_inputs))
     )
     with open(pte_path, "wb") as f:
         program.write_to_file(f)
+    if etrecord:
+        program.get_etrecord().save(etrecord_path(pte_path))
     return pte_path
 
 
-def export_example(op, output_dir: str | os.PathLike) -> str:
+def export_example(op, output_dir: str | os.PathLike, *, etrecord: bool = False) -> str:
     """Exports a model calling the declared op `op` (a declared_ops.DeclaredOp, registered with PyTorch) on its
-    example inputs to <output_dir>/<example_program>.pte."""
+    example inputs to <output_dir>/<example_program>.pte (and its ETRecord beside it with etrecord=True)."""
     return export_to_pte(CallOp(op.packet().default), op.make_example_inputs(),
-                         os.path.join(output_dir, f"{op.example_program}.pte"))
+                         os.path.join(output_dir, f"{op.example_program}.pte"), etrecord=etrecord)
 
 
 def operators_in_program(pte_path: str | os.PathLike) -> list[str]:
@@ -95,11 +106,12 @@ def main() -> int:
     parser.add_argument("--op", required=True, help="a declared op, e.g. mul3 or my_ops::mul3")
     parser.add_argument("--output_dir", default=REPO_ROOT, help="where to write the .pte (default: the repo root)")
     parser.add_argument("--aot_library", help="libcustom_ops_aot_lib.so, for ops registered from C++")
+    parser.add_argument("--etrecord", action="store_true", help="also write <program>.etrecord for the devtools")
     args = parser.parse_args()
     try:
         op = declared_ops.find(args.op)
         declared_ops.register_with_pytorch([op], aot_library=args.aot_library)
-        print(f"Exported {export_example(op, args.output_dir)}")
+        print(f"Exported {export_example(op, args.output_dir, etrecord=args.etrecord)}")
     except (declared_ops.DeclarationError, OSError, RuntimeError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

@@ -55,6 +55,11 @@ def wheel_libraries():
         libraries = ["executorch_kernels_optimized"],
         exported_deps = [":executorch"],
     )
+    _wheel_library(
+        name = "executorch_etdump",
+        libraries = ["executorch_etdump"],
+        exported_deps = [":executorch"],
+    )
     torch = _wheel_dir("torch_dir")
     native.prebuilt_cxx_library(
         name = "torch",
@@ -96,7 +101,7 @@ def _define_example(suffix, ops):
         headers = ["runner/program_runner.h"],
         compiler_flags = ["-O3"],
         link_style = "static",
-        deps = [":custom_ops_lib" + suffix, ":executorch_kernels_optimized"],
+        deps = [":custom_ops_lib" + suffix, ":executorch_kernels_optimized", ":executorch_etdump"],
         visibility = ["PUBLIC"],
     )
     cpp_ops = [name for name in ops if CUSTOM_OPS[name]["registered_from"] == "cpp"]

@@ -7,6 +7,8 @@
 #   bash test_custom_ops.sh buck2 [NAME...]   the same flows built with Buck2; without buck2 on PATH: the graph check
 #                                             (tests/buck2_graph.py), then exit 3 saying buck2 itself did not run
 #   bash test_custom_ops.sh aarch64 [NAME...] the flows cross-compiled for 64-bit ARM, run under qemu-aarch64
+#   bash test_custom_ops.sh profile [NAME]    ETDump + ETRecord + Inspector: per-op times in an MLP calling every op (or
+#                                             NAME's example), each op's intermediate output checked against eager
 #   bash test_custom_ops.sh test [ARGS]       the whole test suite (pytest; ARGS go to pytest)
 #   bash test_custom_ops.sh doctor            versions and the paths the build will use
 #   bash test_custom_ops.sh bench [ARGS]      the kernels vs ExecuTorch's aten::mul.out and memcpy (benchmark/)
@@ -18,7 +20,7 @@ PYTHON="${VENV}/bin/python"
 BUILD_ROOT="${REPO_ROOT}/cmake-out"
 
 usage() {
-  sed -n '6,12p' "${BASH_SOURCE[0]}" | sed 's/^#//' >&2
+  sed -n '6,14p' "${BASH_SOURCE[0]}" | sed 's/^#//' >&2
   exit 2
 }
 
@@ -234,6 +236,18 @@ mode_aarch64() {
   run_flows run_flow_aarch64 "aarch64 flows (under qemu-aarch64)" "$@"
 }
 
+mode_profile() {
+  ensure_venv
+  use_venv
+  [[ $# -le 1 ]] || die "profile takes at most one op name"
+  local op=()
+  [[ $# -eq 1 ]] && op=(--op "$(selected_ops "$1" | cut -f2)")
+  step "Build every declared op's kernels, the runner and the AOT library (cmake-out/all_ops)"
+  cmake_build "${BUILD_ROOT}/all_ops" >/dev/null
+  step "Export with an ETRecord, run with an ETDump and a debug buffer, inspect (profile_program.py)"
+  "${PYTHON}" "${REPO_ROOT}/profile_program.py" --build_dir "${BUILD_ROOT}/all_ops" "${op[@]}"
+}
+
 mode_test() {
   ensure_venv
   use_venv
@@ -277,6 +291,7 @@ case "${1:-}" in
   cmake) shift; mode_cmake "$@" ;;
   buck2) shift; mode_buck2 "$@" ;;
   aarch64) shift; mode_aarch64 "$@" ;;
+  profile) shift; mode_profile "$@" ;;
   test) shift; mode_test "$@" ;;
   doctor) mode_doctor ;;
   bench) shift; mode_bench "$@" ;;

@@ -29,6 +29,10 @@ constexpr const char* kUsage = R"(usage: custom_ops_executor_runner --model_path
                             minimal: the file header only (faster, for programs you produced yourself)
   --max_memory=BYTES        refuse programs whose planned buffers plus inputs need more (default: 1G;
                             suffixes K, M, G)
+  --etdump_path=FILE        profile: write an ETDump (every op's time in every execution) for
+                            executorch.devtools.Inspector
+  --debug_buffer_path=FILE  with --etdump_path: also capture every intermediate output, into FILE
+  --debug_buffer_size=BYTES room for those outputs over all executions (default: 64M; suffixes K, M, G)
 )";
 
 // Returns an error message ("" for --help), or nothing when the arguments parsed.
@@ -88,6 +92,16 @@ std::optional<std::string> parse_options(int argc, char** argv, std::string& mod
         return "--max_memory must be a positive byte count such as 536870912 or 512M, got '" + value + "'";
       }
       options.max_memory = *bytes;
+    } else if (name == "--etdump_path") {
+      options.etdump_path = value;
+    } else if (name == "--debug_buffer_path") {
+      options.debug_buffer_path = value;
+    } else if (name == "--debug_buffer_size") {
+      auto bytes = custom_ops_runner::parse_bytes(value);
+      if (!bytes || *bytes == 0) {
+        return "--debug_buffer_size must be a positive byte count such as 1048576 or 64M, got '" + value + "'";
+      }
+      options.debug_buffer_size = *bytes;
     } else if (name == "--verification") {
       if (value == "internal_consistency") {
         options.verification = Program::Verification::InternalConsistency;

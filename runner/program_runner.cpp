@@ -2,6 +2,8 @@
 // been checked (verification, then MethodMeta's checked accessors, then the memory budget).
 #include "program_runner.h"
 
+#include <executorch/devtools/etdump/etdump_flatcc.h>
+
 #include <executorch/extension/memory_allocator/malloc_memory_allocator.h>
 #include <executorch/extension/tensor/tensor.h>
 #include <executorch/runtime/core/exec_aten/util/scalar_type_util.h>
@@ -439,6 +441,131 @@ void install_runtime_hooks(bool turn_aborts_into_errors, bool print_log) {
   }
 }
 
+namespace {
+
+// ETDumpGen with a debug buffer that may be too small: ETDumpGen aborts (ET_CHECK) when a tensor does not fit, so each
+// value is measured first, and one that would not fit is skipped and remembered, for a clear error after the run.
+class CheckedETDumpGen : public executorch::etdump::ETDumpGen {
+ public:
+  void set_debug_buffer_capacity(size_t bytes) { capacity_ = bytes; }
+
+  executorch::runtime::Result<bool> log_evalue(
+      const EValue& evalue, executorch::runtime::LoggedEValueType type) override {
+    if (capacity_ != 0 && get_data_sink() != nullptr &&
+        get_data_sink()->get_used_bytes() + bytes_to_log(evalue) > capacity_) {
+      lost_outputs_ = true;
+      return Error::MemoryAllocationFailed;
+    }
+    return ETDumpGen::log_evalue(evalue, type);
+  }
+  bool lost_outputs() const { return lost_outputs_; }
+
+ private:
+  static constexpr size_t kSinkAlignment = 64;  // BufferDataSink's default: each tensor starts 64-byte aligned
+
+  static size_t bytes_to_log(const EValue& value) {
+    size_t bytes = 0;
+    if (value.isTensor()) {
+      bytes = value.toTensor().nbytes() + kSinkAlignment;
+    } else if (value.isTensorList()) {
+      for (const auto& t : value.toTensorList()) {
+        bytes += t.nbytes() + kSinkAlignment;
+      }
+    }
+    return bytes;
+  }
+
+  size_t capacity_ = 0;
+  bool lost_outputs_ = false;
+};
+
+struct FileCloser {
+  void operator()(FILE* f) const { std::fclose(f); }
+};
+using File = std::unique_ptr<FILE, FileCloser>;
+
+// Opens `path` for writing up front, so a bad path fails before any work.
+std::optional<std::string> open_for_writing(const std::string& path, const char* what, File& file) {
+  file.reset(std::fopen(path.c_str(), "wb"));
+  if (!file) {
+    return std::string("cannot write the ") + what + " to '" + path + "': " + std::strerror(errno) +
+        "; pass a path in a writable directory";
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> write_all(FILE* file, const void* data, size_t size, const std::string& path) {
+  if ((size != 0 && std::fwrite(data, 1, size, file) != size) || std::fflush(file) != 0) {
+    return "writing '" + path + "' failed: " + std::strerror(errno);
+  }
+  return std::nullopt;
+}
+
+// The profiling side of a run: the event tracer, its files and its debug buffer.
+struct Profiling {
+  CheckedETDumpGen tracer;
+  File etdump_file;
+  File debug_buffer_file;
+  std::unique_ptr<uint8_t, decltype(&std::free)> debug_buffer{nullptr, &std::free};
+
+  std::optional<std::string> open(const RunOptions& options) {
+    if (options.etdump_path.empty()) {
+      return options.debug_buffer_path.empty()
+          ? std::nullopt
+          : std::optional<std::string>("--debug_buffer_path needs --etdump_path: the ETDump indexes the buffer");
+    }
+    if (auto err = open_for_writing(options.etdump_path, "ETDump", etdump_file)) {
+      return err;
+    }
+    if (options.debug_buffer_path.empty()) {
+      return std::nullopt;
+    }
+    if (auto err = open_for_writing(options.debug_buffer_path, "debug buffer", debug_buffer_file)) {
+      return err;
+    }
+    if (options.debug_buffer_size > options.max_memory) {
+      return "--debug_buffer_size (" + std::to_string(options.debug_buffer_size) + " bytes) exceeds --max_memory (" +
+          std::to_string(options.max_memory) + "); lower it or raise --max_memory";
+    }
+    debug_buffer.reset(static_cast<uint8_t*>(std::calloc(options.debug_buffer_size, 1)));
+    if (!debug_buffer) {
+      return "cannot allocate a debug buffer of " + std::to_string(options.debug_buffer_size) + " bytes";
+    }
+    if (auto set = tracer.set_debug_buffer({debug_buffer.get(), static_cast<size_t>(options.debug_buffer_size)});
+        !set.ok()) {
+      return "the ETDump generator refused the debug buffer: " + describe(set.error());
+    }
+    tracer.set_debug_buffer_capacity(static_cast<size_t>(options.debug_buffer_size));
+    tracer.set_event_tracer_debug_level(executorch::runtime::EventTracerDebugLogLevel::kIntermediateOutputs);
+    return std::nullopt;
+  }
+
+  // Writes the ETDump and the used part of the debug buffer.
+  std::optional<std::string> write(const RunOptions& options) {
+    if (tracer.lost_outputs()) {
+      return "the intermediate outputs did not fit the debug buffer (--debug_buffer_size=" +
+          std::to_string(options.debug_buffer_size) + "); raise it, or run fewer --num_executions";
+    }
+    executorch::etdump::ETDumpResult dump = tracer.get_etdump_data();
+    if (dump.buf == nullptr || dump.size == 0) {
+      return std::string("the ETDump generator produced no data");
+    }
+    std::unique_ptr<void, decltype(&std::free)> owned(dump.buf, &std::free);  // malloc'ed by ETDumpGen
+    if (auto err = write_all(etdump_file.get(), dump.buf, dump.size, options.etdump_path)) {
+      return err;
+    }
+    if (debug_buffer) {
+      const size_t used = tracer.get_data_sink()->get_used_bytes();
+      if (auto err = write_all(debug_buffer_file.get(), debug_buffer.get(), used, options.debug_buffer_path)) {
+        return err;
+      }
+    }
+    return std::nullopt;
+  }
+};
+
+} // namespace
+
 int run_program(
     std::unique_ptr<executorch::runtime::DataLoader> loader,
     const std::string& program_name,
@@ -446,6 +573,11 @@ int run_program(
   g_program_name = program_name;
   g_quiet = options.quiet;
   g_log = LogDetails();
+  Profiling profiling;
+  if (auto err = profiling.open(options)) {
+    return fail(*err);
+  }
+  const bool profile = !options.etdump_path.empty();
   // Program and Method directly, not extension::Module: Module's conveniences call Result::get() unchecked (its
   // method_names() aborts on a method without a name, a verified program can still have one).
   auto program = Program::load(loader.get(), options.verification);
@@ -484,7 +616,7 @@ int run_program(
   executorch::extension::MallocMemoryAllocator method_allocator;
   executorch::extension::MallocMemoryAllocator temp_allocator;
   executorch::runtime::MemoryManager memory_manager(&method_allocator, planned.allocator.get(), &temp_allocator);
-  auto method = program->load_method(options.method.c_str(), &memory_manager);
+  auto method = program->load_method(options.method.c_str(), &memory_manager, profile ? &profiling.tracer : nullptr);
   if (!method.ok()) {
     if (method.error() == Error::OperatorMissing) {
       std::string ops;
@@ -523,6 +655,11 @@ int run_program(
     total_us += us;
     if (options.num_executions > 1 && !options.quiet) {
       std::printf("Execution %" PRIu64 ": %.3f us\n", run + 1, us);
+    }
+  }
+  if (profile) {
+    if (auto err = profiling.write(options)) {
+      return fail(*err);
     }
   }
   if (options.quiet) {

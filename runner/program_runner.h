@@ -25,6 +25,8 @@ namespace custom_ops_runner {
 constexpr uint64_t kMaxExecutions = 1000000;
 // Default --max_memory: planned buffers plus inputs (1 GiB).
 constexpr uint64_t kDefaultMaxMemory = uint64_t{1} << 30;
+// Default --debug_buffer_size: room for the intermediate outputs of every execution (64 MiB).
+constexpr uint64_t kDefaultDebugBufferSize = uint64_t{64} << 20;
 
 struct RunOptions {
   std::string method = "forward";
@@ -36,6 +38,11 @@ struct RunOptions {
   executorch::runtime::Program::Verification verification =
       executorch::runtime::Program::Verification::InternalConsistency;
   bool quiet = false;  // no log, no error line, no outputs (the fuzz target)
+  // Profiling (ExecuTorch devtools): an ETDump of every execution's events, and optionally every intermediate output
+  // in a debug buffer that the ETDump indexes. Both files are opened before the program is loaded.
+  std::string etdump_path;
+  std::string debug_buffer_path;
+  uint64_t debug_buffer_size = kDefaultDebugBufferSize;
 };
 
 // Runs `options.method` of the program `loader` reads (named `program_name` in messages). Returns 0, or 1 after
