@@ -11,15 +11,11 @@ import os
 
 import torch
 
-import torch_compat
-
-# A fragment, not a definition: PyTorch allows one defining library per namespace, and the C++ AOT library
-# (libcustom_ops_aot_lib.so, whose schema file codegen writes) defines my_ops. Fragments load in any order around it.
-_lib = torch.library.Library("my_ops", "FRAGMENT")
-_lib.define("mul3(Tensor input) -> Tensor")
-# Tag.out marks an out= operator (mutable args are write-only outputs it returns): functionalization, and so
-# torch.compile and opcheck, need it. Codegen gives mul4.out the same tag.
-_lib.define("mul3.out(Tensor input, *, Tensor(a!) output) -> Tensor(a!)", tags=(torch.Tag.out,))
+if __package__:  # bundled in the my_ops wheel, beside its own copy of these modules
+    from . import aot_python_side, torch_compat
+else:
+    import aot_python_side
+    import torch_compat
 
 MUL3_FACTOR = 3
 # The dtypes the ExecuTorch kernel implements; accepting others here would export programs the runtime cannot run.
@@ -36,13 +32,11 @@ def _check_supported(op: str, input: torch.Tensor) -> None:
     )
 
 
-@torch.library.impl("my_ops::mul3", "CompositeExplicitAutograd", lib=_lib)
 def mul3(input: torch.Tensor) -> torch.Tensor:
     _check_supported("my_ops::mul3", input)
     return input * MUL3_FACTOR
 
 
-@torch.library.impl("my_ops::mul3.out", "CompositeExplicitAutograd", lib=_lib)
 def mul3_out(input: torch.Tensor, *, output: torch.Tensor) -> torch.Tensor:
     _check_supported("my_ops::mul3.out", input)
     torch._check(
@@ -52,7 +46,6 @@ def mul3_out(input: torch.Tensor, *, output: torch.Tensor) -> torch.Tensor:
     return torch.mul(input, MUL3_FACTOR, out=output)  # resizes `output` to input's shape, like every ATen out op
 
 
-@torch.library.register_fake("my_ops::mul3", lib=_lib)
 def _mul3_fake(input: torch.Tensor) -> torch.Tensor:
     _check_supported("my_ops::mul3", input)
     return torch.empty_like(input)
@@ -62,15 +55,31 @@ def _mul3_backward(ctx, grad: torch.Tensor) -> torch.Tensor:
     return torch.ops.my_ops.mul3.default(grad)  # through mul3 itself, so higher-order gradients work too
 
 
-torch.library.register_autograd("my_ops::mul3", _mul3_backward, lib=_lib)
-
 
 def _mul3_vmap(info, in_dims, input):
     # Elementwise: the batched result is mul3 of the whole batch, batched along the same dimension.
     return torch.ops.my_ops.mul3.default(input), in_dims[0]
 
 
-torch.library.register_vmap("my_ops::mul3", _mul3_vmap, lib=_lib)
+def _register() -> torch.library.Library:
+    # A fragment, not a definition: PyTorch allows one defining library per namespace, and the C++ AOT library
+    # (libcustom_ops_aot_lib.so, whose schema file codegen writes) defines my_ops. Fragments load in any order.
+    lib = torch.library.Library("my_ops", "FRAGMENT")
+    lib.define("mul3(Tensor input) -> Tensor")
+    # Tag.out marks an out= operator (mutable args are write-only outputs it returns): functionalization, and so
+    # torch.compile and opcheck, need it. Codegen gives mul4.out the same tag.
+    lib.define("mul3.out(Tensor input, *, Tensor(a!) output) -> Tensor(a!)", tags=(torch.Tag.out,))
+    torch.library.impl("my_ops::mul3", "CompositeExplicitAutograd", lib=lib)(mul3)
+    torch.library.impl("my_ops::mul3.out", "CompositeExplicitAutograd", lib=lib)(mul3_out)
+    torch.library.register_fake("my_ops::mul3", _mul3_fake, lib=lib)
+    torch.library.register_autograd("my_ops::mul3", _mul3_backward, lib=lib)
+    torch.library.register_vmap("my_ops::mul3", _mul3_vmap, lib=lib)
+    return lib
+
+
+# Once per process: the my_ops wheel carries a copy of this module (my_ops.custom_ops_1), and whichever copy is
+# imported first registers; the other finds the op defined and adds nothing.
+_lib = None if aot_python_side.is_defined("my_ops::mul3") else _register()
 torch_compat.apply("my_ops")
 
 

@@ -20,8 +20,8 @@ import sys
 
 import torch
 
+import aot_python_side
 import declared_ops
-import torch_compat
 
 REPO_ROOT = os.path.dirname(os.path.abspath(__file__))
 EXAMPLE_OP = "my_ops::mul4"
@@ -36,23 +36,11 @@ def build_hint(ops) -> str:
 
 
 _loaded_library: str | None = None
-_python_side: list = []  # keeps the libraries of Python-side registrations alive
 
 
 def _register_python_side(ops) -> None:
-    """What C++ cannot register: the vmap rule of elementwise ops (functorch's C++ batching headers need
-    nlohmann/json, which the torch wheel does not ship), and the torch 2.13 Inductor workaround."""
     for op in ops:
-        torch_compat.apply(op.namespace)
-        if op.elementwise and op.name not in {name for name, _ in _python_side}:
-            lib = torch.library.Library(op.namespace, "FRAGMENT")
-            functional = op.packet().default
-
-            def elementwise_vmap(info, in_dims, input, functional=functional):
-                return functional(input), in_dims[0]  # the whole batch at once, batched along the same dimension
-
-            torch.library.register_vmap(op.name, elementwise_vmap, lib=lib)
-            _python_side.append((op.name, lib))
+        aot_python_side.register(op.name, op.elementwise)
 
 
 def _check_registered(path: str, expect) -> None:
@@ -93,6 +81,10 @@ def load_aot_library(so_library: str | None = None, expect=None) -> str:
         raise RuntimeError(f"the AOT library {_loaded_library} is already loaded; {path} would define its namespace a "
                            "second time, which PyTorch refuses. Build one AOT library with every C++ op you need, or "
                            "use a fresh process")
+    if _loaded_library is None and expect and all(aot_python_side.is_defined(op.name) for op in expect):
+        # Another AOT library registered them already (the my_ops package's): loading this one would define the
+        # namespace a second time, so its ops are used as they are.
+        _loaded_library = path
     if _loaded_library is None:
         try:
             torch.ops.load_library(path)

@@ -61,6 +61,11 @@ class DeclaredOp:
 
         return getattr(getattr(torch.ops, self.namespace), self.short_name)
 
+    def as_manifest(self) -> dict:
+        """What the my_ops package needs at import time (setup.py writes it into the wheel as _declared.py)."""
+        return {"name": self.name, "registered_from": self.registered_from, "python_module": self.python_module,
+                "elementwise": self.elementwise}
+
     def is_registered(self) -> bool:
         import torch
 

@@ -9,6 +9,7 @@
 #   bash test_custom_ops.sh aarch64 [NAME...] the flows cross-compiled for 64-bit ARM, run under qemu-aarch64
 #   bash test_custom_ops.sh profile [NAME]    ETDump + ETRecord + Inspector: per-op times in an MLP calling every op (or
 #                                             NAME's example), each op's intermediate output checked against eager
+#   bash test_custom_ops.sh wheel             the my_ops wheel (setup.py: C++ AOT ops + Python registrations) in dist/
 #   bash test_custom_ops.sh test [ARGS]       the whole test suite (pytest; ARGS go to pytest)
 #   bash test_custom_ops.sh doctor            versions and the paths the build will use
 #   bash test_custom_ops.sh bench [ARGS]      the kernels vs ExecuTorch's aten::mul.out and memcpy (benchmark/)
@@ -20,7 +21,7 @@ PYTHON="${VENV}/bin/python"
 BUILD_ROOT="${REPO_ROOT}/cmake-out"
 
 usage() {
-  sed -n '6,14p' "${BASH_SOURCE[0]}" | sed 's/^#//' >&2
+  sed -n '6,15p' "${BASH_SOURCE[0]}" | sed 's/^#//' >&2
   exit 2
 }
 
@@ -248,6 +249,22 @@ mode_profile() {
   "${PYTHON}" "${REPO_ROOT}/profile_program.py" --build_dir "${BUILD_ROOT}/all_ops" "${op[@]}"
 }
 
+mode_wheel() {
+  ensure_venv
+  use_venv
+  step "Build the my_ops wheel into dist/ (setup.py: torch.utils.cpp_extension, codegen through codegen/run_codegen.py)"
+  local log="${BUILD_ROOT}/wheel.log"
+  mkdir -p "${BUILD_ROOT}"
+  if ! "${PYTHON}" -m pip wheel --no-build-isolation --no-deps "${REPO_ROOT}" -w "${REPO_ROOT}/dist" >"${log}" 2>&1; then
+    tail -n 40 "${log}" >&2
+    die "building the wheel failed (full log: ${log})"
+  fi
+  local wheel
+  wheel="$(ls -t "${REPO_ROOT}"/dist/my_ops-*.whl | head -n1)"
+  echo "Built ${wheel#"${REPO_ROOT}"/} ($(du -k "${wheel}" | cut -f1) KiB). Install it with:" \
+    "pip install ${wheel#"${REPO_ROOT}"/}, then 'import my_ops' registers every declared op."
+}
+
 mode_test() {
   ensure_venv
   use_venv
@@ -292,6 +309,7 @@ case "${1:-}" in
   buck2) shift; mode_buck2 "$@" ;;
   aarch64) shift; mode_aarch64 "$@" ;;
   profile) shift; mode_profile "$@" ;;
+  wheel) mode_wheel ;;
   test) shift; mode_test "$@" ;;
   doctor) mode_doctor ;;
   bench) shift; mode_bench "$@" ;;

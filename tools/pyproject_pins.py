@@ -1,4 +1,4 @@
-"""Prints the pins test_custom_ops.sh installs into .venv/: [project].dependencies of pyproject.toml, one a line.
+"""Prints the pins test_custom_ops.sh installs into .venv/: [dependency-groups].dev of pyproject.toml, one a line.
 
 Works on Python 3.10, which has no tomllib: pip vendors the same parser as tomli, and every venv has pip.
     python tools/pyproject_pins.py pyproject.toml
@@ -12,4 +12,4 @@ except ImportError:  # Python 3.10
     from pip._vendor import tomli as tomllib
 
 with open(sys.argv[1], "rb") as f:
-    print("\n".join(tomllib.load(f)["project"]["dependencies"]))
+    print("\n".join(tomllib.load(f)["dependency-groups"]["dev"]))

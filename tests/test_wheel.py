@@ -1,0 +1,114 @@
+"""The my_ops package: `bash test_custom_ops.sh wheel` builds it (setup.py), it installs into an empty --target
+directory, and from outside the repository `import my_ops` registers both ops, which compute what ATen does and export
+to a program the runner runs; with the repository's own registrations in the same process nothing registers twice."""
+
+import os
+import subprocess
+import sys
+import zipfile
+
+import pytest
+import torch
+
+from helpers import REPO_ROOT, run_in_fresh_python
+from runner_check import compare_outputs, run_pte
+
+
+@pytest.fixture(scope="module")
+def wheel():
+    proc = subprocess.run(["bash", os.path.join(REPO_ROOT, "test_custom_ops.sh"), "wheel"], capture_output=True,
+                          text=True, timeout=1800)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (built,) = [line.split()[1] for line in proc.stdout.splitlines() if line.startswith("Built dist/")]
+    return os.path.join(REPO_ROOT, built)
+
+
+@pytest.fixture(scope="module")
+def site(wheel, tmp_path_factory):
+    target = tmp_path_factory.mktemp("site")
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(target), wheel],
+                   check=True, capture_output=True)
+    return str(target)
+
+
+def test_the_wheel_holds_the_package_and_nothing_else(wheel):
+    assert wheel.endswith("-cp310-abi3-linux_x86_64.whl")  # the stable ABI: one wheel for Python 3.10+
+    names = set(zipfile.ZipFile(wheel).namelist())
+    package = {n for n in names if not n.startswith("my_ops-0.1.0.dist-info/")}
+    assert package == {"my_ops/__init__.py", "my_ops/_C.abi3.so", "my_ops/_declared.py", "my_ops/custom_ops_1.py",
+                       "my_ops/aot_python_side.py", "my_ops/torch_compat.py"}
+    assert os.path.getsize(wheel) < 512 * 1024  # stripped: no debug info, no build outputs
+
+
+OUTSIDE = """
+import json, sys
+import torch
+import my_ops
+assert {repo!r} not in sys.path and my_ops.__file__.startswith({site!r})
+assert not any(m in sys.modules for m in ("custom_ops_1", "declared_ops"))  # the wheel's copies, not the repository
+results = {{"ops": my_ops.OPS, "library": my_ops.library_path}}
+for dtype in (torch.float32, torch.float16, torch.int32):
+    x = (torch.randn(64) * 100).to(dtype)
+    results[str(dtype)] = [torch.equal(torch.ops.my_ops.mul3(x), x * 3), torch.equal(torch.ops.my_ops.mul4(x), x * 4)]
+
+class Both(torch.nn.Module):
+    def forward(self, x):
+        return torch.ops.my_ops.mul4(torch.ops.my_ops.mul3(x) + 1)
+
+from executorch.exir import to_edge
+program = to_edge(torch.export.export(Both(), (torch.randn(3, 5),))).to_executorch()
+with open("both.pte", "wb") as f:
+    program.write_to_file(f)
+print("@@" + json.dumps(results))
+"""
+
+
+def test_the_installed_package_registers_computes_and_exports_outside_the_repository(site, combined_build, tmp_path):
+    env = dict(os.environ, PYTHONPATH=site)
+    proc = subprocess.run([sys.executable, "-c", OUTSIDE.format(repo=REPO_ROOT, site=site)], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    import json
+
+    results = json.loads(proc.stdout.split("@@")[-1])
+    assert results.pop("ops") == ["my_ops::mul3", "my_ops::mul4"]
+    assert results.pop("library").startswith(site)
+    assert all(all(checks) for checks in results.values()), results
+    x = torch.randn(3, 5)
+    expected = [(x * 3 + 1) * 4]
+    actual = run_pte(combined_build.runner, str(tmp_path / "both.pte"), [x], expected)
+    assert compare_outputs(actual, expected, exact=True) == []
+
+
+ALONGSIDE = """
+import importlib, sys
+import torch
+sys.path.insert(0, {site!r})
+order = {order!r}
+steps = {{
+    "my_ops": lambda: importlib.import_module("my_ops"),
+    "custom_ops_1": lambda: importlib.import_module("custom_ops_1"),
+    "cmake_library": lambda: importlib.import_module("custom_ops_2").load_aot_library({aot!r}),
+    "my_ops_again": lambda: importlib.reload(importlib.import_module("my_ops")),
+}}
+for step in order:
+    steps[step]()
+x = torch.randn(8)
+result = {{
+    "mul3": torch.equal(torch.ops.my_ops.mul3(x), x * 3),
+    "mul4": torch.equal(torch.ops.my_ops.mul4(x), x * 4),
+    "vmap": torch.equal(torch.vmap(torch.ops.my_ops.mul4)(x.view(2, 4)), x.view(2, 4) * 4),
+    "wheel_library_loaded": any({site!r} in line for line in open("/proc/self/maps")),
+}}
+"""
+
+
+@pytest.mark.parametrize("order", [
+    ["my_ops", "my_ops_again", "custom_ops_1", "cmake_library"],
+    ["custom_ops_1", "cmake_library", "my_ops", "my_ops_again"],
+    ["custom_ops_1", "my_ops", "cmake_library"],
+], ids=["package-first", "repository-first", "interleaved"])
+def test_no_double_registration_alongside_the_repository(site, combined_build, order):
+    result = run_in_fresh_python(ALONGSIDE.format(site=site, order=order, aot=combined_build.aot_lib))
+    assert result.pop("wheel_library_loaded") == (order.index("my_ops") < order.index("cmake_library"))
+    assert result == {"mul3": True, "mul4": True, "vmap": True}
