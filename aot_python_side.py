@@ -6,10 +6,7 @@ from __future__ import annotations
 
 import torch
 
-if __package__:  # bundled in the my_ops wheel
-    from . import torch_compat
-else:
-    import torch_compat
+import torch_compat
 
 _libraries: dict[str, torch.library.Library] = {}  # qualified name -> the fragment holding its vmap rule
 

@@ -11,11 +11,8 @@ import os
 
 import torch
 
-if __package__:  # bundled in the my_ops wheel, beside its own copy of these modules
-    from . import aot_python_side, torch_compat
-else:
-    import aot_python_side
-    import torch_compat
+import aot_python_side
+import torch_compat
 
 MUL3_FACTOR = 3
 # The dtypes the ExecuTorch kernel implements; accepting others here would export programs the runtime cannot run.

@@ -25,7 +25,8 @@ import declared_ops  # noqa: E402
 import run_codegen  # noqa: E402
 
 CODEGEN_DIR = os.path.join("build", "my_ops_codegen")  # relative: setuptools wants sources under setup.py's directory
-# Repository modules the package carries a copy of (my_ops.<module>): the ops' shared Python side.
+# Repository modules the package carries a copy of (my_ops.<module>): the ops' shared Python side. my_ops/__init__.py
+# makes them importable by their top-level names too, which the op modules use.
 SHARED_MODULES = ["aot_python_side", "torch_compat"]
 
 

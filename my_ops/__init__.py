@@ -15,6 +15,7 @@ from __future__ import annotations
 import glob
 import importlib
 import os
+import sys
 
 import torch
 
@@ -34,6 +35,14 @@ def _bundled(name: str):
     return importlib.import_module(f"{__name__}.{name}")
 
 
+# The repository's modules (and a user's op module written like them) import these helpers by their top-level names.
+# One module object per helper and process: the one already imported, else the wheel's copy under that name.
+_SHARED_MODULES = ("torch_compat", "aot_python_side")  # in dependency order
+for _name in _SHARED_MODULES:
+    if _name not in sys.modules:
+        sys.modules[_name] = _bundled(_name)
+
+
 def _declared_ops() -> list[dict]:
     if os.path.isfile(os.path.join(_PACKAGE_DIR, "_declared.py")):
         return _bundled("_declared").OPS
@@ -50,7 +59,7 @@ library_path: str | None = _find_library()
 
 
 def _register() -> None:
-    aot_python_side = _bundled("aot_python_side")
+    aot_python_side = sys.modules["aot_python_side"]
     ops = _declared_ops()
     cpp_ops = [op for op in ops if op["registered_from"] == "cpp"]
     if cpp_ops and not all(aot_python_side.is_defined(op["name"]) for op in cpp_ops):

@@ -32,5 +32,9 @@ def test_the_isa_dispatcher_checks_every_feature_a_variant_is_compiled_for():
         compiled_for.update(targets.split(","))
     checked = set(re.findall(r'__builtin_cpu_supports\("([^"]+)"\)', source))
     checked |= set(re.findall(r"(?<!bool )cpu_supports_(\w+)\(\)", source))  # calls of the CPUID readers
+    # AArch64: the FP16 variant runs only where the kernel's HWCAP has both half-precision bits.
+    hwcap = set(re.findall(r"\bHWCAP_(\w+)\b", source.split("cpu_has_half_arithmetic()")[1]))
+    if {"FPHP", "ASIMDHP"} <= hwcap and "if (cpu_has_half_arithmetic())" in source:
+        checked.add("arch=armv8.2-a+fp16")
     assert compiled_for, "no target attributes found"
     assert compiled_for <= checked, f"compiled for but never checked at run time: {sorted(compiled_for - checked)}"
