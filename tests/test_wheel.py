@@ -112,3 +112,30 @@ def test_no_double_registration_alongside_the_repository(site, combined_build, o
     result = run_in_fresh_python(ALONGSIDE.format(site=site, order=order, aot=combined_build.aot_lib))
     assert result.pop("wheel_library_loaded") == (order.index("my_ops") < order.index("cmake_library"))
     assert result == {"mul3": True, "mul4": True, "vmap": True}
+
+
+def test_an_editable_install_reads_the_checkout(tmp_path):
+    # In a copy of the repository and a throwaway venv that sees this one's packages: `pip install -e .` builds _C in
+    # place, and my_ops reads custom_ops_1.py and custom_ops.bzl from the checkout.
+    import site as site_module
+
+    from helpers import copy_repository
+
+    repo = copy_repository(tmp_path / "repo")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    (pth_dir,) = [p for p in (venv / "lib").glob("python*/site-packages")]
+    (pth_dir / "dev_venv.pth").write_text("\n".join(site_module.getsitepackages()) + "\n")
+    python = str(venv / "bin" / "python")
+    install = subprocess.run([python, "-m", "pip", "install", "--quiet", "--no-build-isolation", "--no-deps", "-e",
+                              repo], capture_output=True, text=True, timeout=900)
+    assert install.returncode == 0, install.stderr[-3000:]
+    check = ("import torch, my_ops, sys; x = torch.randn(6); "
+             "print(my_ops.__file__, my_ops.library_path, sys.modules['my_ops.custom_ops_1'].__file__, my_ops.OPS, "
+             "torch.equal(torch.ops.my_ops.mul3(x), x * 3), torch.equal(torch.ops.my_ops.mul4(x), x * 4))")
+    proc = subprocess.run([python, "-c", check], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    package, library, mul3_module, *rest = proc.stdout.split()[-7:]
+    assert package == os.path.join(repo, "my_ops", "__init__.py")
+    assert library.startswith(os.path.join(repo, "my_ops", "_C")) and mul3_module == os.path.join(repo, "custom_ops_1.py")
+    assert " ".join(rest) == "['my_ops::mul3', 'my_ops::mul4'] True True"
