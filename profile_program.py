@@ -101,7 +101,8 @@ def print_times(rows: list[OpTimes], num_executions: int) -> None:
     print(f"{'kernel':<18} {'graph op':<26} {'runs':>5} {'avg us':>9} {'median us':>10} {'min us':>9} {'max us':>9}")
     for row in rows:
         t = sorted(row.microseconds)
-        print(f"{row.name:<18} {row.graph_op:<26} {len(t):>5} {sum(t) / len(t):>9.2f} {t[len(t) // 2]:>10.2f} {t[0]:>9.2f} {t[-1]:>9.2f}")
+        average, median = sum(t) / len(t), t[len(t) // 2]
+        print(f"{row.name:<18} {row.graph_op:<26} {len(t):>5} {average:>9.2f} {median:>10.2f} {t[0]:>9.2f} {t[-1]:>9.2f}")
 
 
 class RuntimeFedInterpreter(torch.fx.Interpreter):
