@@ -127,13 +127,14 @@ def test_an_editable_install_reads_the_checkout(tmp_path):
     (pth_dir,) = [p for p in (venv / "lib").glob("python*/site-packages")]
     (pth_dir / "dev_venv.pth").write_text("\n".join(site_module.getsitepackages()) + "\n")
     python = str(venv / "bin" / "python")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the script puts this repository on it
     install = subprocess.run([python, "-m", "pip", "install", "--quiet", "--no-build-isolation", "--no-deps", "-e",
-                              repo], capture_output=True, text=True, timeout=900)
+                              repo], capture_output=True, text=True, timeout=900, env=env)
     assert install.returncode == 0, install.stderr[-3000:]
     check = ("import torch, my_ops, sys; x = torch.randn(6); "
              "print(my_ops.__file__, my_ops.library_path, sys.modules['my_ops.custom_ops_1'].__file__, my_ops.OPS, "
              "torch.equal(torch.ops.my_ops.mul3(x), x * 3), torch.equal(torch.ops.my_ops.mul4(x), x * 4))")
-    proc = subprocess.run([python, "-c", check], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([python, "-c", check], cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     package, library, mul3_module, *rest = proc.stdout.split()[-7:]
     assert package == os.path.join(repo, "my_ops", "__init__.py")
