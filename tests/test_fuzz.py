@@ -1,21 +1,20 @@
 """libFuzzer over the runner's path for untrusted programs (runner/fuzz_program.cpp, built with clang and
--fsanitize=fuzzer,address,undefined), seeded with the project's valid programs and the regression inputs of past
-findings (tests/fuzz_regressions/). A bounded run (CUSTOM_OPS_FUZZ_SECONDS, default 60) must end with no finding:
-no crash, no ExecuTorch abort, no sanitizer report, no leak. Installs clang when run as root (CI); elsewhere, without
-clang, it is skipped saying which packages to install."""
+-fsanitize=fuzzer,address,undefined), seeded with the project's valid programs and the inputs of past findings
+(tests/fuzz_regressions/*.hex, decoded by tests/regression_inputs.py). A bounded run (CUSTOM_OPS_FUZZ_SECONDS, default
+60) must end with no finding: no crash, no ExecuTorch abort, no sanitizer report, no leak. Installs clang when run as
+root (CI); elsewhere, without clang, it is skipped saying which packages to install."""
 
-import glob
 import os
 import shutil
 import subprocess
 
 import pytest
 
+import regression_inputs
 from helpers import REPO_ROOT
 from tests.conftest import cmake_build
 
 PACKAGES = ["clang", "libclang-rt-14-dev"]
-REGRESSIONS = os.path.join(REPO_ROOT, "tests", "fuzz_regressions")
 
 
 @pytest.fixture(scope="module")
@@ -36,8 +35,8 @@ def run_fuzzer(fuzz_program, *args, cwd):
 
 
 def test_the_regression_inputs_of_past_findings_run_clean(fuzz_program, tmp_path):
-    inputs = sorted(glob.glob(os.path.join(REGRESSIONS, "*.pte")))
-    assert inputs, "no regression inputs"
+    inputs = regression_inputs.decode(tmp_path / "regressions")
+    assert len(inputs) == len(regression_inputs.names()) > 0, "no regression inputs"
     proc = run_fuzzer(fuzz_program, *inputs, cwd=tmp_path)  # file arguments: each runs once
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert f"Executed {inputs[-1]}" in proc.stderr
@@ -46,14 +45,14 @@ def test_the_regression_inputs_of_past_findings_run_clean(fuzz_program, tmp_path
 def test_a_bounded_fuzzing_run_finds_nothing(fuzz_program, mul3_pte, mul4_pte, tmp_path):
     corpus = tmp_path / "corpus"
     corpus.mkdir()
-    for seed in (mul3_pte, mul4_pte, *glob.glob(os.path.join(REGRESSIONS, "*.pte"))):
+    for seed in (mul3_pte, mul4_pte, *regression_inputs.decode(tmp_path / "regressions")):
         shutil.copy(seed, corpus)
     seconds = os.environ.get("CUSTOM_OPS_FUZZ_SECONDS", "60")
     proc = run_fuzzer(fuzz_program, f"-max_total_time={seconds}", "-print_final_stats=1",
                       f"-artifact_prefix={tmp_path}/", str(corpus), cwd=tmp_path)
     findings = sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(("crash-", "leak-", "timeout-", "oom-")))
     assert proc.returncode == 0 and not findings, (
-        f"libFuzzer found {findings}; add each to tests/fuzz_regressions/ once fixed:\n{proc.stderr[-4000:]}")
+        f"libFuzzer found {findings}; once fixed, add each with tests/regression_inputs.py add:\n{proc.stderr[-4000:]}")
     executed = int(next(line.split()[-1] for line in proc.stderr.splitlines()
                         if line.startswith("stat::number_of_executed_units")))
     assert executed > 1000, proc.stderr[-2000:]

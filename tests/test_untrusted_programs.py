@@ -10,7 +10,6 @@ nothing wrote, which the runtimes zero), never anything else, such as the 3.0000
 gave. None of them may reach ExecuTorch's own abort (ET_CHECK), which the runner would turn into an error line: each
 class is stopped before that, by verification, the pre-flight or the kernels' checks."""
 
-import glob
 import json
 import math
 import os
@@ -22,12 +21,19 @@ import sys
 import pytest
 
 from helpers import REPO_ROOT, run_in_fresh_python, run_runner
+import regression_inputs
 from pte_mutations import mutations
 from pte_surgery import replace_kernel_argument, rewrite_output_tensor
 
 COUNT = 1000  # 250 of each kind
-REGRESSIONS = sorted(glob.glob(os.path.join(REPO_ROOT, "tests", "fuzz_regressions", "*.pte")))
+REGRESSIONS = regression_inputs.names()  # the fuzzer's past findings (tests/fuzz_regressions/*.hex)
 ABORT_HOOK = ("ExecuTorch stopped on a failed internal check", "an exception escaped ExecuTorch")
+
+
+@pytest.fixture(scope="module")
+def regression_files(tmp_path_factory) -> dict[str, str]:
+    assert REGRESSIONS, "no regression inputs in tests/fuzz_regressions/"
+    return dict(zip(REGRESSIONS, regression_inputs.decode(tmp_path_factory.mktemp("regressions"))))
 
 
 @pytest.fixture(scope="module")
@@ -100,11 +106,11 @@ result = results
 """
 
 
-def test_mutated_programs_through_the_python_runtime(combined_build, mutant_files, tmp_path):
+def test_mutated_programs_through_the_python_runtime(combined_build, mutant_files, regression_files, tmp_path):
     # Through python_runtime.load_method_checked(): ExecuTorch's own load_program() + execute() ends the interpreter
     # (ET_CHECK in Method::get_outputs) on a program whose output refers past its values.
     progress = tmp_path / "progress"
-    code = PYTHON_RUNTIME.format(kernel_lib=combined_build.kernel_lib, paths=[p for p, _ in mutant_files] + REGRESSIONS,
+    code = PYTHON_RUNTIME.format(kernel_lib=combined_build.kernel_lib, paths=[p for p, _ in mutant_files] + list(regression_files.values()),
                                  progress=str(progress))
     try:
         results = run_in_fresh_python(code, timeout=600)
@@ -181,9 +187,9 @@ def test_each_measured_failure_class_is_one_error_line(case, any_runner, mul3_pt
         load_method_checked(bad).execute([torch.ones(2, 3)])
 
 
-@pytest.mark.parametrize("path", REGRESSIONS, ids=os.path.basename)
-def test_the_fuzzers_findings_stay_fixed(path, any_runner):
-    assert_one_error_line(run_runner(any_runner, f"--model_path={path}"))
+@pytest.mark.parametrize("name", REGRESSIONS)
+def test_the_fuzzers_findings_stay_fixed(name, regression_files, any_runner):
+    assert_one_error_line(run_runner(any_runner, f"--model_path={regression_files[name]}"))
 
 
 def test_the_memory_budget_is_a_flag(mul3_pte, any_runner):
