@@ -8,14 +8,14 @@ import torch
 
 import torch_compat
 
-_libraries: dict[str, torch.library.Library] = {}  # qualified name -> the fragment holding its vmap rule
+_libraries: list[torch.library.Library] = []  # the fragments holding the vmap rules registered here, kept alive
 
 
 def register(qualified_name: str, elementwise: bool) -> None:
     """Once per op and process, whoever asks first (the CMake-built library's loader or the my_ops package)."""
     namespace, name = qualified_name.split("::")
     torch_compat.apply(namespace)
-    if not elementwise or qualified_name in _libraries or _has_vmap_rule(qualified_name):
+    if not elementwise or _has_vmap_rule(qualified_name):
         return
     lib = torch.library.Library(namespace, "FRAGMENT")
     functional = getattr(getattr(torch.ops, namespace), name).default
@@ -24,11 +24,11 @@ def register(qualified_name: str, elementwise: bool) -> None:
         return functional(input), in_dims[0]  # the whole batch at once, batched along the same dimension
 
     torch.library.register_vmap(qualified_name, elementwise_vmap, lib=lib)
-    _libraries[qualified_name] = lib
+    _libraries.append(lib)
 
 
 def _has_vmap_rule(qualified_name: str) -> bool:
-    # Another copy of this module (the repository's or the wheel's) may have registered it already.
+    # Registered here before, or by another copy of this module (the repository's or the wheel's).
     return torch._C._dispatch_has_kernel_for_dispatch_key(qualified_name, "FuncTorchBatched")
 
 

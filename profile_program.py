@@ -204,7 +204,7 @@ def main() -> int:
         inspector = Inspector(etdump_path=etdump, etrecord=etrecord, debug_buffer_path=debug_buffer,
                               target_time_scale=TimeScale.US)
         print_times(op_times(inspector), args.num_executions)
-        exact_ops = {op.out_name.split("::")[-1].split(".")[0] for op in ops if op.bit_exact}
+        exact_ops = {op.short_name for op in ops if op.bit_exact}
         return 1 if print_checks(check_intermediates(inspector, etrecord, inputs, exact_ops)) else 0
     except (declared_ops.DeclarationError, OSError, RuntimeError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)

@@ -79,7 +79,8 @@ def run_pte(
             in_files.append(os.path.join(tmp, f"input{i}.bin"))
             tensor_to_file(t, in_files[-1])
         out_files = [os.path.join(tmp, f"output{i}.bin") for i in range(len(expected_like))]
-        cmd = [*emulator, runner, f"--model_path={pte_path}", f"--inputs={','.join(in_files)}", f"--outputs={','.join(out_files)}"]
+        cmd = [*emulator, runner, f"--model_path={pte_path}", f"--inputs={','.join(in_files)}",
+               f"--outputs={','.join(out_files)}"]
         if pass_shapes:
             cmd.append("--input_shapes=" + ",".join("x".join(map(str, t.shape)) for t in inputs))
         proc = subprocess.run([*cmd, *extra_args], capture_output=True, text=True, timeout=300)

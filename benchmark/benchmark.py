@@ -142,7 +142,7 @@ def main() -> int:
     samples = {case: {"aten": [], "custom": [], "memcpy": []} for case in cases}
     for _ in range(args.rounds):
         for dtype_name, n in cases:
-            nbytes = n * torch.tensor([], dtype=getattr(torch, dtype_name)).element_size()
+            nbytes = n * getattr(torch, dtype_name).itemsize
             executions = executions_for(nbytes)
             for side in ("aten", "custom"):
                 times = execution_times(runner, programs[(side, dtype_name, n)], executions)
@@ -158,7 +158,7 @@ def main() -> int:
     rows, failures = [], []
     for dtype_name, n in cases:
         s = samples[(dtype_name, n)]
-        nbytes = n * torch.tensor([], dtype=getattr(torch, dtype_name)).element_size()
+        nbytes = n * getattr(torch, dtype_name).itemsize
         speedups = [a / c for a, c in zip(s["aten"], s["custom"])]
         fractions = [m / c for m, c in zip(s["memcpy"], s["custom"])]
         aten, custom, mem = (statistics.median(s[k]) for k in ("aten", "custom", "memcpy"))

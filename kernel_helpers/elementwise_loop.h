@@ -203,34 +203,35 @@ inline void narrow_block(const float* block, c10::Half* out) {
 }
 #endif
 
-// One pass over a 16-bit float range: whole blocks with WIDEN_BLOCK/NARROW_BLOCK (which may permute the block's order,
-// as long as NARROW_BLOCK undoes WIDEN_BLOCK: Op is elementwise), the rest in order with the portable conversions.
-#define CUSTOM_OPS_REDUCED_FLOAT_BLOCKS(WIDEN_BLOCK, NARROW_BLOCK)           \
-  alignas(64) float block[kConvertBlock];                                     \
-  int64_t i = 0;                                                              \
-  for (; i + kConvertBlock <= n; i += kConvertBlock) {                        \
-    WIDEN_BLOCK(in + i, block);                                               \
-    for (int64_t j = 0; j < kConvertBlock; ++j) {                             \
-      block[j] = Op::template apply<float>(block[j]);                         \
-    }                                                                         \
-    NARROW_BLOCK(block, out + i);                                             \
-  }                                                                           \
-  widen(in + i, block, n - i);                                                \
-  for (int64_t j = 0; j < n - i; ++j) {                                       \
-    block[j] = Op::template apply<float>(block[j]);                           \
-  }                                                                           \
-  narrow(block, out + i, n - i);
-
 // ---- Loops ---------------------------------------------------------------------------------------------------------
+// The body every ISA variant shares, compiled for that variant's ISA. 16-bit floats: whole blocks with WIDEN_BLOCK /
+// NARROW_BLOCK (which may permute a block's order, as long as NARROW_BLOCK undoes WIDEN_BLOCK: Op is elementwise), the
+// rest in order with the portable conversions. Other types: element by element, which the compiler vectorizes.
+#define CUSTOM_OPS_ELEMENTWISE_LOOP(WIDEN_BLOCK, NARROW_BLOCK)           \
+  if constexpr (kIsReducedFloat<T>) {                                   \
+    alignas(64) float block[kConvertBlock];                             \
+    int64_t i = 0;                                                      \
+    for (; i + kConvertBlock <= n; i += kConvertBlock) {                \
+      WIDEN_BLOCK(in + i, block);                                       \
+      for (int64_t j = 0; j < kConvertBlock; ++j) {                     \
+        block[j] = Op::template apply<float>(block[j]);                 \
+      }                                                                 \
+      NARROW_BLOCK(block, out + i);                                     \
+    }                                                                   \
+    widen(in + i, block, n - i);                                        \
+    for (int64_t j = 0; j < n - i; ++j) {                               \
+      block[j] = Op::template apply<float>(block[j]);                   \
+    }                                                                   \
+    narrow(block, out + i, n - i);                                      \
+  } else {                                                              \
+    for (int64_t i = 0; i < n; ++i) {                                   \
+      out[i] = apply_op<Op>(in[i]);                                     \
+    }                                                                   \
+  }
+
 template <typename T, typename Op>
 inline void loop_baseline(const T* in, T* out, int64_t n) {
-  if constexpr (kIsReducedFloat<T>) {
-    CUSTOM_OPS_REDUCED_FLOAT_BLOCKS(widen_block, narrow_block)
-  } else {
-    for (int64_t i = 0; i < n; ++i) {
-      out[i] = apply_op<Op>(in[i]);
-    }
-  }
+  CUSTOM_OPS_ELEMENTWISE_LOOP(widen_block, narrow_block)
 }
 
 #if defined(__aarch64__) && defined(__linux__) && (defined(__GNUC__) || defined(__clang__))
@@ -348,24 +349,12 @@ CUSTOM_OPS_AVX512 inline void narrow_block_avx512(const float* block, c10::BFloa
 // inline into a function with a superset target).
 template <typename T, typename Op>
 CUSTOM_OPS_AVX2 void loop_avx2(const T* in, T* out, int64_t n) {
-  if constexpr (kIsReducedFloat<T>) {
-    CUSTOM_OPS_REDUCED_FLOAT_BLOCKS(widen_block_avx2, narrow_block_avx2)
-  } else {
-    for (int64_t i = 0; i < n; ++i) {
-      out[i] = apply_op<Op>(in[i]);
-    }
-  }
+  CUSTOM_OPS_ELEMENTWISE_LOOP(widen_block_avx2, narrow_block_avx2)
 }
 
 template <typename T, typename Op>
 CUSTOM_OPS_AVX512 void loop_avx512(const T* in, T* out, int64_t n) {
-  if constexpr (kIsReducedFloat<T>) {
-    CUSTOM_OPS_REDUCED_FLOAT_BLOCKS(widen_block_avx512, narrow_block_avx512)
-  } else {
-    for (int64_t i = 0; i < n; ++i) {
-      out[i] = apply_op<Op>(in[i]);
-    }
-  }
+  CUSTOM_OPS_ELEMENTWISE_LOOP(widen_block_avx512, narrow_block_avx512)
 }
 
 enum class Isa { kBaseline, kAvx2, kAvx512 };

@@ -35,6 +35,17 @@ constexpr const char* kUsage = R"(usage: custom_ops_executor_runner --model_path
   --debug_buffer_size=BYTES room for those outputs over all executions (default: 64M; suffixes K, M, G)
 )";
 
+// A positive byte count (512, 64K, 256M, 2G) for flag `name` into `field`; or the error naming the flag.
+std::optional<std::string> parse_byte_count(const std::string& name, const std::string& value, const char* examples,
+                                            uint64_t& field) {
+  auto bytes = custom_ops_runner::parse_bytes(value);
+  if (!bytes || *bytes == 0) {
+    return name + " must be a positive byte count such as " + examples + ", got '" + value + "'";
+  }
+  field = *bytes;
+  return std::nullopt;
+}
+
 // Returns an error message ("" for --help), or nothing when the arguments parsed.
 std::optional<std::string> parse_options(int argc, char** argv, std::string& model_path, RunOptions& options) {
   auto split = [](const std::string& text) {
@@ -87,21 +98,17 @@ std::optional<std::string> parse_options(int argc, char** argv, std::string& mod
       }
       options.num_executions = *n;
     } else if (name == "--max_memory") {
-      auto bytes = custom_ops_runner::parse_bytes(value);
-      if (!bytes || *bytes == 0) {
-        return "--max_memory must be a positive byte count such as 536870912 or 512M, got '" + value + "'";
+      if (auto err = parse_byte_count(name, value, "536870912 or 512M", options.max_memory)) {
+        return err;
       }
-      options.max_memory = *bytes;
     } else if (name == "--etdump_path") {
       options.etdump_path = value;
     } else if (name == "--debug_buffer_path") {
       options.debug_buffer_path = value;
     } else if (name == "--debug_buffer_size") {
-      auto bytes = custom_ops_runner::parse_bytes(value);
-      if (!bytes || *bytes == 0) {
-        return "--debug_buffer_size must be a positive byte count such as 1048576 or 64M, got '" + value + "'";
+      if (auto err = parse_byte_count(name, value, "1048576 or 64M", options.debug_buffer_size)) {
+        return err;
       }
-      options.debug_buffer_size = *bytes;
     } else if (name == "--verification") {
       if (value == "internal_consistency") {
         options.verification = Program::Verification::InternalConsistency;

@@ -447,7 +447,10 @@ namespace {
 // value is measured first, and one that would not fit is skipped and remembered, for a clear error after the run.
 class CheckedETDumpGen : public executorch::etdump::ETDumpGen {
  public:
-  void set_debug_buffer_capacity(size_t bytes) { capacity_ = bytes; }
+  executorch::runtime::Result<bool> attach_debug_buffer(executorch::runtime::Span<uint8_t> buffer) {
+    capacity_ = buffer.size();
+    return set_debug_buffer(buffer);
+  }
 
   executorch::runtime::Result<bool> log_evalue(
       const EValue& evalue, executorch::runtime::LoggedEValueType type) override {
@@ -531,11 +534,10 @@ struct Profiling {
     if (!debug_buffer) {
       return "cannot allocate a debug buffer of " + std::to_string(options.debug_buffer_size) + " bytes";
     }
-    if (auto set = tracer.set_debug_buffer({debug_buffer.get(), static_cast<size_t>(options.debug_buffer_size)});
+    if (auto set = tracer.attach_debug_buffer({debug_buffer.get(), static_cast<size_t>(options.debug_buffer_size)});
         !set.ok()) {
       return "the ETDump generator refused the debug buffer: " + describe(set.error());
     }
-    tracer.set_debug_buffer_capacity(static_cast<size_t>(options.debug_buffer_size));
     tracer.set_event_tracer_debug_level(executorch::runtime::EventTracerDebugLogLevel::kIntermediateOutputs);
     return std::nullopt;
   }
