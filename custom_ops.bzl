@@ -1,6 +1,6 @@
 # The project's ops, declared once. CMake (through codegen/run_codegen.py), test_custom_ops.sh, the verifier
-# (runner_check.py), the tests and Buck2 (TARGETS loads this file) all read it; custom_ops.yaml binds each op's out
-# variant to its kernel function. Plain literals only: Starlark loads it and Python parses it (declared_ops.py).
+# (flow/verify.py), the tests and Buck2 (TARGETS loads this file) all read it; custom_ops.yaml binds each op's out
+# variant to its kernel function. Plain literals only: Starlark loads it and Python parses it (flow/declarations.py).
 #
 # Each key is an op, "namespace::name"; its out variant "namespace::name.out" must be in custom_ops.yaml.
 #   registered_from  how PyTorch learns the op: "python" (a module calling torch.library) or "cpp"
@@ -11,7 +11,9 @@
 #   kernel_sources   its out variant's kernel: compiled for the ExecuTorch runtime and, for "cpp" ops, in ATen mode
 #                    into the AOT library too
 #   elementwise      True: one input, output shaped and laid out like it (gives "cpp" ops the batched vmap rule)
-#   bit_exact        True: results equal PyTorch eager bit for bit (the verifier then compares exactly)
+#   bit_exact        True: results equal the reference bit for bit (flow/compare.py; the verifier then compares so)
+#   reference        "module.function": the op computed with ATen ops, independent of its kernels. The verifier, the
+#                    profiler and the tests compare every kernel of the op (runtime, and PyTorch's) with it
 #   example_program  the program the flow exports: <example_program>.pte (and .pt2), built in cmake-out/<it>/
 #   example_inputs   its inputs, as (dtype, shape)
 CUSTOM_OPS = {
@@ -21,6 +23,7 @@ CUSTOM_OPS = {
         "kernel_sources": ["custom_ops_1_out.cpp"],
         "elementwise": True,
         "bit_exact": True,
+        "reference": "custom_ops_1.mul3_reference",
         "example_program": "custom_ops_1",
         "example_inputs": [("float32", [2, 3])],
     },
@@ -31,6 +34,7 @@ CUSTOM_OPS = {
         "kernel_sources": ["custom_ops_2_out.cpp"],
         "elementwise": True,
         "bit_exact": True,
+        "reference": "custom_ops_2.mul4_reference",
         "example_program": "custom_ops_2",
         "example_inputs": [("float32", [2, 3])],
     },

@@ -1,25 +1,27 @@
 """Step 1 of the mul3 flow: registers my_ops::mul3 with PyTorch from Python (torch.library), then exports a model
 calling it to custom_ops_1.pte. The runtime kernel is custom_ops_1_out.cpp, bound to mul3.out in custom_ops.yaml.
 
-Importing this module registers the ops and does nothing else; `python custom_ops_1.py [--output_dir DIR]` exports.
+Importing this module registers the ops and does nothing else (it imports only torch, so it can be copied anywhere);
+`python custom_ops_1.py [--output_dir DIR]` exports.
 """
 
 from __future__ import annotations
 
-import argparse
-import os
-
 import torch
 
-import aot_python_side
-import torch_compat
-
 MUL3_FACTOR = 3
-# The dtypes the ExecuTorch kernel implements; accepting others here would export programs the runtime cannot run.
+# The dtypes mul3's runtime kernel implements (the elementwise helper's); accepting others here would export programs
+# the runtime cannot run. tests/test_op_contracts.py checks the two agree.
 SUPPORTED_DTYPES = (
     torch.float32, torch.float64, torch.float16, torch.bfloat16,
     torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
 )
+
+
+def mul3_reference(input: torch.Tensor) -> torch.Tensor:
+    """mul3 in ATen ops, declared as its reference (custom_ops.bzl): what the verifier and the tests compare the
+    runtime kernel with."""
+    return input * MUL3_FACTOR
 
 
 def _check_supported(op: str, input: torch.Tensor) -> None:
@@ -52,7 +54,6 @@ def _mul3_backward(ctx, grad: torch.Tensor) -> torch.Tensor:
     return torch.ops.my_ops.mul3.default(grad)  # through mul3 itself, so higher-order gradients work too
 
 
-
 def _mul3_vmap(info, in_dims, input):
     # Elementwise: the batched result is mul3 of the whole batch, batched along the same dimension.
     return torch.ops.my_ops.mul3.default(input), in_dims[0]
@@ -76,21 +77,10 @@ def _register() -> torch.library.Library:
 
 # Once per process: the my_ops wheel carries a copy of this module (my_ops.custom_ops_1), and whichever copy is
 # imported first registers; the other finds the op defined and adds nothing.
-_lib = None if aot_python_side.is_defined("my_ops::mul3") else _register()
-torch_compat.apply("my_ops")
-
-
-def main() -> None:
-    import declared_ops
-    from pte_export import export_example
-
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--output_dir", default=os.path.dirname(os.path.abspath(__file__)),
-                        help="where to write custom_ops_1.pte (default: the repository root)")
-    parser.add_argument("--etrecord", action="store_true", help="also write the ETRecord for the devtools")
-    args = parser.parse_args()
-    print(f"Exported {export_example(declared_ops.find('my_ops::mul3'), args.output_dir, etrecord=args.etrecord)}")
+_lib = None if hasattr(torch.ops.my_ops, "mul3") else _register()
 
 
 if __name__ == "__main__":
-    main()
+    from flow.export import example_main
+
+    example_main("custom_ops_1")

@@ -21,17 +21,16 @@ from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CppExtension, C
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [HERE, os.path.join(HERE, "codegen")]
 
-import declared_ops  # noqa: E402
 import run_codegen  # noqa: E402
+from flow import declarations  # noqa: E402
 
 CODEGEN_DIR = os.path.join("build", "my_ops_codegen")  # relative: setuptools wants sources under setup.py's directory
-# Repository modules the package carries a copy of (my_ops.<module>): the ops' shared Python side. my_ops/__init__.py
-# makes them importable by their top-level names too, which the op modules use.
-SHARED_MODULES = ["aot_python_side", "torch_compat"]
+# The ops' shared Python side, which the package carries a copy of (my_ops.<module>); each imports only torch.
+SHARED_MODULES = ["flow/torch_compat.py", "flow/vmap_rules.py"]
 
 
 def cpp_ops():
-    return [op for op in declared_ops.load().values() if op.from_cpp]
+    return [op for op in declarations.load().values() if op.from_cpp]
 
 
 def aot_extension():
@@ -67,10 +66,10 @@ class BuildPyWithRegistrations(build_py):
     def run(self):
         super().run()
         package = os.path.join(self.build_lib, "my_ops")
-        ops = declared_ops.load().values()
-        python_modules = sorted({op.python_module for op in ops if not op.from_cpp})
-        for module in python_modules + SHARED_MODULES:
-            shutil.copyfile(os.path.join(HERE, f"{module}.py"), os.path.join(package, f"{module}.py"))
+        ops = declarations.load().values()
+        python_modules = [f"{module}.py" for module in sorted({op.python_module for op in ops if not op.from_cpp})]
+        for path in python_modules + SHARED_MODULES:
+            shutil.copyfile(os.path.join(HERE, path), os.path.join(package, os.path.basename(path)))
         with open(os.path.join(package, "_declared.py"), "w") as f:
             f.write('"""The ops this wheel was built with (from custom_ops.bzl)."""\n\n')
             f.write(f"OPS = {[op.as_manifest() for op in ops]!r}\n")

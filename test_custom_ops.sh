@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Drives the whole custom-op flow for every op declared in custom_ops.bzl: build (select -> generate -> compile) ->
-# register with PyTorch -> export (.pte) -> run -> verify against PyTorch eager. On first use it creates .venv/ with the
-# pins from pyproject.toml; later runs reuse it (and reinstall when the pins change).
+# register with PyTorch -> export (.pte) -> run -> verify against the op's ATen reference. The machinery is the Python
+# package flow/ (python -m flow.<module>). On first use it creates .venv/ with the pins from pyproject.toml; later runs
+# reuse it (and reinstall when the pins change).
 #
 #   bash test_custom_ops.sh cmake [NAME...]   each declared op's flow (or the named ones: mul3, my_ops::mul4, ...)
 #   bash test_custom_ops.sh buck2 [NAME...]   the same flows built with Buck2; without buck2 on PATH: the graph check
 #                                             (tests/buck2_graph.py), then exit 3 saying buck2 itself did not run
 #   bash test_custom_ops.sh aarch64 [NAME...] the flows cross-compiled for 64-bit ARM, run under qemu-aarch64
 #   bash test_custom_ops.sh profile [NAME]    ETDump + ETRecord + Inspector: per-op times in an MLP calling every op (or
-#                                             NAME's example), each op's intermediate output checked against eager
+#                                             NAME's example), every op of every execution checked
 #   bash test_custom_ops.sh wheel             the my_ops wheel (setup.py: C++ AOT ops + Python registrations) in dist/
 #   bash test_custom_ops.sh test [ARGS]       the whole test suite (pytest; ARGS go to pytest)
 #   bash test_custom_ops.sh doctor            versions and the paths the build will use
@@ -20,8 +21,8 @@ VENV="${REPO_ROOT}/.venv"
 PYTHON="${VENV}/bin/python"
 BUILD_ROOT="${REPO_ROOT}/cmake-out"
 
-usage() {
-  sed -n '6,15p' "${BASH_SOURCE[0]}" | sed 's/^#//' >&2
+usage() {  # the modes listed in the header above
+  sed -n '/^#   bash test_custom_ops.sh/,/^set -euo/p' "${BASH_SOURCE[0]}" | grep '^#' | sed 's/^#//' >&2
   exit 2
 }
 
@@ -72,8 +73,8 @@ cmake_build() {
   cmake --build "${build_dir}" -j "$(nproc)"
 }
 
-# One op's flow. Arguments: a line of `declared_ops.py list` (short name, name, example program, registered_from, the
-# module or sources that register it).
+# One op's flow. Arguments: a line of `python -m flow.declarations list` (short name, name, example program,
+# registered_from, the module or sources that register it).
 run_flow_cmake() {
   local short="$1" name="$2" program="$3" origin="$4" where="$5"
   local build_dir="${BUILD_ROOT}/${program}" pte="${REPO_ROOT}/${program}.pte"
@@ -84,23 +85,23 @@ run_flow_cmake() {
 
   local language="Python"
   [[ "${origin}" == cpp ]] && language="C++"
-  step "${short} 2/4: register ${name} with PyTorch from ${language} (${where}), export ${program}.pte (pte_export.py)"
-  "${PYTHON}" "${REPO_ROOT}/pte_export.py" --op "${name}" --output_dir "${REPO_ROOT}" \
+  step "${short} 2/4: register ${name} with PyTorch from ${language} (${where}), export ${program}.pte (flow/export.py)"
+  "${PYTHON}" -m flow.export --op "${name}" --output_dir "${REPO_ROOT}" \
     --aot_library "${build_dir}/libcustom_ops_aot_lib.so"
 
   step "${short} 3/4: run ${program}.pte in ${build_dir#"${REPO_ROOT}"/}/custom_ops_executor_runner"
   "${build_dir}/custom_ops_executor_runner" --model_path="${pte}"
 
-  step "${short} 4/4: random inputs through the runner and the Python runtime, checked against the exported model in \
-eager PyTorch (runner_check.py)"
-  "${PYTHON}" "${REPO_ROOT}/runner_check.py" --pte "${pte}" --runner "${build_dir}/custom_ops_executor_runner" \
+  step "${short} 4/4: random inputs through the runner and the Python runtime, checked against the op's ATen \
+reference, executed 3 times (flow/verify.py)"
+  "${PYTHON}" -m flow.verify --pte "${pte}" --runner "${build_dir}/custom_ops_executor_runner" \
     --kernel_library "${build_dir}/libcustom_ops_lib.so"
 }
 
 # The declared ops to run: all, or those named (a short name like mul3, or namespace::name).
 selected_ops() {
   local all
-  all="$("${PYTHON}" "${REPO_ROOT}/declared_ops.py" list)" || die "custom_ops.bzl could not be read (see above)"
+  all="$("${PYTHON}" -m flow.declarations list)" || die "custom_ops.bzl could not be read (see above)"
   if [[ $# -eq 0 ]]; then
     echo "${all}"
     return
@@ -128,7 +129,7 @@ run_flows() {
     "${flow}" "${op[@]}"
     names+=("${op[0]}")
   done <<< "${ops}"
-  step "All ${what} passed: ${names[*]} match PyTorch eager"
+  step "All ${what} passed: ${names[*]} match their references"
 }
 
 mode_cmake() {
@@ -151,14 +152,14 @@ run_flow_buck2() {
   [[ "${origin}" == cpp ]] && aot="$(awk -v t=":custom_ops_aot_lib_${short}\\[shared\\]" '$1 ~ t"$" {print $2}' <<< "${outputs}")"
   [[ -x "${runner}" ]] || die "buck2 printed no runner for ${short}:\n${outputs}"
 
-  step "${short} 2/4: register ${name} with PyTorch, export ${program}.pte (pte_export.py)"
-  "${PYTHON}" "${REPO_ROOT}/pte_export.py" --op "${name}" --output_dir "${REPO_ROOT}" ${aot:+--aot_library "${aot}"}
+  step "${short} 2/4: register ${name} with PyTorch, export ${program}.pte (flow/export.py)"
+  "${PYTHON}" -m flow.export --op "${name}" --output_dir "${REPO_ROOT}" ${aot:+--aot_library "${aot}"}
 
   step "${short} 3/4: run ${program}.pte in the buck2-built runner"
   "${runner}" --model_path="${REPO_ROOT}/${program}.pte"
 
-  step "${short} 4/4: random inputs through the runner, checked against the exported model in eager (runner_check.py)"
-  "${PYTHON}" "${REPO_ROOT}/runner_check.py" --pte "${REPO_ROOT}/${program}.pte" --runner "${runner}" \
+  step "${short} 4/4: random inputs through the runner, checked against the op's ATen reference (flow/verify.py)"
+  "${PYTHON}" -m flow.verify --pte "${REPO_ROOT}/${program}.pte" --runner "${runner}" \
     ${aot:+--aot_library "${aot}"}
 }
 
@@ -217,14 +218,14 @@ run_flow_aarch64() {
     aot=(--aot_library "${BUILD_ROOT}/${program}/libcustom_ops_aot_lib.so")
   fi
 
-  step "${short} 2/4: export ${program}.pte on this machine (pte_export.py)"
-  "${PYTHON}" "${REPO_ROOT}/pte_export.py" --op "${name}" --output_dir "${REPO_ROOT}" "${aot[@]}"
+  step "${short} 2/4: export ${program}.pte on this machine (flow/export.py)"
+  "${PYTHON}" -m flow.export --op "${name}" --output_dir "${REPO_ROOT}" "${aot[@]}"
 
   step "${short} 3/4: run ${program}.pte in the aarch64 runner under ${QEMU_AARCH64[*]}"
   "${QEMU_AARCH64[@]}" "${build_dir}/custom_ops_executor_runner" --model_path="${pte}"
 
-  step "${short} 4/4: random inputs through the aarch64 runner, checked against eager PyTorch here (runner_check.py)"
-  "${PYTHON}" "${REPO_ROOT}/runner_check.py" --pte "${pte}" --runner "${build_dir}/custom_ops_executor_runner" \
+  step "${short} 4/4: random inputs through the aarch64 runner, checked against the op's ATen reference here (flow/verify.py)"
+  "${PYTHON}" -m flow.verify --pte "${pte}" --runner "${build_dir}/custom_ops_executor_runner" \
     --emulator "${QEMU_AARCH64[*]}" "${aot[@]}"
 }
 
@@ -245,8 +246,8 @@ mode_profile() {
   [[ $# -eq 1 ]] && op=(--op "$(selected_ops "$1" | cut -f2)")
   step "Build every declared op's kernels, the runner and the AOT library (cmake-out/all_ops)"
   cmake_build "${BUILD_ROOT}/all_ops" >/dev/null
-  step "Export with an ETRecord, run with an ETDump and a debug buffer, inspect (profile_program.py)"
-  "${PYTHON}" "${REPO_ROOT}/profile_program.py" --build_dir "${BUILD_ROOT}/all_ops" "${op[@]}"
+  step "Export with an ETRecord, run with an ETDump and a debug buffer, inspect (flow/profile.py)"
+  "${PYTHON}" -m flow.profile --build_dir "${BUILD_ROOT}/all_ops" "${op[@]}"
 }
 
 mode_wheel() {

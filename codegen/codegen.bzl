@@ -7,7 +7,10 @@
 def _codegen_srcs(custom_ops_yaml_target):
     return [
         "codegen/run_codegen.py",
-        "declared_ops.py",
+        "flow/__init__.py",
+        "flow/declarations.py",
+        "flow/dtypes.py",
+        "flow/program.py",
         "custom_ops.bzl",
         custom_ops_yaml_target,
     ] + native.glob(["codegen/templates/*"])

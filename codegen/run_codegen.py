@@ -26,9 +26,10 @@ import sys
 CODEGEN_DIR = os.path.dirname(os.path.abspath(__file__))
 REPO_ROOT = os.path.dirname(CODEGEN_DIR)
 CUSTOM_OPS_YAML = os.path.join(REPO_ROOT, "custom_ops.yaml")
-sys.path.insert(0, REPO_ROOT)
+if REPO_ROOT not in sys.path:
+    sys.path.insert(0, REPO_ROOT)
 
-import declared_ops  # noqa: E402
+from flow import declarations  # noqa: E402
 
 
 class SelectionError(Exception):
@@ -52,12 +53,12 @@ def yaml_ops(path: str = CUSTOM_OPS_YAML) -> list[str]:
     return [e["func"].split("(")[0].strip() for e in entries]
 
 
-def declarations(check_sources: bool = True) -> dict[str, declared_ops.DeclaredOp]:
+def checked_declarations(check_sources: bool = True) -> dict[str, declarations.DeclaredOp]:
     """The declared ops, checked against custom_ops.yaml (and, with check_sources, their files; a Buck2 genrule has
     only the declarations and the yaml in its $SRCDIR)."""
     try:
-        ops = declared_ops.load()
-    except declared_ops.DeclarationError as err:
+        ops = declarations.load()
+    except declarations.DeclarationError as err:
         raise SelectionError(str(err)) from None
     bound = yaml_ops()
     for op in ops.values():
@@ -94,19 +95,13 @@ def program_operators(model_file: str) -> list[str]:
     """The operators a .pte calls, after checking it is one (gen_oplist crashes on other files)."""
     if not os.path.isfile(model_file):
         raise SelectionError(f"model file {model_file} does not exist; export it first (e.g. python custom_ops_1.py)")
-    with open(model_file, "rb") as f:
-        header = f.read(8)
-    if len(header) < 8 or header[4:6] != b"ET":  # the flatbuffer file identifier, e.g. "ET12"
-        raise SelectionError(f"model file {model_file} is not an ExecuTorch program (.pte): its header has no ET "
-                             "file identifier; pass a program written by to_executorch()")
-    from pte_export import operators_in_program
+    from flow import program
 
     try:
         with contextlib.redirect_stdout(io.StringIO()):
-            return operators_in_program(model_file)
-    except Exception as err:  # noqa: BLE001  (any parse failure means a corrupt program)
-        raise SelectionError(f"model file {model_file} is not a readable ExecuTorch program ({err}); re-export it") \
-            from None
+            return program.read(model_file).operators
+    except program.ProgramError as err:
+        raise SelectionError(f"model file {model_file} is {err}; pass a program written by to_executorch()") from None
 
 
 # ---- Selection and generation --------------------------------------------------------------------------------------
@@ -216,7 +211,7 @@ def cmake_list(paths) -> str:
 
 
 def plan(build_dir: str, *, root_ops=None, model_file=None, example=None) -> None:
-    ops = declarations()
+    ops = checked_declarations()
     selected = selected_root_ops(ops, root_ops=root_ops, model_file=model_file, example=example)
     by_out_name = {op.out_name: op for op in ops.values()}
     chosen = [by_out_name[name] for name in selected if name in by_out_name]
@@ -268,7 +263,7 @@ def main() -> int:
             example = {"3": "all"}.get(args.example, args.example)
             plan(args.build_dir, root_ops=root_ops, model_file=args.model_file, example=example)
         elif args.command == "select":
-            ops = declarations(check_sources=False)
+            ops = checked_declarations(check_sources=False)
             selected = selected_root_ops(ops, root_ops=root_ops, model_file=args.model_file)
             if args.registered_from:
                 keep = {op.out_name for op in ops.values() if op.registered_from == args.registered_from}

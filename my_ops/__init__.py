@@ -3,17 +3,20 @@ PyTorch, so models calling them export to ExecuTorch programs.
 
 The wheel (setup.py, `bash test_custom_ops.sh wheel`) carries the C++ AOT ops compiled into one library (_C*.so: the
 C++ registrations, their kernels in ATen mode, and the schemas and CPU registration codegen writes for their out
-variants), the modules that register the Python ops (custom_ops_1.py), and _declared.py, the op list it was built
-with. An editable install (`pip install -e .`) reads the same modules from the checkout instead.
+variants), copies of the modules that register the Python ops (custom_ops_1.py) and of the ops' shared Python side
+(flow/torch_compat.py, flow/vmap_rules.py), and _declared.py, the op list it was built with. Everything is imported
+relative to this package. An editable install (`pip install -e .`) has no copies: it loads the checkout's files under
+the same my_ops.<module> names.
 
-Registration happens once per process: when a CMake-built AOT library or custom_ops_1 came first, their ops are
-used and nothing is registered twice.
+Registration happens once per process: when a CMake-built AOT library or the repository's custom_ops_1 came first,
+their ops are used and nothing is registered twice.
 """
 
 from __future__ import annotations
 
 import glob
 import importlib
+import importlib.util
 import os
 import sys
 
@@ -21,32 +24,42 @@ import torch
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 _CHECKOUT = os.path.dirname(_PACKAGE_DIR)  # for an editable install: the repository
+_EDITABLE = not os.path.isfile(os.path.join(_PACKAGE_DIR, "_declared.py"))
 
 __all__ = ["OPS", "library_path"]
 
 
-# Editable install: the repository's modules stand in for the wheel's copies (my_ops.custom_ops_1 is custom_ops_1.py).
-if not os.path.isfile(os.path.join(_PACKAGE_DIR, "_declared.py")):
-    __path__.append(_CHECKOUT)  # noqa: F821  (a package's __path__)
+def _from_checkout(name: str, relative_path: str):
+    """Editable install: the checkout's file, loaded as my_ops.<name> (what the wheel carries a copy of)."""
+    qualified = f"{__name__}.{name}"
+    if qualified not in sys.modules:
+        spec = importlib.util.spec_from_file_location(qualified, os.path.join(_CHECKOUT, relative_path))
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[qualified] = module
+        spec.loader.exec_module(module)
+    return sys.modules[qualified]
 
 
-def _bundled(name: str):
-    """my_ops.<name>: the wheel's copy of a repository module, or the checkout's file in an editable install."""
-    return importlib.import_module(f"{__name__}.{name}")
-
-
-# The repository's modules (and a user's op module written like them) import these helpers by their top-level names.
-# One module object per helper and process: the one already imported, else the wheel's copy under that name.
-_SHARED_MODULES = ("torch_compat", "aot_python_side")  # in dependency order
-for _name in _SHARED_MODULES:
-    if _name not in sys.modules:
-        sys.modules[_name] = _bundled(_name)
+if _EDITABLE:
+    torch_compat = _from_checkout("torch_compat", "flow/torch_compat.py")
+    vmap_rules = _from_checkout("vmap_rules", "flow/vmap_rules.py")
+else:
+    from . import torch_compat, vmap_rules
 
 
 def _declared_ops() -> list[dict]:
-    if os.path.isfile(os.path.join(_PACKAGE_DIR, "_declared.py")):
-        return _bundled("_declared").OPS
-    return [op.as_manifest() for op in _bundled("declared_ops").load().values()]  # editable: custom_ops.bzl itself
+    if not _EDITABLE:
+        from ._declared import OPS as declared
+
+        return declared
+    declarations = _from_checkout("_declarations", "flow/declarations.py")
+    return [op.as_manifest() for op in declarations.load(os.path.join(_CHECKOUT, "custom_ops.bzl")).values()]
+
+
+def _import_python_op(module: str):
+    if _EDITABLE:
+        return _from_checkout(module, f"{module}.py")
+    return importlib.import_module(f".{module}", __name__)
 
 
 def _find_library() -> str | None:
@@ -59,19 +72,19 @@ library_path: str | None = _find_library()
 
 
 def _register() -> None:
-    aot_python_side = sys.modules["aot_python_side"]
     ops = _declared_ops()
     cpp_ops = [op for op in ops if op["registered_from"] == "cpp"]
-    if cpp_ops and not all(aot_python_side.is_defined(op["name"]) for op in cpp_ops):
+    if cpp_ops and not all(vmap_rules.is_defined(op["name"]) for op in cpp_ops):
         if library_path is None:
             raise ImportError("my_ops was installed without its C++ library (_C*.so); rebuild the wheel with "
                               "`bash test_custom_ops.sh wheel` or `pip install --no-build-isolation .`")
         torch.ops.load_library(library_path)
     for op in ops:
         if op["registered_from"] == "python":
-            _bundled(op["python_module"])
-        else:
-            aot_python_side.register(op["name"], op["elementwise"])
+            _import_python_op(op["python_module"])
+        elif op["elementwise"]:
+            vmap_rules.register_elementwise(op["name"])
+        torch_compat.apply(op["name"].split("::")[0])
         OPS.append(op["name"])
 
 

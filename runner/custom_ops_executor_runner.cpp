@@ -24,7 +24,8 @@ constexpr const char* kUsage = R"(usage: custom_ops_executor_runner --model_path
   --input_shapes=2x3,4      the shape of each input, for programs exported with dynamic dimensions
                             (default: the shapes the program declares; 0-d tensors are written as "")
   --outputs=O.bin,...       write each output tensor's raw bytes (in its memory order) to these files
-  --num_executions=N        run the method N times, 1 to 1000000, and time each run (default: 1)
+  --num_executions=N        run the method N times, 1 to 1000000, each on the same inputs, and time each run
+                            (the inputs are set before the timer starts); outputs are the last run's (default: 1)
   --verification=LEVEL      internal_consistency (default): check the whole program before using it;
                             minimal: the file header only (faster, for programs you produced yourself)
   --max_memory=BYTES        refuse programs whose planned buffers plus inputs need more (default: 1G;

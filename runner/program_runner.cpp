@@ -638,16 +638,17 @@ int run_program(
   if (auto err = prepare_inputs(options, *meta, planned_total, buffers, inputs)) {
     return fail(*err);
   }
-  // Inputs are set once: the timed executions measure the method itself. (Inputs the program memory-plans are
-  // copied into its buffers here; the others are used in place.)
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    if (Error err = method->set_input(inputs[i], i); err != Error::Ok) {
-      return fail("input " + std::to_string(i) + " does not fit method '" + options.method + "': " + describe(err) +
-                  logged_errors());
-    }
-  }
   double total_us = 0;
   for (uint64_t run = 0; run < options.num_executions; ++run) {
+    // Every execution gets the caller's inputs again, before its timer starts: memory planning may reuse a planned
+    // input's buffer for intermediates once the input is dead, so an execution can leave it overwritten. (A planned
+    // input is copied into its buffer here; an unplanned one is pointed at, which costs nothing.)
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      if (Error err = method->set_input(inputs[i], i); err != Error::Ok) {
+        return fail("input " + std::to_string(i) + " does not fit method '" + options.method + "': " + describe(err) +
+                    logged_errors());
+      }
+    }
     g_log.errors.clear();
     const auto start = std::chrono::steady_clock::now();
     if (Error err = method->execute(); err != Error::Ok) {

@@ -45,9 +45,9 @@ def op_build(op) -> CMakeBuild:
 @pytest.fixture(scope="session")
 def declared():
     """The ops declared in custom_ops.bzl, by name."""
-    import declared_ops
+    from flow import declarations
 
-    return declared_ops.load()
+    return declarations.load()
 
 
 @pytest.fixture(scope="session")
@@ -64,23 +64,24 @@ def mul4_build(declared) -> CMakeBuild:
 @pytest.fixture(scope="session")
 def mul4_aot(mul4_build) -> str:
     """Registers my_ops::mul4 in this process from the CMake-built AOT library (alongside custom_ops_1's mul3)."""
-    import custom_ops_2
+    from flow import registration
 
-    return custom_ops_2.load_aot_library(mul4_build.aot_lib)
+    return registration.load_aot_library(mul4_build.aot_lib)
 
 
 @pytest.fixture(scope="session")
 def mul4_pte(declared, mul4_aot, tmp_path_factory) -> str:
-    from pte_export import export_example
+    from flow.export import export_example
 
     return export_example(declared["my_ops::mul4"], tmp_path_factory.mktemp("mul4"))
 
 
 @pytest.fixture(scope="session")
 def mul3_pte(declared, tmp_path_factory) -> str:
-    import custom_ops_1  # noqa: F401
-    from pte_export import export_example
+    from flow import registration
+    from flow.export import export_example
 
+    registration.register_with_pytorch([declared["my_ops::mul3"]])
     return export_example(declared["my_ops::mul3"], tmp_path_factory.mktemp("mul3"))
 
 
@@ -104,15 +105,14 @@ def any_runner(request, mul3_build) -> str:
 
 
 @pytest.fixture(scope="session")
-def et_runtime(combined_build):
-    """The ExecuTorch Python runtime with the combined kernel library loaded into this process (once: registrations
-    are process-global, and this is the only kernel library the pytest process loads)."""
-    from python_runtime import load_kernel_library
+def load_method(combined_build):
+    """flow.runtime.load_method_checked, with the combined kernel library loaded into this process (once:
+    registrations are process-global, and this is the only kernel library the pytest process loads). The method it
+    returns keeps its program alive: executorch.runtime's own Method does not."""
+    from flow.runtime import load_kernel_library, load_method_checked
 
     load_kernel_library(combined_build.kernel_lib)
-    from executorch.runtime import Runtime
-
-    return Runtime.get()
+    return load_method_checked
 
 
 class DynamicPrograms:
@@ -127,7 +127,7 @@ class DynamicPrograms:
     def get(self, op: str, dtype: torch.dtype, rank: int) -> str:
         key = (op, dtype, rank)
         if key not in self._paths:
-            from pte_export import CallOp, export_to_pte
+            from flow.export import CallOp, export_to_pte
 
             dims = {i: torch.export.Dim(f"d{i}", min=0, max=self.MAX_DIM) for i in range(rank)}
             example = torch.ones([3] * rank, dtype=dtype)
@@ -138,7 +138,8 @@ class DynamicPrograms:
 
 
 @pytest.fixture(scope="session")
-def dynamic_programs(mul4_aot, tmp_path_factory) -> DynamicPrograms:
-    import custom_ops_1  # noqa: F401
+def dynamic_programs(mul4_aot, declared, tmp_path_factory) -> DynamicPrograms:
+    from flow import registration
 
+    registration.register_with_pytorch([declared["my_ops::mul3"]])
     return DynamicPrograms(str(tmp_path_factory.mktemp("dynamic")))

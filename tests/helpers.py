@@ -11,7 +11,9 @@ from dataclasses import dataclass
 
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 REPO_ROOT = os.path.dirname(TESTS_DIR)
-ALL_DTYPES = ["float32", "float64", "float16", "bfloat16", "uint8", "int8", "int16", "int32", "int64"]
+if REPO_ROOT not in sys.path:
+    sys.path.insert(0, REPO_ROOT)
+from flow.dtypes import ELEMENTWISE_DTYPES as ALL_DTYPES  # noqa: E402  (the elementwise kernels' dtypes, by name)
 
 
 @dataclass(frozen=True)
@@ -73,6 +75,13 @@ SANITIZER_ENV = {"ASAN_OPTIONS": "exitcode=86:detect_leaks=1", "UBSAN_OPTIONS": 
 def run_runner(runner: str, *args: str, timeout: int = 120) -> subprocess.CompletedProcess:
     return subprocess.run([runner, *args], capture_output=True, text=True, errors="replace", timeout=timeout,
                           env=dict(os.environ, **SANITIZER_ENV))
+
+
+def run_flow(module: str, *args: str, repo: str = REPO_ROOT, timeout: int = 600, **kwargs) -> subprocess.CompletedProcess:
+    """`python -m flow.<module> ARGS` of the repository `repo` (this one, or a copy), as the README runs it."""
+    env = dict(os.environ, PYTHONPATH=repo, **kwargs.pop("env", {}))
+    return subprocess.run([sys.executable, "-m", f"flow.{module}", *args], capture_output=True, text=True,
+                          timeout=timeout, env=env, cwd=repo, **kwargs)
 
 
 def run_in_fresh_python(code: str, timeout: int = 300, env: dict[str, str] | None = None) -> dict:

@@ -35,6 +35,17 @@ def rewrite_output_tensor(src: str, dst: str, *, scalar_type: str | None = None,
     return dst
 
 
+def edit_plan(src: str, dst: str, edit) -> str:
+    """Writes a copy of a valid .pte after `edit(plan)` changed its first execution plan (an executorch.exir.schema
+    ExecutionPlan: values, inputs, outputs, non_const_buffer_sizes, ...)."""
+    with open(src, "rb") as f:
+        pte = deserialize_pte_binary(f.read())
+    edit(pte.program.execution_plan[0])
+    with open(dst, "wb") as f:
+        f.write(bytes(serialize_pte_binary(pte)))
+    return dst
+
+
 def replace_kernel_argument(src: str, dst: str, argument: int, value) -> str:
     """Writes a copy of a valid .pte whose first kernel call passes `value` (an executorch.exir.schema value such as
     Int(7)) as its `argument`-th argument."""

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from helpers import run_runner
-from runner_check import tensor_to_file
+from flow.runner import tensor_to_file
 
 
 def assert_clean_failure(proc, *fragments):

@@ -21,19 +21,19 @@ FACTORS = {"mul3": 3, "mul4": 4}
     shape=st.lists(st.integers(0, MAX_DIM), min_size=1, max_size=4),
     seed=st.integers(0, 2**31 - 1),
 )
-def test_runtime_equals_eager(op, dtype, shape, seed, dynamic_programs, et_runtime):
+def test_runtime_equals_eager(op, dtype, shape, seed, dynamic_programs, load_method):
     x = full_range(shape, dtype, seed)
     expected = x * FACTORS[op]
-    method = et_runtime.load_program(dynamic_programs.get(op, dtype, len(shape))).load_method("forward")
+    method = load_method.load_program(dynamic_programs.get(op, dtype, len(shape))).load_method("forward")
     (actual,) = method.execute([x])
     assert actual.dtype == expected.dtype and actual.shape == expected.shape
     torch.testing.assert_close(actual, expected, rtol=0, atol=0, equal_nan=True)
 
 
-def test_integer_overflow_wraps_like_eager(dynamic_programs, et_runtime):
+def test_integer_overflow_wraps_like_eager(dynamic_programs, load_method):
     for dtype in (torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64):
         info = torch.iinfo(dtype)
         x = torch.tensor([info.max, info.min, info.max // 2 + 1, -1 if info.min < 0 else 1], dtype=dtype)
-        method = et_runtime.load_program(dynamic_programs.get("mul3", dtype, 1)).load_method("forward")
+        method = load_method(dynamic_programs.get("mul3", dtype, 1))
         (actual,) = method.execute([x])
         assert torch.equal(actual, x * 3), dtype

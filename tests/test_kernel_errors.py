@@ -32,13 +32,13 @@ def test_runner_prints_the_kernel_error_and_exits_1(case, mul3_build, mul3_pte, 
 
 
 @pytest.mark.parametrize("case", CASES)
-def test_python_runtime_raises_instead_of_aborting(case, et_runtime, mul3_pte, tmp_path, capfd):
+def test_python_runtime_raises_instead_of_aborting(case, load_method, mul3_pte, tmp_path, capfd):
     changes, message = CASES[case]
     bad = rewrite_output_tensor(mul3_pte, str(tmp_path / "bad.pte"), **changes)
-    method = et_runtime.load_program(bad).load_method("forward")
+    method = load_method(bad)
     with pytest.raises(RuntimeError, match="failed with error 0x12"):  # InvalidArgument
         method.execute([torch.randn(2, 3)])
     assert message in capfd.readouterr().err  # ExecuTorch's log, written by the kernel
     # The process is still healthy: a good program runs right after.
-    (y,) = et_runtime.load_program(mul3_pte).load_method("forward").execute([torch.ones(2, 3)])
+    (y,) = load_method(mul3_pte).execute([torch.ones(2, 3)])
     assert y.tolist() == [[3.0] * 3] * 2

@@ -38,7 +38,7 @@ RUNTIME_PROBE = READ_STATS + """
 import torch
 from executorch.runtime import Runtime
 from helpers import full_range
-from python_runtime import load_kernel_library
+from flow.runtime import load_kernel_library
 load_kernel_library({kernel_lib!r})
 runtime = Runtime.get()
 mismatches = []
@@ -141,15 +141,15 @@ def run_concurrently(work, threads=4):
     assert errors == []
 
 
-def test_concurrent_executions_from_several_threads(et_runtime, tmp_path):
+def test_concurrent_executions_from_several_threads(load_method, tmp_path):
     # Large enough for the threadpool, so several callers share it at once; each thread owns its Method.
     import custom_ops_1  # noqa: F401  (registers mul3 for the export)
-    from pte_export import CallOp, export_to_pte
+    from flow.export import CallOp, export_to_pte
 
     pte = export_to_pte(CallOp(torch.ops.my_ops.mul3.default), (torch.randn(1 << 20),), tmp_path / "big.pte")
 
     def work():
-        method = et_runtime.load_program(pte).load_method("forward")
+        method = load_method(pte)
         for seed in range(8):
             x = full_range((1 << 20,), torch.float32, seed)
             (y,) = method.execute([x])
@@ -176,11 +176,11 @@ def same_numbers(actual, expected) -> bool:
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
-def test_half_types_convert_whole_blocks_and_tails_exactly(mul4_aot, dynamic_programs, et_runtime, dtype):
+def test_half_types_convert_whole_blocks_and_tails_exactly(mul4_aot, dynamic_programs, load_method, dtype):
     # Half and BFloat16 convert 256-element blocks with vector instructions and the rest with portable code: every
     # size around a block boundary, with specials in a whole block and in the tail, matches eager bit for bit. mul3
     # rounds (x * 3 needs more bits than the type has); mul4 only overflows and keeps subnormals.
-    methods = {factor: et_runtime.load_program(dynamic_programs.get(op, dtype, 4)).load_method("forward")
+    methods = {factor: load_method(dynamic_programs.get(op, dtype, 4))
                for op, factor in (("mul3", 3), ("mul4", 4))}
     for shape in ((1, 1, 1, 3), (1, 3, 5, 16), (1, 1, 16, 16), (1, 2, 11, 12), (1, 4, 16, 16), (3, 7, 13, 15)):
         x = full_range(shape, dtype, seed=sum(shape))

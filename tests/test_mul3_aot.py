@@ -5,7 +5,7 @@ import torch
 
 import custom_ops_1  # noqa: F401  (registers my_ops::mul3)
 from helpers import run_in_fresh_python
-from pte_export import operators_in_program
+from flow.program import operators_in_program
 
 
 def test_schemas_are_exactly_as_documented():

@@ -7,10 +7,11 @@ import pytest
 import torch
 
 import custom_ops_1  # noqa: F401  (mul3, registered from Python, lives in the same namespace)
-import custom_ops_2
 import helpers
 from helpers import run_in_fresh_python
-from pte_export import CallOp, export_to_pte, operators_in_program
+from flow import registration
+from flow.export import CallOp, export_to_pte
+from flow.program import operators_in_program
 
 pytestmark = pytest.mark.usefixtures("mul4_aot")
 
@@ -211,7 +212,8 @@ def test_importing_custom_ops_2_registers_nothing_and_loading_imports_no_inducto
         rng = torch.random.get_rng_state()
         import custom_ops_2
         registered_on_import = hasattr(torch.ops.my_ops, "mul4")
-        custom_ops_2.load_aot_library({mul4_build.aot_lib!r})
+        from flow import registration
+        registration.load_aot_library({mul4_build.aot_lib!r})
         result = [registered_on_import, "torch._inductor" in sys.modules, torch.equal(rng, torch.random.get_rng_state())]
     """)
     assert result == [False, False, True]
@@ -219,13 +221,13 @@ def test_importing_custom_ops_2_registers_nothing_and_loading_imports_no_inducto
 
 def test_a_missing_or_wrong_library_path_explains_how_to_build_it(mul4_build, tmp_path):
     with pytest.raises(FileNotFoundError, match="AOT library not found: .*test_custom_ops.sh cmake.*--jit"):
-        custom_ops_2.load_aot_library(str(tmp_path / "nope.so"))
+        registration.load_aot_library(str(tmp_path / "nope.so"))
     not_a_library = tmp_path / "libfake.so"
     not_a_library.write_text("not ELF")
     result = run_in_fresh_python(f"""
-        import custom_ops_2
+        from flow import registration
         try:
-            custom_ops_2.load_aot_library({str(not_a_library)!r})
+            registration.load_aot_library({str(not_a_library)!r})
             result = "loaded"
         except OSError as err:
             result = str(err)
@@ -242,22 +244,23 @@ def test_jit_and_cmake_builds_give_identical_schemas_and_results():
             "out_values": torch.ops.my_ops.mul4.out(x.float(), output=torch.empty(0)).tolist(),
         }
     """)
-    jit = run_in_fresh_python("import torch, custom_ops_2\ncustom_ops_2.build_jit_library()\n" + probe, timeout=900)
+    jit = run_in_fresh_python("import torch\nfrom flow import registration\nregistration.build_jit_library()\n" + probe, timeout=900)
     cmake = {}
     exec(compile("import torch\n" + probe, "probe", "exec"), cmake)
     assert jit == cmake["result"]
 
 
 def test_the_loader_expects_the_ops_the_library_was_built_with(mul4_build, declared):
-    assert custom_ops_2.expected_ops(mul4_build.aot_lib) == [declared["my_ops::mul4"]]
+    assert registration.expected_ops(mul4_build.aot_lib) == [declared["my_ops::mul4"]]
 
 
 def test_a_library_without_an_expected_op_is_an_error_naming_it_and_the_build(mul4_build):
     result = run_in_fresh_python(f"""
-        import dataclasses, custom_ops_2, declared_ops
-        relu6 = dataclasses.replace(declared_ops.load()["my_ops::mul4"], name="my_ops::relu6")
+        import dataclasses
+        from flow import declarations, registration
+        relu6 = dataclasses.replace(declarations.load()["my_ops::mul4"], name="my_ops::relu6")
         try:
-            custom_ops_2.load_aot_library({mul4_build.aot_lib!r}, expect=[relu6])
+            registration.load_aot_library({mul4_build.aot_lib!r}, expect=[relu6])
             result = "loaded"
         except RuntimeError as err:
             result = str(err)

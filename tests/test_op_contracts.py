@@ -6,7 +6,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import custom_ops_1  # noqa: F401
-from runner_check import compare_outputs, run_pte
+from flow.compare import mismatches
+from flow.runner import run_pte
 
 pytestmark = pytest.mark.usefixtures("mul4_aot")
 
@@ -80,9 +81,9 @@ def test_vmap_uses_the_batching_rule(op):
 
 
 @pytest.mark.parametrize("op", FACTORS)
-def test_export_with_dynamic_dims_runs_at_several_sizes(op, dynamic_programs, combined_build, et_runtime):
+def test_export_with_dynamic_dims_runs_at_several_sizes(op, dynamic_programs, combined_build, load_method):
     pte = dynamic_programs.get(op, torch.float32, 2)
-    method = et_runtime.load_program(pte).load_method("forward")
+    method = load_method(pte)
     for shape in ((1, 1), (3, 16), (16, 7), (0, 5)):
         x = torch.randn(shape)
         expected = [x * FACTORS[op]]
@@ -90,4 +91,4 @@ def test_export_with_dynamic_dims_runs_at_several_sizes(op, dynamic_programs, co
         assert actual.shape == x.shape
         torch.testing.assert_close(actual, expected[0], rtol=0, atol=0)
         from_runner = run_pte(combined_build.runner, pte, [x], expected, pass_shapes=True)
-        assert compare_outputs(from_runner, expected, exact=True) == []
+        assert mismatches(from_runner, expected, exact=True) == []

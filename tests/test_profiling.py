@@ -17,7 +17,7 @@ NUM_EXECUTIONS = 5
 def profiled_mul3(combined_build, tmp_path_factory):
     """custom_ops_1's model exported with an ETRecord and run with an ETDump and a debug buffer."""
     import custom_ops_1  # noqa: F401
-    from pte_export import CallOp, etrecord_path, export_to_pte
+    from flow.export import CallOp, etrecord_path, export_to_pte
 
     out = tmp_path_factory.mktemp("profiled")
     pte = export_to_pte(CallOp(torch.ops.my_ops.mul3.default), (torch.ones(2, 3),), out / "mul3.pte", etrecord=True)

@@ -5,7 +5,8 @@ with channels-last inputs."""
 import pytest
 import torch
 
-from runner_check import compare_outputs, run_pte
+from flow.compare import mismatches
+from flow.runner import run_pte
 
 FACTORS = {"mul3": 3, "mul4": 4}
 
@@ -26,12 +27,12 @@ def test_runner_matches_aten(example):
     factor, build, pte = example
     for x in random_inputs():
         expected = [x * factor]
-        assert compare_outputs(run_pte(build.runner, pte, [x], expected), expected, exact=True) == []
+        assert mismatches(run_pte(build.runner, pte, [x], expected), expected, exact=True) == []
 
 
-def test_python_runtime_matches_aten(example, et_runtime):
+def test_python_runtime_matches_aten(example, load_method):
     factor, _, pte = example
-    method = et_runtime.load_program(pte).load_method("forward")
+    method = load_method(pte)
     for x in random_inputs():
         (actual,) = method.execute([x])
         torch.testing.assert_close(actual, x * factor, rtol=0, atol=0)
@@ -40,12 +41,12 @@ def test_python_runtime_matches_aten(example, et_runtime):
 def test_one_build_with_every_op_runs_both_programs(combined_build, mul3_pte, mul4_pte):
     x = torch.randn(2, 3)
     for pte, expected in ((mul3_pte, x * 3), (mul4_pte, x * 4)):
-        assert compare_outputs(run_pte(combined_build.runner, pte, [x], [expected]), [expected], exact=True) == []
+        assert mismatches(run_pte(combined_build.runner, pte, [x], [expected]), [expected], exact=True) == []
 
 
 @pytest.fixture(scope="module")
 def channels_last_programs(mul4_aot, tmp_path_factory):
-    from pte_export import CallOp, export_to_pte
+    from flow.export import CallOp, export_to_pte
 
     example = torch.randn(2, 3, 4, 5).to(memory_format=torch.channels_last)
     out_dir = tmp_path_factory.mktemp("channels_last")
@@ -54,11 +55,11 @@ def channels_last_programs(mul4_aot, tmp_path_factory):
 
 
 @pytest.mark.parametrize("op", FACTORS)
-def test_channels_last_programs_run_in_both_runtimes(op, channels_last_programs, combined_build, et_runtime):
+def test_channels_last_programs_run_in_both_runtimes(op, channels_last_programs, combined_build, load_method):
     x = torch.randn(2, 3, 4, 5).to(memory_format=torch.channels_last)
     expected = x * FACTORS[op]
-    (actual,) = et_runtime.load_program(channels_last_programs[op]).load_method("forward").execute([x])
+    (actual,) = load_method(channels_last_programs[op]).execute([x])
     assert actual.stride() == expected.stride()
     torch.testing.assert_close(actual, expected, rtol=0, atol=0)
     from_runner = run_pte(combined_build.runner, channels_last_programs[op], [x], [expected])
-    assert compare_outputs(from_runner, [expected], exact=True) == []
+    assert mismatches(from_runner, [expected], exact=True) == []

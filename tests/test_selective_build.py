@@ -13,7 +13,7 @@ from tests.conftest import cmake_build, op_build
 
 def custom_ops(kernel_lib):
     """The ops of our namespaces the runtime registry holds after loading only `kernel_lib`."""
-    import declared_ops
+    from flow import declarations as declared_ops
 
     ours = {op.namespace for op in declared_ops.load().values()}
     return [op for op in registered_operators(kernel_lib) if op.split("::")[0] in ours]

@@ -5,9 +5,10 @@ import textwrap
 
 import torch
 
-import custom_ops_1  # noqa: F401  (registers my_ops::mul3 and applies the workaround to my_ops)
-import torch_compat
+from flow import declarations, registration, torch_compat
 from helpers import run_in_fresh_python
+
+registration.register_with_pytorch([declarations.find("mul3")])  # registers mul3, applies the workaround to my_ops
 
 
 def test_the_probe_finds_the_bug_in_the_pinned_torch():
@@ -55,7 +56,8 @@ OTHER_LIBRARY = textwrap.dedent("""
 
 def test_other_libraries_and_multi_output_ops_keep_their_out_variant_lowering():
     result = run_in_fresh_python(OTHER_LIBRARY + textwrap.dedent("""
-        import custom_ops_1  # applies the workaround to my_ops
+        from flow import declarations, registration
+        registration.register_with_pytorch([declarations.find("mul3")])  # applies the workaround to my_ops
         from torch._library._out_variant import to_out_variant
         from torch._inductor.utils import run_and_get_code
         result = {"scale": str(to_out_variant(torch.ops.other_lib.scale.default))}
@@ -74,8 +76,28 @@ def test_nothing_happens_on_a_torch_without_the_patched_module():
     result = run_in_fresh_python("""
         import sys
         sys.modules["torch._library._out_variant"] = None  # as on a torch that never had it
-        import torch_compat
+        from flow import torch_compat
         torch_compat.apply("my_ops")
-        result = torch_compat._installed
+        result = sorted(torch_compat.applied_namespaces())
     """)
-    assert result is False
+    assert result == []
+
+
+def test_one_patch_per_process_whichever_copy_applies_it(tmp_path):
+    # The my_ops wheel carries a copy of torch_compat; both copies in one process share one patch and its namespaces.
+    copy = tmp_path / "torch_compat_copy.py"
+    copy.write_text(open(torch_compat.__file__).read())
+    result = run_in_fresh_python(f"""
+        import importlib.util, torch
+        from flow import torch_compat
+        spec = importlib.util.spec_from_file_location("torch_compat_copy", {str(copy)!r})
+        other = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(other)
+        torch_compat.apply("my_ops")
+        import torch._library._out_variant as out_variant
+        patched = out_variant.to_out_variant
+        other.apply("other_ns")
+        result = [out_variant.to_out_variant is patched, sorted(torch_compat.applied_namespaces()),
+                  sorted(other.applied_namespaces())]
+    """)
+    assert result == [True, ["my_ops", "other_ns"], ["my_ops", "other_ns"]]

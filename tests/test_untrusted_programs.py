@@ -10,20 +10,17 @@ nothing wrote, which the runtimes zero), never anything else, such as the 3.0000
 gave. None of them may reach ExecuTorch's own abort (ET_CHECK), which the runner would turn into an error line: each
 class is stopped before that, by verification, the pre-flight or the kernels' checks."""
 
-import json
-import math
 import os
 import re
 import signal
 import subprocess
-import sys
 
 import pytest
 
-from helpers import REPO_ROOT, run_in_fresh_python, run_runner
+from helpers import run_flow, run_in_fresh_python, run_runner
 import regression_inputs
 from pte_mutations import mutations
-from pte_surgery import replace_kernel_argument, rewrite_output_tensor
+from pte_surgery import edit_plan, replace_kernel_argument, rewrite_output_tensor
 
 COUNT = 1000  # 250 of each kind
 REGRESSIONS = regression_inputs.names()  # the fuzzer's past findings (tests/fuzz_regressions/*.hex)
@@ -89,7 +86,7 @@ def test_mutated_programs_through_the_runner(any_runner, mutant_files):
 
 PYTHON_RUNTIME = """
 import json, torch
-from python_runtime import load_kernel_library, load_method_checked
+from flow.runtime import load_kernel_library, load_method_checked
 load_kernel_library({kernel_lib!r})
 results = []
 for path in {paths!r}:
@@ -107,7 +104,7 @@ result = results
 
 
 def test_mutated_programs_through_the_python_runtime(combined_build, mutant_files, regression_files, tmp_path):
-    # Through python_runtime.load_method_checked(): ExecuTorch's own load_program() + execute() ends the interpreter
+    # Through flow.runtime.load_method_checked(): ExecuTorch's own load_program() + execute() ends the interpreter
     # (ET_CHECK in Method::get_outputs) on a program whose output refers past its values.
     progress = tmp_path / "progress"
     code = PYTHON_RUNTIME.format(kernel_lib=combined_build.kernel_lib, paths=[p for p, _ in mutant_files] + list(regression_files.values()),
@@ -155,33 +152,22 @@ def _int(value):
     return Int(value)
 
 
-def _edit_plan(src, dst, edit):
-    from executorch.exir._serialize._program import deserialize_pte_binary, serialize_pte_binary
-
-    with open(src, "rb") as f:
-        pte = deserialize_pte_binary(f.read())
-    edit(pte.program.execution_plan[0])
-    with open(dst, "wb") as f:
-        f.write(bytes(serialize_pte_binary(pte)))
-    return dst
-
-
 def _planned_buffer(src, dst, size):
-    return _edit_plan(src, dst, lambda plan: plan.non_const_buffer_sizes.__setitem__(-1, size))
+    return edit_plan(src, dst, lambda plan: plan.non_const_buffer_sizes.__setitem__(-1, size))
 
 
 def _output_index(src, dst, index):
-    return _edit_plan(src, dst, lambda plan: plan.outputs.__setitem__(0, index))
+    return edit_plan(src, dst, lambda plan: plan.outputs.__setitem__(0, index))
 
 
 @pytest.mark.parametrize("case", CLASSES)
-def test_each_measured_failure_class_is_one_error_line(case, any_runner, mul3_pte, tmp_path, et_runtime):
+def test_each_measured_failure_class_is_one_error_line(case, any_runner, mul3_pte, tmp_path, load_method):
     make, message = CLASSES[case]
     bad = make(mul3_pte, str(tmp_path / "bad.pte"))
     assert_one_error_line(run_runner(any_runner, f"--model_path={bad}"), message)
     import torch
 
-    from python_runtime import load_method_checked
+    from flow.runtime import load_method_checked
 
     with pytest.raises((RuntimeError, ValueError)):  # the Python runtime refuses it too, and the process lives on
         load_method_checked(bad).execute([torch.ones(2, 3)])
@@ -206,9 +192,7 @@ def test_the_verification_level_is_a_flag(level, mul3_pte, any_runner):
 
 def test_both_flows_verify_in_the_sanitized_runner(sanitized_build, mul3_pte, mul4_pte, mul4_build):
     for pte, aot in ((mul3_pte, None), (mul4_pte, mul4_build.aot_lib)):
-        cmd = [sys.executable, os.path.join(REPO_ROOT, "runner_check.py"), "--pte", pte,
-               "--runner", sanitized_build.runner] + (["--aot_library", aot] if aot else [])
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
-                              env=dict(os.environ, ASAN_OPTIONS="exitcode=86"))
+        proc = run_flow("verify", "--pte", pte, "--runner", sanitized_build.runner,
+                        *(["--aot_library", aot] if aot else []), env={"ASAN_OPTIONS": "exitcode=86"})
         assert proc.returncode == 0, proc.stderr[-3000:]
-        assert "outputs match PyTorch eager" in proc.stdout and "Sanitizer" not in proc.stderr
+        assert "outputs match the reference" in proc.stdout and "Sanitizer" not in proc.stderr

@@ -1,27 +1,26 @@
-"""The op-agnostic verifier (runner_check.py): every declared op's example passes it through the C++ runner and the
-Python runtime; it fails, with a message, when the eager reference differs (even by one ulp where the ops promise
-exact results), when the .pt2 is missing, or when the program calls an op nobody declared."""
+"""The op-agnostic verifier (flow/verify.py): every declared op's example passes it through the C++ runner and the
+Python runtime, several executions each; it fails, with a message, when the reference differs (even by one ulp where
+the ops promise exact results), when the .pt2 is missing, or when the program calls an op nobody declared."""
 
+import os
 import shutil
-import subprocess
-import sys
 
 import pytest
 import torch
 
-from helpers import REPO_ROOT
-from pte_export import CallOp, export_to_pte, pt2_path
+from flow.export import CallOp, export_to_pte, pt2_path
+from helpers import run_flow
 from tests.conftest import op_build
 
 
 def run_verifier(pte, build, *extra):
-    return subprocess.run([sys.executable, f"{REPO_ROOT}/runner_check.py", "--pte", str(pte), "--runner", build.runner,
-                           "--kernel_library", build.kernel_lib, *extra], capture_output=True, text=True, timeout=600)
+    return run_flow("verify", "--pte", str(pte), "--runner", build.runner, "--kernel_library", build.kernel_lib,
+                    *extra)
 
 
 def export_in_fresh_process(op, build, out_dir):
-    subprocess.run([sys.executable, f"{REPO_ROOT}/pte_export.py", "--op", op.name, "--output_dir", str(out_dir),
-                    "--aot_library", build.aot_lib], check=True, capture_output=True, timeout=600)
+    proc = run_flow("export", "--op", op.name, "--output_dir", str(out_dir), "--aot_library", build.aot_lib)
+    assert proc.returncode == 0, proc.stderr[-3000:]
     return out_dir / f"{op.example_program}.pte"
 
 
@@ -30,8 +29,9 @@ def test_every_declared_op_passes_in_the_runner_and_the_python_runtime(declared,
         build = op_build(op)
         proc = run_verifier(export_in_fresh_process(op, build, tmp_path), build)
         assert proc.returncode == 0, proc.stderr[-3000:]
-        assert "outputs match PyTorch eager" in proc.stdout
+        assert "outputs match the reference" in proc.stdout
         assert ("comparing bit for bit" in proc.stdout) == op.bit_exact
+        assert "3 execution(s) in each runtime" in proc.stdout
 
 
 @pytest.fixture
@@ -54,8 +54,10 @@ def test_a_reference_a_few_ulps_away_fails_the_exact_comparison(mul3_copy, mul3_
     proc = run_verifier(mul3_copy, mul3_build)
     assert proc.returncode == 1
     assert "comparing bit for bit" in proc.stdout
-    assert "error: outputs DIFFER from PyTorch eager" in proc.stdout
-    assert "MISMATCH runner: output 0" in proc.stderr and "MISMATCH Python runtime: output 0" in proc.stderr
+    assert "error: outputs DIFFER from the reference" in proc.stdout
+    for where in ("runner, execution 1", "runner, execution 3", "Python runtime, execution 1",
+                  "Python runtime, execution 3"):
+        assert f"MISMATCH {where}: output 0: 6 of 6 elements differ bit for bit" in proc.stderr, where
 
 
 def test_a_reference_of_another_model_fails(mul3_copy, mul3_build, tmp_path):
@@ -67,12 +69,10 @@ def test_a_reference_of_another_model_fails(mul3_copy, mul3_build, tmp_path):
 
 def test_a_missing_pt2_is_an_error(mul3_copy, mul3_build):
     pt2 = pt2_path(mul3_copy)
-    import os
-
     os.remove(pt2)
     proc = run_verifier(mul3_copy, mul3_build)
     assert proc.returncode == 1
-    assert f"error: no eager reference for {mul3_copy}: {pt2} is missing" in proc.stderr
+    assert f"error: no reference for {mul3_copy}: {pt2} is missing" in proc.stderr
 
 
 class ThreeXPlusOne(torch.nn.Module):

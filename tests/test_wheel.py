@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from helpers import REPO_ROOT, run_in_fresh_python
-from runner_check import compare_outputs, run_pte
+from flow.compare import mismatches
+from flow.runner import run_pte
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +37,7 @@ def test_the_wheel_holds_the_package_and_nothing_else(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
     package = {n for n in names if not n.startswith("my_ops-0.1.0.dist-info/")}
     assert package == {"my_ops/__init__.py", "my_ops/_C.abi3.so", "my_ops/_declared.py", "my_ops/custom_ops_1.py",
-                       "my_ops/aot_python_side.py", "my_ops/torch_compat.py"}
+                       "my_ops/vmap_rules.py", "my_ops/torch_compat.py"}
     assert os.path.getsize(wheel) < 512 * 1024  # stripped: no debug info, no build outputs
 
 
@@ -45,7 +46,10 @@ import json, sys
 import torch
 import my_ops
 assert {repo!r} not in sys.path and my_ops.__file__.startswith({site!r})
-assert not any(m in sys.modules for m in ("custom_ops_1", "declared_ops"))  # the wheel's copies, not the repository
+# The wheel's own modules, imported relative to the package: no repository module, nothing under another name.
+assert not [m for m in sys.modules if m in ("custom_ops_1", "torch_compat", "vmap_rules") or m.startswith("flow")]
+assert sorted(m for m in sys.modules if m.startswith("my_ops")) == [
+    "my_ops", "my_ops._declared", "my_ops.custom_ops_1", "my_ops.torch_compat", "my_ops.vmap_rules"]
 results = {{"ops": my_ops.OPS, "library": my_ops.library_path}}
 for dtype in (torch.float32, torch.float16, torch.int32):
     x = (torch.randn(64) * 100).to(dtype)
@@ -77,7 +81,7 @@ def test_the_installed_package_registers_computes_and_exports_outside_the_reposi
     x = torch.randn(3, 5)
     expected = [(x * 3 + 1) * 4]
     actual = run_pte(combined_build.runner, str(tmp_path / "both.pte"), [x], expected)
-    assert compare_outputs(actual, expected, exact=True) == []
+    assert mismatches(actual, expected, exact=True) == []
 
 
 ALONGSIDE = """
@@ -88,7 +92,7 @@ order = {order!r}
 steps = {{
     "my_ops": lambda: importlib.import_module("my_ops"),
     "custom_ops_1": lambda: importlib.import_module("custom_ops_1"),
-    "cmake_library": lambda: importlib.import_module("custom_ops_2").load_aot_library({aot!r}),
+    "cmake_library": lambda: importlib.import_module("flow.registration").load_aot_library({aot!r}),
     "my_ops_again": lambda: importlib.reload(importlib.import_module("my_ops")),
 }}
 for step in order:
@@ -131,7 +135,9 @@ def test_an_editable_install_reads_the_checkout(tmp_path):
     install = subprocess.run([python, "-m", "pip", "install", "--quiet", "--no-build-isolation", "--no-deps", "-e",
                               repo], capture_output=True, text=True, timeout=900, env=env)
     assert install.returncode == 0, install.stderr[-3000:]
-    check = ("import torch, my_ops, sys; x = torch.randn(6); "
+    check = ("import importlib.util, torch, my_ops, sys; x = torch.randn(6); "
+             "assert importlib.util.find_spec('my_ops.setup') is None, 'the checkout leaks into my_ops'; "
+             "assert not [m for m in sys.modules if m in ('custom_ops_1', 'torch_compat') or m.startswith('flow')]; "
              "print(my_ops.__file__, my_ops.library_path, sys.modules['my_ops.custom_ops_1'].__file__, my_ops.OPS, "
              "torch.equal(torch.ops.my_ops.mul3(x), x * 3), torch.equal(torch.ops.my_ops.mul4(x), x * 4))")
     proc = subprocess.run([python, "-c", check], cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)

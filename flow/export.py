@@ -2,11 +2,11 @@
 program saved beside it (.pt2) so the verifier can rerun the same model in eager PyTorch.
 
 EXIR swaps each functional custom op for its registered `.out` variant, so memory planning can give every output a
-planned buffer. custom_ops_1.py and custom_ops_2.py export their examples through export_example(); so does
+planned buffer. For any op declared in custom_ops.bzl (registered with PyTorch first):
 
-    python pte_export.py --op NAME [--output_dir DIR] [--aot_library PATH] [--etrecord]
+    python -m flow.export --op NAME [--output_dir DIR] [--aot_library PATH | --jit] [--etrecord]
 
-for any op declared in custom_ops.bzl (it registers the op with PyTorch first).
+and `python custom_ops_1.py` / `python custom_ops_2.py` do the same for their own op (example_main()).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any, Sequence
 
 import torch
 
-REPO_ROOT = os.path.dirname(os.path.abspath(__file__))
+from flow import REPO_ROOT
 
 
 class CallOp(torch.nn.Module):
@@ -85,37 +85,58 @@ def export_example(op, output_dir: str | os.PathLike, *, etrecord: bool = False)
                          os.path.join(output_dir, f"{op.example_program}.pte"), etrecord=etrecord)
 
 
-def operators_in_program(pte_path: str | os.PathLike) -> list[str]:
-    """Names of the operators a .pte program calls, e.g. ["my_ops::mul3.out"] (read back from the file itself)."""
-    from executorch.exir._serialize._program import deserialize_pte_binary
-
-    with open(pte_path, "rb") as f:
-        program = deserialize_pte_binary(f.read())
-    program = getattr(program, "program", program)  # newer versions wrap the Program with its data segments
-    names = set()
-    for plan in program.execution_plan:
-        for op in plan.operators:
-            names.add(f"{op.name}.{op.overload}" if op.overload else op.name)
-    return sorted(names)
-
-
-def main() -> int:
-    import declared_ops
-
-    parser = argparse.ArgumentParser(description="Exports the example program of a declared op to <program>.pte")
-    parser.add_argument("--op", required=True, help="a declared op, e.g. mul3 or my_ops::mul3")
+def _parser(description: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--output_dir", default=REPO_ROOT, help="where to write the .pte (default: the repo root)")
-    parser.add_argument("--aot_library", help="libcustom_ops_aot_lib.so, for ops registered from C++")
+    library = parser.add_mutually_exclusive_group()
+    library.add_argument("--aot_library", "--so_library", dest="aot_library",
+                         help="libcustom_ops_aot_lib.so, for ops registered from C++ (default: the op's CMake build, "
+                              "cmake-out/<example_program>/)")
+    library.add_argument("--jit", action="store_true", help="build the AOT library with torch.utils.cpp_extension")
     parser.add_argument("--etrecord", action="store_true", help="also write <program>.etrecord for the devtools")
-    args = parser.parse_args()
+    return parser
+
+
+def _export(ops, args) -> int:
+    from flow import declarations, registration
+
     try:
-        op = declared_ops.find(args.op)
-        declared_ops.register_with_pytorch([op], aot_library=args.aot_library)
-        print(f"Exported {export_example(op, args.output_dir, etrecord=args.etrecord)}")
-    except (declared_ops.DeclarationError, OSError, RuntimeError) as err:
+        if args.jit:
+            print(f"Built and loaded {registration.build_jit_library([op for op in ops if op.from_cpp] or None)}")
+        registration.register_with_pytorch(ops, aot_library=args.aot_library)
+        for op in ops:
+            print(f"Exported {export_example(op, args.output_dir, etrecord=args.etrecord)}")
+    except (declarations.DeclarationError, OSError, RuntimeError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
     return 0
+
+
+def example_main(program: str) -> None:
+    """The command line of an example module (custom_ops_1.py, custom_ops_2.py): registers the ops whose example
+    program it is and exports them."""
+    from flow import declarations
+
+    args = _parser(f"Registers the op(s) of {program} with PyTorch and exports {program}.pte").parse_args()
+    try:
+        ops = declarations.with_example_program(program)
+    except declarations.DeclarationError as err:
+        sys.exit(f"error: {err}")
+    sys.exit(_export(ops, args))
+
+
+def main() -> int:
+    from flow import declarations
+
+    parser = _parser("Exports the example program of a declared op to <program>.pte")
+    parser.add_argument("--op", required=True, help="a declared op, e.g. mul3 or my_ops::mul3")
+    args = parser.parse_args()
+    try:
+        op = declarations.find(args.op)
+    except declarations.DeclarationError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    return _export([op], args)
 
 
 if __name__ == "__main__":

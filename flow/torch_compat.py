@@ -1,5 +1,6 @@
 """A workaround for a bug in the pinned torch (2.13.0) that these ops would otherwise hit, narrowed to this project's
-op namespaces. The ops' registration modules call apply("my_ops"); importing this module costs nothing.
+op namespaces. flow.registration and the my_ops package call apply("my_ops") once the ops are registered; importing
+this module costs nothing, and it imports only the standard library and torch (the my_ops wheel carries a copy).
 
 The bug: Inductor lowers a functional custom op to its `Tag.out` overload and calls it with `out=buf`, whatever the
 schema names the out argument (ours: `output`, the upstream example's schema), so `torch.compile` of mul3/mul4 fails
@@ -10,7 +11,8 @@ told there is no out variant, so it calls the functional op as a plain fallback 
 output-buffer reuse. Other libraries' ops, and multi-output out variants (whose lowering names its arguments), are
 untouched. Whether the bug is present is decided by behaviour: the first time Inductor asks about one of our ops, a
 subprocess compiles a probe op with an out argument named `result` (about 5 s, once per process). On a torch without
-`torch._library._out_variant` there is nothing to patch and apply() does nothing.
+`torch._library._out_variant` there is nothing to patch and apply() does nothing. One patch per process, whichever
+copy of this module applies it first: the namespaces live on the patched function itself.
 """
 
 from __future__ import annotations
@@ -21,9 +23,6 @@ import subprocess
 import sys
 
 log = logging.getLogger(__name__)
-
-_namespaces: set[str] = set()
-_installed = False
 
 _PROBE = r"""
 import torch
@@ -59,10 +58,6 @@ def inductor_hardcodes_out_kwarg() -> bool:
 
 def apply(namespace: str) -> None:
     """Applies the workaround to the ops of `namespace` (e.g. "my_ops"); idempotent."""
-    global _installed
-    _namespaces.add(namespace)
-    if _installed:
-        return
     try:
         import torch._library._out_variant as out_variant
     except ImportError:
@@ -70,13 +65,17 @@ def apply(namespace: str) -> None:
     find_out_variant = getattr(out_variant, "to_out_variant", None)
     if find_out_variant is None:
         return
+    namespaces = getattr(find_out_variant, "custom_ops_namespaces", None)
+    if namespaces is not None:  # installed already, by this copy of the module or another
+        namespaces.add(namespace)
+        return
 
     @functools.wraps(find_out_variant)
     def to_out_variant(op):
         candidate = find_out_variant(op)
         if (
             candidate is not None
-            and op.namespace in _namespaces
+            and op.namespace in to_out_variant.custom_ops_namespaces
             and len(names := out_variant.get_out_arg_names(candidate)) == 1
             and names != ["out"]
             and inductor_hardcodes_out_kwarg()
@@ -84,5 +83,14 @@ def apply(namespace: str) -> None:
             return None
         return candidate
 
+    to_out_variant.custom_ops_namespaces = {namespace}
     out_variant.to_out_variant = to_out_variant
-    _installed = True
+
+
+def applied_namespaces() -> set[str]:
+    """The namespaces the workaround covers in this process (empty when it is not installed)."""
+    try:
+        import torch._library._out_variant as out_variant
+    except ImportError:
+        return set()
+    return set(getattr(getattr(out_variant, "to_out_variant", None), "custom_ops_namespaces", ()))

@@ -1,9 +1,12 @@
-"""The op declarations (custom_ops.bzl) for Python: which ops exist, how PyTorch learns each one, their kernel sources
-and example programs. The codegen entry point, the flow script, the exporter, the verifier and the tests all ask here,
-so adding an op means adding it to custom_ops.bzl, not to any of them.
+"""The op declarations (custom_ops.bzl) for Python: which ops exist, how PyTorch learns each one, their kernel sources,
+reference and example programs. The codegen entry point, the flow script, the exporter, the verifier and the tests all
+ask here, so adding an op means adding it to custom_ops.bzl, not to any of them.
 
-    python declared_ops.py list      one tab-separated line per op: short name, name, example program,
-                                     registered_from, and the module or sources that register it
+    python -m flow.declarations list     one tab-separated line per op: short name, name, example program,
+                                         registered_from, and the module or sources that register it
+
+It imports only the standard library (torch lazily, to check dtype names): the my_ops package of an editable install
+loads this file by path.
 """
 
 from __future__ import annotations
@@ -14,11 +17,9 @@ import os
 import sys
 from dataclasses import dataclass
 
-REPO_ROOT = os.path.dirname(os.path.abspath(__file__))
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DECLARATIONS = os.path.join(REPO_ROOT, "custom_ops.bzl")
-
-if REPO_ROOT not in sys.path:
-    sys.path.insert(0, REPO_ROOT)  # python_module names are modules of this repository
+BUILD_ROOT = os.path.join(REPO_ROOT, "cmake-out")  # test_custom_ops.sh builds each example in BUILD_ROOT/<program>
 
 
 class DeclarationError(ValueError):
@@ -32,6 +33,7 @@ class DeclaredOp:
     kernel_sources: tuple[str, ...]
     example_program: str
     example_inputs: tuple[tuple[str, tuple[int, ...]], ...]
+    reference: str  # "module.function": the op in ATen ops, never calling its own kernels
     python_module: str | None = None
     aot_sources: tuple[str, ...] = ()
     cuda_sources: tuple[str, ...] = ()
@@ -66,6 +68,20 @@ class DeclaredOp:
         return {"name": self.name, "registered_from": self.registered_from, "python_module": self.python_module,
                 "elementwise": self.elementwise}
 
+    @property
+    def build_dir(self) -> str:
+        """Where `bash test_custom_ops.sh cmake <short name>` builds this op alone."""
+        return os.path.join(BUILD_ROOT, self.example_program)
+
+    def reference_function(self):
+        """The declared reference, imported: computes the op with ATen ops, for the verifier, profile and tests."""
+        module, _, function = self.reference.rpartition(".")
+        try:
+            return getattr(import_repository_module(module), function)
+        except (ImportError, AttributeError) as err:
+            raise DeclarationError(f"{self.name}: its reference {self.reference!r} cannot be imported ({err}); "
+                                   "declare a function computing the op with ATen ops, as 'module.function'") from None
+
     def is_registered(self) -> bool:
         import torch
 
@@ -78,7 +94,7 @@ class DeclaredOp:
         generator = torch.Generator().manual_seed(seed)
         inputs = []
         for dtype_name, shape in self.example_inputs:
-            dtype = getattr(torch, dtype_name)
+            dtype = getattr(torch, dtype_name)  # checked to be a torch dtype by load()
             if dtype.is_floating_point:
                 inputs.append(torch.randn(shape, generator=generator).to(dtype))
             else:
@@ -87,8 +103,21 @@ class DeclaredOp:
 
 
 _FIELDS = {f.name for f in DeclaredOp.__dataclass_fields__.values()} - {"name"}  # type: ignore[attr-defined]
-_REQUIRED = {"registered_from", "kernel_sources", "example_program", "example_inputs"}
-_DTYPES = {"float32", "float64", "float16", "bfloat16", "uint8", "int8", "int16", "int32", "int64", "bool"}
+_REQUIRED = {"registered_from", "kernel_sources", "example_program", "example_inputs", "reference"}
+
+
+def import_repository_module(name: str):
+    """Imports a module the declarations name (python_module, reference): the repository's own, or any installed one
+    (a reference may be e.g. torch.nn.functional.relu6)."""
+    if REPO_ROOT not in sys.path:
+        sys.path.append(REPO_ROOT)  # after the installed packages: a repository file never shadows one
+    return importlib.import_module(name)
+
+
+def _is_dtype_name(name: object) -> bool:
+    import torch
+
+    return isinstance(name, str) and isinstance(getattr(torch, name, None), torch.dtype)
 
 
 def _parse(path: str) -> dict:
@@ -129,11 +158,14 @@ def _check(name: str, entry: object, path: str) -> DeclaredOp:
         raise DeclarationError(f"{where}: registered_from must be 'python' or 'cpp', got {origin!r}")
     inputs = []
     for item in entry["example_inputs"]:
-        if not (isinstance(item, (tuple, list)) and len(item) == 2 and item[0] in _DTYPES
+        if not (isinstance(item, (tuple, list)) and len(item) == 2 and _is_dtype_name(item[0])
                 and all(isinstance(d, int) and d >= 0 for d in item[1])):
-            raise DeclarationError(f"{where}: example_inputs entries are (dtype, shape), e.g. ('float32', [2, 3]); "
-                                   f"got {item!r} (dtypes: {', '.join(sorted(_DTYPES))})")
+            raise DeclarationError(f"{where}: example_inputs entries are (dtype, shape) with a torch dtype name, e.g. "
+                                   f"('float32', [2, 3]); got {item!r}")
         inputs.append((item[0], tuple(item[1])))
+    if not (isinstance(entry["reference"], str) and "." in entry["reference"]):
+        raise DeclarationError(f"{where}: reference must be 'module.function', a function computing the op with ATen "
+                               f"ops; got {entry['reference']!r}")
     values = {**entry, "example_inputs": tuple(inputs)}
     for key in ("kernel_sources", "aot_sources", "cuda_sources"):
         values[key] = tuple(entry.get(key, ()))
@@ -152,6 +184,15 @@ def load(path: str = DECLARATIONS) -> dict[str, DeclaredOp]:
     return declared
 
 
+def with_example_program(program: str, declared: dict[str, DeclaredOp] | None = None) -> list[DeclaredOp]:
+    """The ops whose example program is `program` (custom_ops_2 -> [my_ops::mul4]): what an example module exports."""
+    declared = load() if declared is None else declared
+    ops = [op for op in declared.values() if op.example_program == program]
+    if not ops:
+        raise DeclarationError(f"no op in custom_ops.bzl has example_program {program!r}")
+    return ops
+
+
 def find(name: str, declared: dict[str, DeclaredOp] | None = None) -> DeclaredOp:
     """The op called `name`: "mul3", "my_ops::mul3" or its out variant "my_ops::mul3.out"."""
     declared = load() if declared is None else declared
@@ -162,24 +203,9 @@ def find(name: str, declared: dict[str, DeclaredOp] | None = None) -> DeclaredOp
     raise DeclarationError(f"no op {name!r} is declared in custom_ops.bzl; declared: {', '.join(declared)}")
 
 
-def register_with_pytorch(ops, aot_library: str | None = None) -> None:
-    """Makes `ops` known to PyTorch: imports the module of each Python-registered op, and loads the AOT library (which
-    must register every C++-registered one; default: the one built for the first such op's example)."""
-    cpp_ops = [op for op in ops if op.from_cpp]
-    for op in ops:
-        if not op.from_cpp:
-            importlib.import_module(op.python_module)
-    if cpp_ops:
-        import custom_ops_2
-
-        library = aot_library or os.path.join(REPO_ROOT, "cmake-out", cpp_ops[0].example_program,
-                                              "libcustom_ops_aot_lib.so")
-        custom_ops_2.load_aot_library(library, expect=cpp_ops)
-
-
 def main() -> int:
     if sys.argv[1:] != ["list"]:
-        print("usage: python declared_ops.py list", file=sys.stderr)
+        print("usage: python -m flow.declarations list", file=sys.stderr)
         return 2
     try:
         for op in load().values():

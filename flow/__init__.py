@@ -1,0 +1,22 @@
+"""The machinery of the custom-op flow, for any op declared in custom_ops.bzl (the examples at the repository's top
+level are data to it):
+
+    declarations   custom_ops.bzl for Python: the ops, how PyTorch learns each, its kernels, reference and example
+    registration   makes declared ops known to PyTorch (their modules, the C++ AOT library, vmap rules, torch_compat)
+    export         torch.export -> .pte (+ .pt2 beside it)             python -m flow.export --op NAME
+    program        the one .pte reader: operators, inputs and outputs, planned memory, and the untrusted-program checks
+    runtime        the ExecuTorch Python runtime: the kernel library, checked loading
+    runner         driving the C++ runner: raw tensor files in and out
+    reference      the exported model in eager PyTorch with each custom op replaced by its declared ATen reference
+    compare        what "bit for bit" means here (and the tolerance otherwise)
+    verify         the verifier: runner and Python runtime against the reference    python -m flow.verify --pte X.pte
+    profile        ETDump + ETRecord + Inspector, every op of every execution checked   python -m flow.profile
+    dtypes         the dtype table: ExecuTorch's scalar types and the elementwise kernels' dtypes
+    torch_compat, vmap_rules   the ops' PyTorch side that the my_ops wheel carries too (they import only torch)
+
+Importing this package imports nothing heavy; each module imports torch or executorch itself.
+"""
+
+import os
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

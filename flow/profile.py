@@ -1,0 +1,288 @@
+"""Profiling and debugging a custom kernel inside a model, with ExecuTorch's devtools: the program is exported with an
+ETRecord, run in the runner with an ETDump (and a debug buffer of every intermediate output of every execution), and
+executorch.devtools.Inspector joins the ETDump and the ETRecord into a per-op table of times over the executions.
+
+Then every op of every execution is checked: its output from the debug buffer against the reference computing that op
+*on the runtime's own inputs to it* (the edge graph in eager PyTorch, each declared custom op replaced by its declared
+ATen reference, each node fed the runtime's values), in execution order. An error is pinned to the op and the
+execution that made it, not smeared over every op after it. Ops declared bit_exact are compared bit for bit
+(flow.compare), the others within dtype tolerance.
+
+    python -m flow.profile --build_dir cmake-out/all_ops [--op NAME | --pte X.pte] [--num_executions N]
+
+Without --op or --pte it profiles a small MLP calling every declared op between aten ops; with --op, that op's example
+program; with --pte, a program exported with flow.export.export_to_pte(..., etrecord=True) (its .etrecord beside it).
+`bash test_custom_ops.sh profile [NAME]` builds the runner first. Exit code 1 when an op's output differs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+
+import torch
+
+from flow import compare
+from flow.reference import ReferenceInterpreter, custom_op_name, references
+
+
+class MLP(torch.nn.Module):
+    """Linear -> each declared op in turn, with a ReLU after each -> Linear: the custom ops between aten ops."""
+
+    def __init__(self, ops, width: int = 64):
+        super().__init__()
+        self.ops = [op.packet().default for op in ops]
+        self.first = torch.nn.Linear(32, width)
+        self.last = torch.nn.Linear(width, 10)
+
+    def forward(self, x):
+        x = self.first(x)
+        for op in self.ops:
+            x = torch.relu(op(x))
+        return self.last(x)
+
+
+@dataclass
+class OpTimes:
+    name: str
+    graph_op: str  # the exported graph's op this kernel call runs, e.g. my_ops.mul3.default
+    microseconds: list[float]  # one per execution
+
+
+@dataclass
+class OpCheck:
+    execution: int  # 1-based
+    name: str  # the kernel, e.g. mul4.out
+    exact: bool
+    max_abs_diff: float
+    problem: str | None  # None: matches the reference
+
+
+def kernel_name(event_name: str) -> str:
+    """'native_call_mul3.out' (the runtime's event for a kernel call) -> 'mul3.out'."""
+    return event_name.removeprefix("native_call_")
+
+
+def graph_op_name(target) -> str:
+    """An edge graph node's op as the kernel events name it: aten.permute_copy.default -> permute_copy."""
+    return str(target).split(".")[-2] if "." in str(target) else str(target)
+
+
+def run_with_etdump(runner: str, pte: str, inputs, out_dir: str, num_executions: int) -> tuple[str, str]:
+    from flow.runner import tensor_to_file
+
+    base = os.path.join(out_dir, os.path.splitext(os.path.basename(pte))[0])
+    etdump, debug_buffer = base + ".etdump", base + ".debug.bin"
+    files = []
+    for i, t in enumerate(inputs):
+        files.append(f"{base}.input{i}.bin")
+        tensor_to_file(t, files[-1])
+    cmd = [runner, f"--model_path={pte}", f"--inputs={','.join(files)}", f"--num_executions={num_executions}",
+           f"--etdump_path={etdump}", f"--debug_buffer_path={debug_buffer}"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0:
+        raise RuntimeError(f"the runner failed ({proc.returncode}): {proc.stderr.strip() or proc.stdout.strip()}")
+    return etdump, debug_buffer
+
+
+def op_times(inspector) -> list[OpTimes]:
+    """The operator calls of the Execute block(s), in execution order, with their times over the executions."""
+    rows = []
+    for block in inspector.event_blocks:
+        for event in block.events:
+            if event.perf_data is None or event.name in ("Method::execute", "OPERATOR_CALL") or not event.op_types:
+                continue
+            name = kernel_name(event.name)
+            graph_op = next((t for t in event.op_types if graph_op_name(t) == name.split(".")[0]), "")
+            rows.append(OpTimes(name, graph_op, list(event.perf_data.raw)))
+    return rows
+
+
+def print_times(rows: list[OpTimes], num_executions: int) -> None:
+    print(f"\nPer-op time over {num_executions} executions (ETDump from the runner, ops named through the ETRecord):")
+    print(f"{'kernel':<18} {'graph op':<26} {'runs':>5} {'avg us':>9} {'median us':>10} {'min us':>9} {'max us':>9}")
+    for row in rows:
+        t = sorted(row.microseconds)
+        average, median = sum(t) / len(t), t[len(t) // 2]
+        print(f"{row.name:<18} {row.graph_op:<26} {len(t):>5} {average:>9.2f} {median:>10.2f} {t[0]:>9.2f} {t[-1]:>9.2f}")
+
+
+# ---- Every execution's intermediate outputs, from the ETDump and its debug buffer ----------------------------------
+def _tensor_from_debug_buffer(tensor, buffer: bytes) -> torch.Tensor:
+    from flow.dtypes import from_scalar_type
+
+    dtype = from_scalar_type(tensor.scalar_type.name)
+    numel = 1
+    for size in tensor.sizes:
+        numel *= size
+    data = bytearray(buffer[tensor.offset: tensor.offset + numel * dtype.itemsize])
+    flat = torch.frombuffer(data, dtype=dtype) if numel else torch.empty(0, dtype=dtype)
+    # The buffer holds the tensor's memory as it was (its dim order); its strides say how to read it.
+    return flat.as_strided(tensor.sizes, tensor.strides) if numel else flat.reshape(tensor.sizes)
+
+
+def outputs_per_execution(etdump: str, debug_buffer: str, etrecord, method: str = "forward"):
+    """For each execution, in order: {(debug handle, op name): (kernel name, output tensor)} of every kernel call."""
+    from executorch.devtools.etdump.serialize import deserialize_from_etdump_flatcc
+
+    with open(etdump, "rb") as f:
+        dump = deserialize_from_etdump_flatcc(f.read())
+    with open(debug_buffer, "rb") as f:
+        buffer = f.read()
+    handle_map = etrecord._debug_handle_map[method]  # instruction id -> debug handles, as Inspector reads it
+    executions = []
+    for run in dump.run_data:
+        names, outputs = {}, {}
+        for event in run.events or []:
+            if event.profile_event is not None and event.profile_event.name:
+                names[event.profile_event.instruction_id] = event.profile_event.name
+            debug = event.debug_event
+            if debug is not None and debug.debug_entry.tensor is not None and debug.debug_entry.val == "Tensor":
+                outputs[debug.instruction_id] = _tensor_from_debug_buffer(debug.debug_entry.tensor, buffer)
+        found = {}
+        for instruction, tensor in outputs.items():
+            name = names.get(instruction, "")
+            handles = handle_map.get(str(instruction))
+            if not name.startswith("native_call_") or not handles:
+                continue
+            handle = handles if isinstance(handles, int) else handles[0]
+            kernel = kernel_name(name)
+            found[(handle, kernel.split(".")[0])] = (kernel, tensor)
+        if found:
+            executions.append(found)
+    return executions
+
+
+class RuntimeFedInterpreter(ReferenceInterpreter):
+    """Runs the edge graph with the references, but hands every node the runtime's value of its inputs: each op's
+    reference result is then compared with the runtime's output of that same op on the same inputs."""
+
+    def __init__(self, module, reference_functions, runtime_outputs):
+        super().__init__(module, reference_functions)
+        self.runtime_outputs = runtime_outputs
+        self.pairs: list[tuple[str, str | None, torch.Tensor, torch.Tensor]] = []
+
+    def run_node(self, node):
+        expected = super().run_node(node)
+        handle = node.meta.get("debug_handle")
+        found = self.runtime_outputs.get((handle, graph_op_name(node.target))) if isinstance(handle, int) else None
+        if found is None or not isinstance(expected, torch.Tensor):
+            return expected
+        name, runtime = found
+        runtime = runtime.reshape(expected.shape) if runtime.shape != expected.shape else runtime
+        self.pairs.append((name, custom_op_name(node.target), expected, runtime))
+        return runtime
+
+
+def check_executions(executions, etrecord, inputs, declared_ops) -> list[OpCheck]:
+    """Each op's runtime output against its reference on the runtime's inputs, for every execution in order."""
+    exact_ops = {op.name for op in declared_ops if op.bit_exact}
+    functions = references(declared_ops)
+    module = etrecord.edge_dialect_program.module()
+    checks = []
+    for number, runtime_outputs in enumerate(executions, start=1):
+        interpreter = RuntimeFedInterpreter(module, functions, runtime_outputs)
+        with torch.no_grad():
+            interpreter.run(*inputs)
+        for name, op, expected, runtime in interpreter.pairs:
+            exact = op in exact_ops
+            problem = (compare.bit_difference if exact else compare.tolerance_difference)(runtime, expected)
+            diff = 0.0
+            if expected.numel() and runtime.dtype == expected.dtype and runtime.shape == expected.shape:
+                diff = (runtime.double() - expected.double()).abs().nan_to_num(0).max().item()
+            checks.append(OpCheck(number, name, exact, diff, problem))
+    return checks
+
+
+def print_checks(checks: list[OpCheck], num_executions: int) -> OpCheck | None:
+    """Prints one line per op (over all executions) and returns the first failing check, if any."""
+    print(f"\nIntermediate outputs (debug buffer) of all {num_executions} executions vs the reference on the "
+          "runtime's own inputs, in execution order:")
+    by_op: dict[str, list[OpCheck]] = {}
+    for check in checks:
+        by_op.setdefault(check.name, []).append(check)
+    for name, op_checks in by_op.items():
+        failed = [c for c in op_checks if c.problem is not None]
+        verdict = "ok" if not failed else "DIFFERS"
+        how = "bit for bit" if op_checks[0].exact else "dtype tolerance"
+        worst = max(c.max_abs_diff for c in op_checks)
+        executions = "" if not failed else f" in execution(s) {', '.join(str(c.execution) for c in failed[:8])}"
+        print(f"  {name:<24} {verdict:<8} max |diff| {worst:.3g} ({how}, {len(op_checks)} executions){executions}")
+    first = next((c for c in checks if c.problem is not None), None)
+    if first is not None:
+        print(f"error: first op whose output differs from its reference: {first.name} in execution {first.execution} "
+              f"({first.problem}); its kernel computes something other than the op PyTorch exported", file=sys.stderr)
+        return first
+    if len({c.execution for c in checks}) != num_executions:
+        print(f"error: the ETDump holds intermediate outputs of {len({c.execution for c in checks})} executions, "
+              f"expected {num_executions}", file=sys.stderr)
+        return OpCheck(0, "(missing executions)", False, 0.0, "missing")
+    print("every op of every execution matches its reference")
+    return None
+
+
+def profile(pte: str, inputs, runner: str, out_dir: str, declared_ops, num_executions: int) -> int:
+    """Runs `pte` (exported with its ETRecord) num_executions times with an ETDump, prints the per-op table and the
+    checks; returns the exit code."""
+    from executorch.devtools import Inspector, parse_etrecord
+    from executorch.devtools.inspector import TimeScale
+
+    from flow.export import etrecord_path
+
+    etdump, debug_buffer = run_with_etdump(runner, pte, inputs, out_dir, num_executions)
+    print(f"Ran it {num_executions} times: ETDump {etdump}, debug buffer {debug_buffer}")
+    etrecord = parse_etrecord(etrecord_path(pte))
+    # Timing only: Inspector keeps one execution's intermediate outputs, so they are read per execution below.
+    inspector = Inspector(etdump_path=etdump, etrecord=etrecord, target_time_scale=TimeScale.US)
+    print_times(op_times(inspector), num_executions)
+    executions = outputs_per_execution(etdump, debug_buffer, etrecord)
+    return 1 if print_checks(check_executions(executions, etrecord, inputs, declared_ops), num_executions) else 0
+
+
+def main() -> int:
+    from flow import declarations, program, registration
+    from flow.export import CallOp, etrecord_path, export_to_pte
+    from flow.verify import VerificationError, program_custom_ops, random_input
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--build_dir", required=True, help="a CMake build with the runner (and the AOT library)")
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--op", help="profile this declared op's example program instead of the MLP")
+    which.add_argument("--pte", help="profile this program (exported with its .etrecord beside it)")
+    parser.add_argument("--num_executions", type=int, default=20)
+    parser.add_argument("--output_dir", help="where the .pte, .etrecord, .etdump go (default: <build_dir>/profile)")
+    args = parser.parse_args()
+    out_dir = args.output_dir or os.path.join(args.build_dir, "profile")
+    os.makedirs(out_dir, exist_ok=True)
+    aot_library = os.path.join(args.build_dir, "libcustom_ops_aot_lib.so")
+    try:
+        declared = declarations.load()
+        if args.pte:
+            pte = args.pte
+            method = program.read(pte).method("forward")
+            ops, _ = program_custom_ops(method.operators, declared)
+            registration.register_with_pytorch(ops, aot_library=aot_library)
+            generator = torch.Generator().manual_seed(0)
+            inputs = [random_input(value, generator) for value in method.inputs]
+        else:
+            ops = [declarations.find(args.op)] if args.op else list(declared.values())
+            registration.register_with_pytorch(ops, aot_library=aot_library)
+            torch.manual_seed(0)
+            if args.op:
+                model, inputs, name = CallOp(ops[0].packet().default), ops[0].make_example_inputs(), ops[0].example_program
+            else:
+                model, inputs, name = MLP(ops).eval(), (torch.randn(4, 32),), "mlp"
+            pte = export_to_pte(model, inputs, os.path.join(out_dir, f"{name}.pte"), etrecord=True)
+            print(f"Exported {pte} with its ETRecord {etrecord_path(pte)}")
+        runner = os.path.join(args.build_dir, "custom_ops_executor_runner")
+        return profile(pte, inputs, runner, out_dir, ops, args.num_executions)
+    except (declarations.DeclarationError, VerificationError, OSError, RuntimeError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,163 @@
+"""The one reader of .pte files in the machinery: which operators a program calls, what each method takes and returns,
+how much planned memory it asks for, and the checks an untrusted program must pass before the ExecuTorch runtime is
+handed it. check() makes the same checks, in the same order, as the C++ runner's pre-flight (runner/program_runner.cpp)
+on the same fields (the runner reads them through MethodMeta, this through executorch's own flatbuffer reader):
+
+  1. the file is an ExecuTorch program, and the method exists;
+  2. every memory-planned buffer has a size >= 0, and together they fit the memory budget;
+  3. every input refers to a value of the method; a tensor input has valid metadata (sizes >= 0, a dim order that is
+     a permutation of its dimensions, a known dtype), and planned buffers plus inputs fit the budget;
+  4. every output refers to a value of the method (ExecuTorch aborts in Method::get_outputs otherwise), and a tensor
+     output has valid metadata.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+
+DEFAULT_MAX_MEMORY = 1 << 30  # as the runner's --max_memory default
+
+
+class ProgramError(ValueError):
+    """The file is not a program the runtime can be handed safely; the message names the problem."""
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    scalar_type: str  # ExecuTorch's name, e.g. "FLOAT"
+    sizes: tuple[int, ...]  # the upper bound, for dynamic dimensions
+    dim_order: tuple[int, ...]
+
+    @property
+    def dtype(self):
+        from flow.dtypes import from_scalar_type
+
+        return from_scalar_type(self.scalar_type)
+
+    def problem(self) -> str | None:
+        """What is wrong with this metadata, or None."""
+        if any(s < 0 for s in self.sizes):
+            return f"negative size in {list(self.sizes)}"
+        if len(self.dim_order) != len(self.sizes) or sorted(self.dim_order) != list(range(len(self.sizes))):
+            return f"dim order {list(self.dim_order)} is not a permutation of its {len(self.sizes)} dimension(s)"
+        if self.dtype is None:
+            return f"unknown dtype {self.scalar_type}"
+        return None
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.sizes) * self.dtype.itemsize
+
+
+@dataclass(frozen=True)
+class ValueSpec:
+    """An input or output of a method: a tensor, or another kind of value (Int, Double, Bool, Null, ...)."""
+
+    index: int  # into the method's values
+    kind: str  # the schema's class name: "Tensor", "Int", ...; "missing" when the index is out of range
+    tensor: TensorSpec | None = None
+    scalar: object = None  # the value an Int/Double/Bool/String carries in the program
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    name: str
+    num_values: int
+    inputs: tuple[ValueSpec, ...]
+    outputs: tuple[ValueSpec, ...]
+    planned_buffer_sizes: tuple[int, ...]  # ExecuTorch's non_const_buffer_sizes: entry 0 is reserved (0)
+    operators: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ProgramSpec:
+    methods: dict[str, MethodSpec]
+
+    @property
+    def operators(self) -> list[str]:
+        """Every operator any method calls, e.g. ["my_ops::mul3.out"], sorted."""
+        return sorted({op for method in self.methods.values() for op in method.operators})
+
+    def method(self, name: str = "forward") -> MethodSpec:
+        if name not in self.methods:
+            raise ProgramError(f"the program has no method {name!r}; it has: {', '.join(self.methods)}")
+        return self.methods[name]
+
+
+def _value_spec(values, index: int) -> ValueSpec:
+    if not 0 <= index < len(values):
+        return ValueSpec(index, "missing")
+    value = values[index].val
+    kind = type(value).__name__
+    if kind == "Tensor":
+        tensor = TensorSpec(value.scalar_type.name, tuple(value.sizes), tuple(value.dim_order))
+        return ValueSpec(index, kind, tensor=tensor)
+    scalar = next((getattr(value, f) for f in ("int_val", "double_val", "bool_val", "string_val") if hasattr(value, f)),
+                  None)
+    return ValueSpec(index, kind, scalar=scalar)
+
+
+def read(source: str | os.PathLike | bytes) -> ProgramSpec:
+    """Parses a .pte (a path, or its bytes); ProgramError when it is not a readable ExecuTorch program."""
+    from executorch.exir._serialize._program import deserialize_pte_binary
+
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        data = bytes(source)
+    else:
+        with open(source, "rb") as f:
+            data = f.read()
+    if len(data) < 8 or data[4:6] != b"ET":  # the flatbuffer file identifier, e.g. "ET12"
+        raise ProgramError("not an ExecuTorch program (.pte): its header has no ET file identifier")
+    try:
+        program = deserialize_pte_binary(data)
+    except Exception as err:  # noqa: BLE001  (any parse failure means a corrupt program)
+        raise ProgramError(f"not a readable ExecuTorch program: {type(err).__name__}: {err}") from None
+    program = getattr(program, "program", program)  # newer versions wrap the Program with its data segments
+    methods = {}
+    for plan in program.execution_plan:
+        operators = tuple(f"{op.name}.{op.overload}" if op.overload else op.name for op in plan.operators)
+        methods[plan.name] = MethodSpec(
+            name=plan.name, num_values=len(plan.values),
+            inputs=tuple(_value_spec(plan.values, i) for i in plan.inputs),
+            outputs=tuple(_value_spec(plan.values, i) for i in plan.outputs),
+            planned_buffer_sizes=tuple(plan.non_const_buffer_sizes), operators=operators)
+    return ProgramSpec(methods)
+
+
+def operators_in_program(path: str | os.PathLike) -> list[str]:
+    """Names of the operators a .pte program calls, e.g. ["my_ops::mul3.out"]."""
+    return read(path).operators
+
+
+def _budget(needed: int, max_memory: int) -> str:
+    return f"{needed} bytes, more than max_memory={max_memory}; raise max_memory if you trust this program"
+
+
+def check(source: str | os.PathLike | bytes | ProgramSpec, method: str = "forward",
+          max_memory: int = DEFAULT_MAX_MEMORY) -> MethodSpec:
+    """The runner's pre-flight on `method` (see the module's docstring); returns the method, or raises ProgramError
+    naming the first problem."""
+    spec = (source if isinstance(source, ProgramSpec) else read(source)).method(method)
+    total = 0
+    for i, size in enumerate(spec.planned_buffer_sizes[1:]):
+        if size < 0:
+            raise ProgramError(f"memory-planned buffer {i} has no valid size ({size})")
+        total += size
+        if total > max_memory:
+            raise ProgramError(f"the method's memory-planned buffers need at least {_budget(total, max_memory)}")
+    for kind, values in (("input", spec.inputs), ("output", spec.outputs)):
+        for i, value in enumerate(values):
+            if value.kind == "missing":
+                raise ProgramError(f"{kind} {i} refers to value {value.index}, but the method has {spec.num_values} "
+                                   "values")
+            if value.tensor is None:
+                continue
+            if (problem := value.tensor.problem()) is not None:
+                raise ProgramError(f"{kind} {i} has invalid tensor metadata: {problem}")
+            if kind == "input":
+                total += value.tensor.nbytes
+                if total > max_memory:
+                    raise ProgramError(f"the method's buffers and inputs need at least {_budget(total, max_memory)}")
+    return spec

@@ -1,0 +1,52 @@
+"""The reference a program's results are checked against: the exported model (the .pt2 saved beside the .pte, or the
+ETRecord's edge graph) run in eager PyTorch with every declared custom op replaced by its declared reference, a
+composite of ATen ops. So an expected value never comes from the kernels under test: not from the runtime kernel, and
+not from a C++ op's PyTorch kernel either, which shares the runtime kernel's code (mul4's CPU kernel calls the same
+functor and loop)."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+
+def custom_op_name(target) -> str | None:
+    """'my_ops::mul4' for a graph node's target that is an op overload (ATen's, or EXIR's edge wrapper of one)."""
+    op = getattr(target, "_op", target)  # EdgeOpOverload wraps the OpOverload
+    schema = getattr(op, "_schema", None)
+    return None if schema is None else schema.name
+
+
+def references(declared_ops) -> dict[str, object]:
+    """Each declared op's reference function, by op name."""
+    return {op.name: op.reference_function() for op in declared_ops}
+
+
+class ReferenceInterpreter(torch.fx.Interpreter):
+    """Runs a graph in eager PyTorch, calling each declared op's reference instead of the op."""
+
+    def __init__(self, module: torch.fx.GraphModule, reference_functions: dict[str, object]):
+        super().__init__(module)
+        self.reference_functions = reference_functions
+
+    def call_function(self, target, args, kwargs):
+        name = custom_op_name(target)
+        if name in self.reference_functions:
+            overload = getattr(getattr(target, "_op", target), "_overloadname", "default")
+            if overload != "default":
+                raise NotImplementedError(f"{name}.{overload} is in the graph; the reference stands in for the "
+                                          f"functional op {name} only (export the model calling {name})")
+            return self.reference_functions[name](*args, **kwargs)
+        return super().call_function(target, args, kwargs)
+
+
+def reference_outputs(pt2_path: str, inputs, declared_ops) -> list:
+    """The exported program at `pt2_path` run on `inputs` with the references of `declared_ops` (the ops must be
+    registered, to deserialize the program); its outputs, flattened."""
+    if not os.path.isfile(pt2_path):
+        raise FileNotFoundError(pt2_path)
+    module = torch.export.load(pt2_path).module()
+    with torch.no_grad():
+        outputs = ReferenceInterpreter(module, references(declared_ops)).run(*inputs)
+    return list(torch.utils._pytree.tree_leaves(outputs))

@@ -1,0 +1,76 @@
+"""The ExecuTorch Python runtime for this project's programs: loading the kernel library into the process (once), and
+loading untrusted programs with the checks the runtime itself skips.
+
+    from flow.runtime import load_kernel_library, load_method_checked
+    load_kernel_library("cmake-out/custom_ops_1/libcustom_ops_lib.so")
+    method = load_method_checked("custom_ops_1.pte")          # a ValueError for a corrupt or oversized program
+    outputs = method.execute([torch.ones(2, 3)])             # as often as you like, for as long as `method` lives
+
+Three behaviours of ExecuTorch's Python runtime end or corrupt the process instead of raising, so these helpers stop
+them first:
+- registering an operator twice aborts ("Re-registering my_ops::mul3.out"), which two kernel libraries with a common op
+  do: a process takes one kernel library, the same one again is a no-op, a second is a RuntimeError;
+- a program whose output refers past its values aborts in Method::get_outputs (an ET_CHECK), and one whose planned
+  buffers are huge ends in bad_alloc: load_method_checked() makes the C++ runner's pre-flight checks first
+  (flow.program.check) and refuses both;
+- a Method does not keep its Program alive, and the Program owns the program's bytes: `load_program(p).load_method(m)`
+  leaves a Method reading freed memory once the Program is collected. load_method_checked() returns a method that
+  holds its Program.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from typing import Any, Sequence
+
+from flow.program import DEFAULT_MAX_MEMORY, MethodSpec, check
+
+_loaded: str | None = None
+
+
+def load_kernel_library(path: str | os.PathLike) -> str:
+    """Loads the kernel library at `path` (RTLD_GLOBAL, before loading programs); returns its resolved path."""
+    global _loaded
+    resolved = os.path.realpath(path)
+    if _loaded == resolved:
+        return resolved
+    if _loaded is not None:
+        raise RuntimeError(
+            f"kernel library {_loaded} is already loaded in this process; loading {resolved} as well could register "
+            "an operator twice, which aborts the process. Build one library that selects every op you need "
+            "(e.g. -DREGISTER_EXAMPLE_CUSTOM_OP=3), or load each library in its own process")
+    if not os.path.isfile(resolved):
+        raise FileNotFoundError(f"kernel library not found: {resolved}; build it with `bash test_custom_ops.sh cmake`")
+    ctypes.CDLL(resolved, mode=ctypes.RTLD_GLOBAL)
+    _loaded = resolved
+    return resolved
+
+
+class CheckedMethod:
+    """A loaded method together with the Program it came from, which owns the program's bytes: while this object
+    lives, so does everything the method reads."""
+
+    def __init__(self, program, name: str, spec: MethodSpec):
+        self.program = program
+        self.spec = spec  # what flow.program read of the method: its inputs, outputs and operators
+        self._method = program.load_method(name)
+
+    def execute(self, inputs: Sequence[Any]) -> list[Any]:
+        return list(self._method.execute(inputs))
+
+    @property
+    def metadata(self):
+        return self._method.metadata
+
+
+def load_method_checked(path: str | os.PathLike, method: str = "forward",
+                        max_memory: int = DEFAULT_MAX_MEMORY) -> CheckedMethod:
+    """flow.program.check() (a ValueError naming the problem), then the runtime's own load with full verification
+    (InternalConsistency). The kernel library must be loaded first."""
+    from executorch.runtime import Runtime
+
+    with open(path, "rb") as f:
+        data = f.read()
+    spec = check(data, method, max_memory)
+    return CheckedMethod(Runtime.get().load_program(data), method, spec)

@@ -1,0 +1,148 @@
+"""The verifier, the flow's last step, for any program: runs a .pte in the C++ runner and/or the ExecuTorch Python
+runtime on random inputs that match the program's declared inputs, computes the reference on the same inputs (the
+exported program saved beside it, .pt2, with each declared custom op replaced by its declared ATen reference), and
+compares. Each runtime executes the program several times (--num_executions) and every execution must match.
+
+    python -m flow.verify --pte x.pte --runner cmake-out/x/custom_ops_executor_runner
+    python -m flow.verify --pte x.pte --kernel_library cmake-out/x/libcustom_ops_lib.so     (the Python runtime)
+
+It needs no op-specific flags: the custom ops the program calls are registered with PyTorch from their declarations
+(custom_ops.bzl); an op registered from C++ comes from libcustom_ops_aot_lib.so beside the runner or kernel library
+(or --aot_library). Outputs must be equal bit for bit (flow.compare) when every op the program calls is a custom op
+declared bit_exact; otherwise integers exactly and floats within torch.testing's per-dtype tolerance (--tolerance
+overrides). A mismatch, a missing .pt2 or an undeclared custom op is exit 1 with an `error:` line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+from typing import Sequence
+
+import torch
+
+from flow import compare, program
+from flow.runner import RunnerError, run_pte
+
+DEFAULT_EXECUTIONS = 3
+
+
+class VerificationError(RuntimeError):
+    """The program cannot be verified as asked (no .pt2, an undeclared op, an input it cannot make, ...)."""
+
+
+def random_input(spec: program.ValueSpec, generator: torch.Generator) -> torch.Tensor:
+    """A seeded random tensor matching an input's declared dtype, sizes and dim order."""
+    tensor = spec.tensor
+    if tensor is None:
+        raise VerificationError(f"input {spec.index} is {spec.kind}, not a tensor; the verifier feeds tensor inputs")
+    in_memory = [tensor.sizes[d] for d in tensor.dim_order]
+    dtype = tensor.dtype
+    if dtype.is_floating_point:
+        t = torch.randn(in_memory, generator=generator).to(dtype)
+    elif dtype == torch.bool:
+        t = torch.randint(0, 2, in_memory, generator=generator).bool()
+    elif not dtype.is_complex and dtype in (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64):
+        low = -100 if dtype.is_signed else 0
+        t = torch.randint(low, 100, in_memory, generator=generator, dtype=dtype)
+    else:
+        raise VerificationError(f"input {spec.index} has dtype {dtype}, which the verifier cannot make values for")
+    return t.permute([tensor.dim_order.index(d) for d in range(len(tensor.sizes))])  # logical order, same memory
+
+
+def _known_to_pytorch(name: str) -> bool:
+    namespace, op = name.split("::")
+    return hasattr(getattr(torch.ops, namespace), op.split(".")[0])
+
+
+def program_custom_ops(operators: Sequence[str], declared: dict) -> tuple[list, list[str]]:
+    """(the declared ops a program calls, the names of every other operator it calls: ATen's and ExecuTorch's own,
+    which PyTorch knows once executorch.exir is imported). An operator neither declared nor known is a
+    VerificationError."""
+    by_out_name = {op.out_name: op for op in declared.values()}
+    undeclared = [n for n in operators if n not in by_out_name and not _known_to_pytorch(n)]
+    if undeclared:
+        raise VerificationError(f"the program calls {', '.join(undeclared)}, which custom_ops.bzl does not declare; "
+                                "the verifier registers ops from their declarations")
+    return [by_out_name[n] for n in operators if n in by_out_name], [n for n in operators if n not in by_out_name]
+
+
+def verify(pte: str, *, runner: str | None = None, kernel_library: str | None = None, aot_library: str | None = None,
+           seed: int = 0, tolerance: str = "auto", num_executions: int = DEFAULT_EXECUTIONS,
+           emulator: Sequence[str] = (), report=print) -> list[str]:
+    """Checks `pte` in the runner and/or the Python runtime against its reference; returns the mismatches."""
+    from flow import declarations, registration
+    from flow.export import pt2_path
+    from flow.reference import reference_outputs
+
+    if not (runner or kernel_library):
+        raise VerificationError("give --runner (the C++ runner) and/or --kernel_library (the Python runtime)")
+    spec = program.read(pte)
+    method = spec.method("forward")
+    declared = declarations.load()
+    custom, others = program_custom_ops(method.operators, declared)
+    build_dir = os.path.dirname(os.path.abspath(runner or kernel_library))
+    registration.register_with_pytorch(
+        custom, aot_library=aot_library or os.path.join(build_dir, "libcustom_ops_aot_lib.so"))
+    exact = tolerance == "exact" or (tolerance == "auto" and not others and all(op.bit_exact for op in custom))
+    generator = torch.Generator().manual_seed(seed)
+    inputs = [random_input(value, generator) for value in method.inputs]
+    reference = pt2_path(pte)
+    if not os.path.isfile(reference):
+        raise VerificationError(f"no reference for {pte}: {reference} is missing. Export with "
+                                "flow.export.export_to_pte(), which saves the ExportedProgram beside the .pte")
+    expected = reference_outputs(reference, inputs, custom)
+    names = [op.out_name for op in custom] + others
+    report(f"program {os.path.basename(pte)}: calls {', '.join(names)}; comparing "
+           f"{'bit for bit' if exact else 'within dtype tolerance (integers exactly)'} with the declared references, "
+           f"{num_executions} execution(s) in each runtime")
+    problems = []
+    if runner:
+        for n in sorted({1, num_executions}):  # the runner keeps the last execution's outputs
+            actual = run_pte(runner, pte, inputs, expected, num_executions=n, emulator=emulator)
+            problems += [f"runner, execution {n}: {p}" for p in compare.mismatches(actual, expected, exact=exact)]
+        report(f"  runner          {actual[0].flatten()[:6].tolist()}")
+    if kernel_library:
+        from flow.runtime import load_kernel_library, load_method_checked
+
+        load_kernel_library(kernel_library)
+        loaded = load_method_checked(pte)
+        for n in range(1, num_executions + 1):
+            actual = loaded.execute(inputs)
+            problems += [f"Python runtime, execution {n}: {p}"
+                         for p in compare.mismatches(actual, expected, exact=exact)]
+        report(f"  Python runtime  {actual[0].flatten()[:6].tolist()}")
+    report(f"  reference       {expected[0].flatten()[:6].tolist()}")
+    return problems
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pte", required=True, help="the program; its .pt2 must be beside it")
+    parser.add_argument("--runner", help="a custom_ops_executor_runner to run it in")
+    parser.add_argument("--kernel_library", help="a libcustom_ops_lib.so to run it with in the Python runtime")
+    parser.add_argument("--aot_library", help="the AOT library of ops registered from C++ (default: beside the runner)")
+    parser.add_argument("--emulator", default="", help="a command to run the runner with, for a runner built for "
+                        "another architecture, e.g. 'qemu-aarch64 -L /usr/aarch64-linux-gnu'")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--num_executions", type=int, default=DEFAULT_EXECUTIONS,
+                        help="executions per runtime; every one must match (default: %(default)s)")
+    parser.add_argument("--tolerance", choices=("auto", "exact", "dtype"), default="auto")
+    args = parser.parse_args()
+    try:
+        problems = verify(args.pte, runner=args.runner, kernel_library=args.kernel_library,
+                          aot_library=args.aot_library, seed=args.seed, tolerance=args.tolerance,
+                          num_executions=args.num_executions, emulator=shlex.split(args.emulator))
+    except (VerificationError, RunnerError, OSError, RuntimeError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    for line in problems:
+        print(f"MISMATCH {line}", file=sys.stderr)
+    print("outputs match the reference" if not problems else "error: outputs DIFFER from the reference")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
