@@ -1,10 +1,11 @@
 // Step 1 of the mul4 flow: registers my_ops::mul4 with PyTorch from C++, the way production ops are written, with a
-// kernel per dispatch key so the op works with every PyTorch subsystem (eager, export's fake tensors, autograd,
-// autocast). Built into libcustom_ops_aot_lib.so with custom_ops_2_out.cpp (ATen mode) and the schema and CPU
-// registration of mul4.out that codegen writes from custom_ops.yaml. The vmap rule is registered from Python when
-// custom_ops_2.py loads the library: functorch's C++ batching headers need nlohmann/json, absent from the torch wheel.
-// The CUDA kernels are in custom_ops_2_cuda.cu.
-#include <ATen/autocast_mode.h>
+// kernel per dispatch key so the op works with every PyTorch subsystem (eager, export's fake tensors, autograd). Built
+// into libcustom_ops_aot_lib.so with custom_ops_2_out.cpp (ATen mode) and the schema and CPU registration of mul4.out
+// that codegen writes from custom_ops.yaml; the vmap rule comes from Python (flow/vmap_rules.py: functorch's C++
+// batching headers need nlohmann/json, absent from the torch wheel). The CUDA kernels are in custom_ops_2_cuda.cu.
+//
+// No autocast kernel: with one input, autocast's fallthrough already runs mul4 in the input's dtype, as it does x * 4
+// (an op with several inputs would promote them to the widest, or, on autocast's lower-precision list, downcast).
 #include <ATen/core/Tensor.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/library.h>
@@ -60,20 +61,6 @@ at::Tensor mul4_autograd(const at::Tensor& input) {
   return Mul4Function::apply(input);
 }
 
-// Autocast: the "promote" policy autocast applies to PyTorch's own elementwise ops: run in the widest floating type
-// among the inputs, so under autocast mul4(x) has x's dtype, exactly like x * 4, and an exported program gains no
-// casts. An op with several inputs takes at::promote_types over its floating inputs and cached_casts each input to
-// it; with one input the widest type is the input's own and the cast is a no-op. (at::autocast::promote_type assumes
-// float32 or the device's one lower-precision type: it raises for a float16 input under CPU autocast, hence
-// the explicit type.) Casting down to the autocast dtype instead is right only for ops on autocast's lower-precision
-// list, such as matmul and conv, whose speed gain outweighs the precision loss.
-template <c10::DeviceType kDevice, c10::DispatchKey kAutocastKey>
-at::Tensor mul4_autocast(const at::Tensor& input) {
-  c10::impl::ExcludeDispatchKeyGuard no_autocast(kAutocastKey);
-  const at::ScalarType widest_input_type = input.scalar_type();
-  return call_mul4(at::autocast::cached_cast(widest_input_type, input, kDevice));
-}
-
 } // namespace
 
 TORCH_LIBRARY_FRAGMENT(my_ops, m) {
@@ -94,16 +81,6 @@ TORCH_LIBRARY_IMPL(my_ops, Meta, m) {
 TORCH_LIBRARY_IMPL(my_ops, Autograd, m) {
   m.impl("mul4", TORCH_FN(mul4_autograd));
 }
-
-TORCH_LIBRARY_IMPL(my_ops, AutocastCPU, m) {
-  m.impl("mul4", TORCH_FN((mul4_autocast<c10::DeviceType::CPU, c10::DispatchKey::AutocastCPU>)));
-}
-
-#ifdef CUSTOM_OPS_WITH_CUDA
-TORCH_LIBRARY_IMPL(my_ops, AutocastCUDA, m) {
-  m.impl("mul4", TORCH_FN((mul4_autocast<c10::DeviceType::CUDA, c10::DispatchKey::AutocastCUDA>)));
-}
-#endif
 
 } // namespace native
 } // namespace custom

@@ -137,16 +137,20 @@ def outputs_per_execution(etdump: str, debug_buffer: str, etrecord, method: str 
     for run in dump.run_data:
         names, outputs = {}, {}
         for event in run.events or []:
-            if event.profile_event is not None and event.profile_event.name:
-                names[event.profile_event.instruction_id] = event.profile_event.name
+            name = event.profile_event.name if event.profile_event is not None else None
+            if name and name.startswith("native_call_"):  # the kernel's own event (OPERATOR_CALL shares its id)
+                names[event.profile_event.instruction_id] = name
             debug = event.debug_event
-            if debug is not None and debug.debug_entry.tensor is not None and debug.debug_entry.val == "Tensor":
-                outputs[debug.instruction_id] = _tensor_from_debug_buffer(debug.debug_entry.tensor, buffer)
+            if debug is None or debug.debug_entry.val != "Tensor" or debug.debug_entry.tensor is None:
+                continue
+            if debug.debug_entry.output is not None and debug.debug_entry.output.bool_val:
+                continue  # the method's outputs, logged at the end under an instruction id of their own
+            outputs[debug.instruction_id] = _tensor_from_debug_buffer(debug.debug_entry.tensor, buffer)
         found = {}
         for instruction, tensor in outputs.items():
-            name = names.get(instruction, "")
+            name = names.get(instruction)
             handles = handle_map.get(str(instruction))
-            if not name.startswith("native_call_") or not handles:
+            if name is None or not handles:
                 continue
             handle = handles if isinstance(handles, int) else handles[0]
             kernel = kernel_name(name)
@@ -209,8 +213,9 @@ def print_checks(checks: list[OpCheck], num_executions: int) -> OpCheck | None:
         verdict = "ok" if not failed else "DIFFERS"
         how = "bit for bit" if op_checks[0].exact else "dtype tolerance"
         worst = max(c.max_abs_diff for c in op_checks)
-        executions = "" if not failed else f" in execution(s) {', '.join(str(c.execution) for c in failed[:8])}"
-        print(f"  {name:<24} {verdict:<8} max |diff| {worst:.3g} ({how}, {len(op_checks)} executions){executions}")
+        where = "" if not failed else f", differs in execution(s) {', '.join(str(c.execution) for c in failed[:8])}"
+        print(f"  {name:<24} {verdict:<8} max |diff| {worst:.3g} ({how}; {len(op_checks)} calls in "
+              f"{len({c.execution for c in op_checks})} executions{where})")
     first = next((c for c in checks if c.problem is not None), None)
     if first is not None:
         print(f"error: first op whose output differs from its reference: {first.name} in execution {first.execution} "

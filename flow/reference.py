@@ -11,11 +11,18 @@ import os
 import torch
 
 
+def op_overload(target) -> torch._ops.OpOverload | None:
+    """A graph node's target as an OpOverload: itself, or the one EXIR's EdgeOpOverload wraps; None otherwise."""
+    if isinstance(target, torch._ops.OpOverload):
+        return target
+    wrapped = getattr(target, "_op", None)  # (an OpOverload's own _op is its C++ callable: checked above)
+    return wrapped if isinstance(wrapped, torch._ops.OpOverload) else None
+
+
 def custom_op_name(target) -> str | None:
     """'my_ops::mul4' for a graph node's target that is an op overload (ATen's, or EXIR's edge wrapper of one)."""
-    op = getattr(target, "_op", target)  # EdgeOpOverload wraps the OpOverload
-    schema = getattr(op, "_schema", None)
-    return None if schema is None else schema.name
+    op = op_overload(target)
+    return None if op is None else op._schema.name
 
 
 def references(declared_ops) -> dict[str, object]:
@@ -33,7 +40,7 @@ class ReferenceInterpreter(torch.fx.Interpreter):
     def call_function(self, target, args, kwargs):
         name = custom_op_name(target)
         if name in self.reference_functions:
-            overload = getattr(getattr(target, "_op", target), "_overloadname", "default")
+            overload = op_overload(target)._overloadname
             if overload != "default":
                 raise NotImplementedError(f"{name}.{overload} is in the graph; the reference stands in for the "
                                           f"functional op {name} only (export the model calling {name})")

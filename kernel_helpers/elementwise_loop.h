@@ -8,8 +8,10 @@
 //   3. the caller's parallel_for (ExecuTorch's threadpool, or ATen's) for large inputs, with a grain that keeps small
 //      inputs on the calling thread.
 //
-// Test hooks: CUSTOM_OPS_STREAMING_MIN_BYTES and CUSTOM_OPS_PARALLEL_GRAIN_BYTES override the two thresholds (read once
-// per process), and custom_ops_elementwise_stats() reports which paths ran, so tests can prove each path is exercised.
+// Test hooks (read once per process): CUSTOM_OPS_STREAMING_MIN_BYTES and CUSTOM_OPS_PARALLEL_GRAIN_BYTES override the
+// two thresholds, CUSTOM_OPS_ISA=baseline|avx2|avx512 caps the vector ISA (never above what the CPU has), and
+// custom_ops_elementwise_stats() reports what each path did, counted where the work is done, so tests can prove each
+// path ran on their data.
 #pragma once
 
 #include <algorithm>
@@ -108,13 +110,43 @@ inline size_t parallel_grain_bytes() {
   return bytes;
 }
 
-// ---- Which paths ran (a debug query for tests; one relaxed increment per call or task) ----------------------------
-enum Path : int { kSerialCalls, kParallelCalls, kStreamedRanges, kStreamedRangesWithHead, kPathCount };
+// ---- What each path did (a debug query for tests; one relaxed add per loop call, task or streamed range) --------
+// Counted after the work they name is done, in the loop that does it: a path that is skipped or cut short shows.
+enum Path : int {
+  kSerialCalls,            // calls run whole on the calling thread
+  kParallelTasks,          // threadpool tasks run
+  kStreamedBlocks,         // 4 KiB blocks written with non-temporal stores
+  kUnalignedHeads,         // streamed ranges that began with plain stores up to a cache-line boundary
+  kBaselineElements,       // elements computed by each ISA's loop: baseline, AVX2, AVX-512,
+  kAvx2Elements,
+  kAvx512Elements,
+  kHalfArithmeticElements, // and AArch64's half-precision arithmetic
+  kPathCount
+};
 
 __attribute__((visibility("hidden"))) inline std::atomic<uint64_t> path_counts[kPathCount];
 
-inline void count(Path path) {
-  path_counts[path].fetch_add(1, std::memory_order_relaxed);
+inline void count(Path path, uint64_t amount = 1) {
+  path_counts[path].fetch_add(amount, std::memory_order_relaxed);
+}
+
+// CUSTOM_OPS_ISA caps the vector ISA for tests: 0 baseline, 1 AVX2, 2 AVX-512; unset or unknown: no cap.
+inline int isa_cap() {
+  static const int cap = [] {
+    const char* text = std::getenv("CUSTOM_OPS_ISA");
+    const char* names[] = {"baseline", "avx2", "avx512"};
+    for (int level = 0; text != nullptr && level < 3; ++level) {
+      if (std::strcmp(text, names[level]) == 0) {
+        return level;
+      }
+    }
+    return 3;
+  }();
+  return cap;
+}
+
+inline bool isa_capped_to_baseline() {
+  return isa_cap() == 0;
 }
 
 // ---- 16-bit floats: widened to float a block at a time, computed, rounded back once ---------------------------------
@@ -150,32 +182,28 @@ inline void narrow(const float* in, c10::BFloat16* out, int64_t n) {
   }
 }
 
-// Half: AArch64 has the conversions in its base ISA (FCVTL/FCVTN, round to nearest even like c10::Half); elsewhere
-// c10's exact software conversions (the x86 variants below use F16C/AVX-512 instead).
+// Half: c10's software conversions, which round to nearest even like the hardware's, except that c10 turns every NaN
+// into 0x7E00 when narrowing; F16C, AArch64's FCVT and so ATen keep the NaN's sign and top payload bits (quieted), and so
+// does this. The vector blocks below use the hardware; these serve the tails (and whole blocks without F16C), so a
+// NaN's bits do not depend on where it sits. Storage is read and written through memcpy (no __fp16 aliasing).
 inline void widen(const c10::Half* in, float* out, int64_t n) {
-#if defined(__aarch64__)
-  const auto* h = reinterpret_cast<const __fp16*>(in);
   for (int64_t i = 0; i < n; ++i) {
-    out[i] = static_cast<float>(h[i]);
+    uint16_t h;
+    std::memcpy(&h, in + i, sizeof(h));
+    out[i] = c10::detail::fp16_ieee_to_fp32_value(h);  // exact; a NaN keeps its payload, quieted, as F16C does
   }
-#else
-  for (int64_t i = 0; i < n; ++i) {
-    out[i] = static_cast<float>(in[i]);
-  }
-#endif
 }
 
 inline void narrow(const float* in, c10::Half* out, int64_t n) {
-#if defined(__aarch64__)
-  auto* h = reinterpret_cast<__fp16*>(out);
   for (int64_t i = 0; i < n; ++i) {
-    h[i] = static_cast<__fp16>(in[i]);
+    uint32_t u;
+    std::memcpy(&u, &in[i], sizeof(u));
+    uint16_t h = c10::detail::fp16_ieee_from_fp32_value(in[i]);
+    if (in[i] != in[i]) {
+      h = static_cast<uint16_t>(((u >> 16) & 0x8000u) | 0x7E00u | ((u >> 13) & 0x3FFu));
+    }
+    std::memcpy(out + i, &h, sizeof(h));
   }
-#else
-  for (int64_t i = 0; i < n; ++i) {
-    out[i] = static_cast<c10::Half>(in[i]);
-  }
-#endif
 }
 
 // Whole blocks with the portable code: a constant trip count is what lets the compiler vectorize it (NEON on AArch64).
@@ -257,7 +285,8 @@ __attribute__((target("arch=armv8.2-a+fp16"))) void loop_half_arithmetic(const c
 }
 
 inline bool cpu_has_half_arithmetic() {
-  static const bool has = (getauxval(AT_HWCAP) & (HWCAP_FPHP | HWCAP_ASIMDHP)) == (HWCAP_FPHP | HWCAP_ASIMDHP);
+  static const bool has = (getauxval(AT_HWCAP) & (HWCAP_FPHP | HWCAP_ASIMDHP)) == (HWCAP_FPHP | HWCAP_ASIMDHP) &&
+      !isa_capped_to_baseline();
   return has;
 }
 #endif
@@ -365,28 +394,31 @@ inline bool cpu_supports_f16c() {
   return __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C) != 0;
 }
 
-// A variant runs only on a CPU that has every feature it was compiled for.
+// A variant runs only on a CPU that has every feature it was compiled for (and within CUSTOM_OPS_ISA's cap).
 inline Isa detected_isa() {
   static const Isa isa = [] {
     __builtin_cpu_init();
     const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_supports_f16c();
     const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
-    return avx512 ? Isa::kAvx512 : avx2 ? Isa::kAvx2 : Isa::kBaseline;
+    const int level = std::min(avx512 ? 2 : avx2 ? 1 : 0, isa_cap());
+    return level == 2 ? Isa::kAvx512 : level == 1 ? Isa::kAvx2 : Isa::kBaseline;
   }();
   return isa;
 }
 #endif
 
-// out[0, n) = Op(in[0, n)) with the best vector ISA this CPU has.
+// out[0, n) = Op(in[0, n)) with the best vector ISA this CPU has; returns the counter of the loop that ran.
 template <typename T, typename Op>
-void vector_loop(const T* in, T* out, int64_t n) {
+Path vector_loop(const T* in, T* out, int64_t n) {
 #ifdef CUSTOM_OPS_X86_DISPATCH
   switch (detected_isa()) {
     case Isa::kAvx512:
-      return loop_avx512<T, Op>(in, out, n);
+      loop_avx512<T, Op>(in, out, n);
+      return kAvx512Elements;
     case Isa::kAvx2:
-      return loop_avx2<T, Op>(in, out, n);
+      loop_avx2<T, Op>(in, out, n);
+      return kAvx2Elements;
     case Isa::kBaseline:
       break;
   }
@@ -394,33 +426,35 @@ void vector_loop(const T* in, T* out, int64_t n) {
 #ifdef CUSTOM_OPS_AARCH64_FP16_DISPATCH
   if constexpr (std::is_same_v<T, c10::Half> && exact_in_half<Op>) {
     if (cpu_has_half_arithmetic()) {
-      return loop_half_arithmetic<Op>(in, out, n);
+      loop_half_arithmetic<Op>(in, out, n);
+      return kHalfArithmeticElements;
     }
   }
 #endif
   loop_baseline<T, Op>(in, out, n);
+  return kBaselineElements;
 }
 
 // Like vector_loop, but the output bypasses the cache. Blocks are computed into an L1-resident buffer with the
 // vector loop, then copied out with 16-byte non-temporal stores (SSE2, so every x86-64 CPU has them); this keeps one
 // type-agnostic streaming path for every dtype. `out` must be aligned to sizeof(T) (the callers check it).
 template <typename T, typename Op>
-void streaming_loop(const T* in, T* out, int64_t n) {
+Path streaming_loop(const T* in, T* out, int64_t n) {
 #ifdef CUSTOM_OPS_X86_DISPATCH
   constexpr size_t kAlign = 64;
-  count(kStreamedRanges);
   // Plain stores up to the first cache-line boundary of the output, so every streamed block is line-aligned.
   const size_t misalignment = reinterpret_cast<uintptr_t>(out) % kAlign;
   int64_t i = 0;
   if (misalignment != 0) {
-    count(kStreamedRangesWithHead);
     const int64_t head = static_cast<int64_t>((kAlign - misalignment) / sizeof(T));
     i = head < n ? head : n;
     vector_loop<T, Op>(in, out, i);
+    count(kUnalignedHeads);
   }
   constexpr int64_t kBlockBytes = 4096;
   constexpr int64_t kBlock = kBlockBytes / static_cast<int64_t>(sizeof(T));
   alignas(kAlign) T block[kBlock];
+  uint64_t streamed = 0;
   for (; i + kBlock <= n; i += kBlock) {
     vector_loop<T, Op>(in + i, block, kBlock);
     auto* dst = reinterpret_cast<__m128i*>(out + i);
@@ -431,11 +465,14 @@ void streaming_loop(const T* in, T* out, int64_t n) {
       _mm_stream_si128(dst + v + 2, _mm_load_si128(src + v + 2));
       _mm_stream_si128(dst + v + 3, _mm_load_si128(src + v + 3));
     }
+    ++streamed;
   }
-  vector_loop<T, Op>(in + i, out + i, n - i);
+  const Path isa = vector_loop<T, Op>(in + i, out + i, n - i);
   _mm_sfence();  // streaming stores are weakly ordered: publish them before this thread reports the task done
+  count(kStreamedBlocks, streamed);  // once per range: a shared counter per block would cost bandwidth
+  return isa;
 #else
-  vector_loop<T, Op>(in, out, n);
+  return vector_loop<T, Op>(in, out, n);
 #endif
 }
 
@@ -446,29 +483,29 @@ template <typename T, typename Op, typename ParallelFor>
 bool apply_unary(const T* in, T* out, int64_t numel, ParallelFor&& parallel_for) {
   const bool streaming = static_cast<size_t>(numel) * sizeof(T) > streaming_min_bytes();
   const auto work = [=](int64_t begin, int64_t end) {
-    if (streaming) {
-      streaming_loop<T, Op>(in + begin, out + begin, end - begin);
-    } else {
-      vector_loop<T, Op>(in + begin, out + begin, end - begin);
-    }
+    const Path isa = streaming ? streaming_loop<T, Op>(in + begin, out + begin, end - begin)
+                               : vector_loop<T, Op>(in + begin, out + begin, end - begin);
+    count(isa, static_cast<uint64_t>(end - begin));
   };
   const int64_t grain = static_cast<int64_t>(parallel_grain_bytes() / sizeof(T));
   if (numel < 2 * grain) {
-    count(kSerialCalls);
     work(0, numel);
+    count(kSerialCalls);
     return true;
   }
-  count(kParallelCalls);
-  return parallel_for(0, numel, grain, work);
+  return parallel_for(0, numel, grain, [&](int64_t begin, int64_t end) {
+    work(begin, end);
+    count(kParallelTasks);
+  });
 }
 
 } // namespace elementwise
 } // namespace native
 } // namespace custom
 
-// The debug query behind the counters above: copies min(n, 4) counts into `counts` (serial calls, parallel calls,
-// streamed ranges, streamed ranges that began with an unaligned head). Exported from every library that runs the loop,
-// so tests can read it with ctypes.
+// The debug query behind the counters above: copies min(n, kPathCount) counts into `counts`, in the order of the Path
+// enum (serial calls, parallel tasks, streamed blocks, unaligned heads, then elements per loop: baseline, AVX2,
+// AVX-512, half arithmetic). Exported from every library that runs the loop, so tests can read it with ctypes.
 extern "C" __attribute__((used, visibility("default"))) inline void custom_ops_elementwise_stats(
     uint64_t* counts, int n) {
   for (int i = 0; i < n && i < custom::native::elementwise::kPathCount; ++i) {

@@ -33,18 +33,37 @@ class CMakeBuild:
         return os.path.join(self.build_dir, "libcustom_ops_aot_lib.so")
 
 
+# NaNs with payloads, as bit patterns: signaling and quiet, both signs. Exactness includes their bits.
+PAYLOAD_NANS = {"float16": [0x7D01, 0xFE01, 0x7E33], "bfloat16": [0x7F81, 0xFFC1],
+                "float32": [0x7F800001, 0xFFC00101, 0x7FA00000], "float64": [0x7FF0000000000001, 0xFFF8000000000101]}
+
+
+def special_values(dtype):
+    """NaN, infinities, -0, a subnormal and NaNs with payloads, in `dtype`."""
+    import torch
+
+    plain = torch.tensor([float("nan"), float("inf"), float("-inf"), -0.0], dtype=dtype)
+    subnormal = (torch.tensor(torch.finfo(dtype).tiny, dtype=dtype) / 4).reshape(1)
+    width = 8 * dtype.itemsize
+    bits = [b - (1 << width) if b >= 1 << (width - 1) else b for b in PAYLOAD_NANS[str(dtype).removeprefix("torch.")]]
+    int_type = {16: torch.int16, 32: torch.int32, 64: torch.int64}[width]
+    return torch.cat([plain, subnormal, torch.tensor(bits, dtype=int_type).view(dtype)])
+
+
 def full_range(shape, dtype, seed: int = 0):
     """Random values across the dtype's whole range: integer products wrap around, half-type products overflow to
-    inf, and floats span many magnitudes."""
+    inf, and floats span many magnitudes, with special_values() at the start and the end (in a vector block and in a
+    tail)."""
     import torch
 
     g = torch.Generator().manual_seed(seed)
     if dtype.is_floating_point:
         magnitudes = 10.0 ** torch.randint(-3, 6, shape, generator=g)
         values = (torch.randn(shape, generator=g, dtype=torch.float64) * magnitudes).to(dtype)
-        special = torch.tensor([float("nan"), float("inf"), float("-inf"), -0.0, torch.finfo(dtype).tiny / 4])
-        flat = values.view(-1)
-        flat[: min(flat.numel(), special.numel())] = special[: flat.numel()].to(dtype)  # NaN, infinities, -0, a subnormal
+        flat, special = values.view(-1), special_values(dtype)
+        n = min(flat.numel(), special.numel())
+        flat[:n] = special[:n]
+        flat[flat.numel() - n:] = special.flip(0)[:n]
         return values
     info = torch.iinfo(dtype)
     return torch.randint(info.min, info.max, shape, generator=g, dtype=torch.int64).to(dtype)

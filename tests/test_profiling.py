@@ -8,7 +8,7 @@ import subprocess
 import pytest
 import torch
 
-from helpers import REPO_ROOT, copy_repository, run_runner
+from helpers import REPO_ROOT, run_flow, run_runner
 
 NUM_EXECUTIONS = 5
 
@@ -90,32 +90,42 @@ def test_profile_mode_tables_every_op_of_the_mlp_and_finds_no_difference(combine
                              ("addmm.out", "aten.addmm.default"), ("relu.out", "aten.relu.default")):
         row = next(line.split() for line in table.splitlines() if line.startswith(kernel))
         assert row[1] == graph_op and int(row[2]) == 20 and all(float(v) > 0 for v in row[3:7]), row
-    assert "mul3.out                 ok" in proc.stdout and "mul4.out                 ok" in proc.stdout
-    assert "every op matches eager" in proc.stdout
+    assert "mul3.out                 ok       max |diff| 0 (bit for bit; 20 calls in 20 executions)" in proc.stdout
+    assert "mul4.out                 ok       max |diff| 0 (bit for bit; 20 calls in 20 executions)" in proc.stdout
+    assert "addmm.out" in proc.stdout.split("Intermediate outputs")[1]  # aten ops are checked too, within tolerance
+    assert "every op of every execution matches its reference" in proc.stdout
 
 
-# One element of mul4's runtime kernel off by one ulp: eager (the AOT library) stays right.
-OFF_BY_ONE_ULP = """
-  auto& result = unary_elementwise_out<MultiplyBy<4>>(ctx, input, output, "my_ops::mul4.out");
-  if (result.scalar_type() == executorch::aten::ScalarType::Float && result.numel() > 0) {
-    float* data = result.mutable_data_ptr<float>();
-    data[result.numel() / 2] = std::nextafter(data[result.numel() / 2], 1e30f);
-  }
-  return result;
-"""
+class Chain(torch.nn.Module):
+    def forward(self, x):
+        return torch.ops.my_ops.mul3(torch.ops.my_ops.mul4(torch.ops.my_ops.mul3(x)))
 
 
-def test_profile_mode_names_the_op_whose_kernel_is_one_ulp_off(tmp_path):
-    repo = copy_repository(tmp_path / "repo")
-    kernel = os.path.join(repo, "custom_ops_2_out.cpp")
-    with open(kernel) as f:
-        source = f.read()
-    correct = '  return unary_elementwise_out<MultiplyBy<4>>(ctx, input, output, "my_ops::mul4.out");\n'
-    assert correct in source
-    with open(kernel, "w") as f:
-        f.write("#include <cmath>\n" + source.replace(correct, OFF_BY_ONE_ULP))
-    proc = run_profile_mode(repo)
-    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "mul3.out                 ok" in proc.stdout
-    assert "mul4.out                 DIFFERS" in proc.stdout
-    assert "error: first op whose output differs from eager: mul4.out" in proc.stderr
+class InputDiesEarly(torch.nn.Module):
+    def forward(self, x, y):
+        return torch.ops.my_ops.mul3(torch.ops.my_ops.mul4(torch.ops.my_ops.mul3(x))) + y
+
+
+@pytest.fixture(scope="module")
+def programs_with_etrecords(mul4_aot, tmp_path_factory):
+    import custom_ops_1  # noqa: F401
+    from flow.export import export_to_pte
+
+    out = tmp_path_factory.mktemp("etrecords")
+    return {name: str(export_to_pte(model, inputs, out / f"{name}.pte", etrecord=True))
+            for name, model, inputs in (("chain", Chain(), (torch.randn(4, 8),)),
+                                        ("input_dies_early", InputDiesEarly(), (torch.randn(4, 8), torch.randn(4, 8))))}
+
+
+@pytest.mark.parametrize("program", ["chain", "input_dies_early"])
+@pytest.mark.parametrize("executions", [1, 2, 5])
+def test_profile_checks_every_execution_of_a_multi_op_program(program, executions, programs_with_etrecords,
+                                                             combined_build, tmp_path):
+    proc = run_flow("profile", "--build_dir", combined_build.build_dir, "--pte", programs_with_etrecords[program],
+                    "--num_executions", str(executions), "--output_dir", str(tmp_path))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    checked = proc.stdout.split("Intermediate outputs")[1]
+    for kernel, calls in (("mul3.out", 2), ("mul4.out", 1)):
+        assert f"{kernel:<24} ok       max |diff| 0 (bit for bit; {calls * executions} calls in {executions} " \
+               "executions)" in checked, checked
+    assert "every op of every execution matches its reference" in proc.stdout

@@ -1,0 +1,106 @@
+"""The declared references (custom_ops.bzl `reference`): each computes its op with ATen ops, and they are what the
+verifier and the profiler compare with. mul4's PyTorch kernel calls the same functor and loop as its runtime kernel,
+so comparing the two cannot see a bug they share: a functor one ulp off must fail the flow's verifier and the profile
+mode, through the reference, while the two kernels still agree with each other."""
+
+import os
+import subprocess
+
+import pytest
+import torch
+
+from flow.compare import bit_difference
+from helpers import ALL_DTYPES, copy_repository, full_range, run_in_fresh_python
+
+
+@pytest.mark.parametrize("dtype_name", ALL_DTYPES)
+def test_each_reference_computes_its_op(dtype_name, declared, mul4_aot):
+    import custom_ops_1  # noqa: F401
+
+    dtype = getattr(torch, dtype_name)
+    for op in declared.values():
+        x = full_range((5, 7), dtype, seed=3)
+        assert bit_difference(op.reference_function()(x), op.packet()(x)) is None, op.name
+
+
+def test_references_are_ours_not_the_kernels():
+    # Each reference is plain Python over ATen ops: no call into my_ops, so it cannot share a kernel's code.
+    import inspect
+
+    import custom_ops_1
+    import custom_ops_2
+
+    for function in (custom_ops_1.mul3_reference, custom_ops_2.mul4_reference):
+        assert "my_ops" not in inspect.getsource(function), function.__name__
+
+
+def test_the_reference_interpreter_calls_the_reference_not_the_op(mul4_aot, tmp_path):
+    # A stand-in reference that differs from the op shows up in the result, in the exported graph and the edge graph.
+    from executorch.exir import to_edge
+
+    from flow.export import CallOp, export_to_pte, pt2_path
+    from flow.reference import ReferenceInterpreter, reference_outputs
+
+    stand_in = type("StandIn", (), {"name": "my_ops::mul4", "reference_function": lambda self: lambda x: x * 5})()
+    x = torch.randn(3, 4)
+    pte = export_to_pte(CallOp(torch.ops.my_ops.mul4.default), (x,), tmp_path / "mul4.pte")
+    (exported,) = reference_outputs(pt2_path(pte), [x], [stand_in])
+    edge = to_edge(torch.export.export(CallOp(torch.ops.my_ops.mul4.default), (x,))).exported_program().module()
+    from_edge = ReferenceInterpreter(edge, {"my_ops::mul4": lambda x: x * 5}).run(x)
+    assert torch.equal(exported, x * 5) and torch.equal(from_edge, x * 5)
+
+
+# mul4's functor, mutated: float32 results one ulp up. Both of mul4's kernels (runtime and PyTorch) use it.
+ONE_ULP_UP = """
+    if constexpr (std::is_same_v<T, float>) {
+      if (kFactor == 4) {
+        return std::nextafter(x * 4.0f, 1e30f);
+      }
+    }
+"""
+
+
+@pytest.fixture(scope="module")
+def repo_with_a_wrong_functor(tmp_path_factory):
+    repo = copy_repository(tmp_path_factory.mktemp("wrong_functor") / "repo")
+    path = os.path.join(repo, "multiply_by_constant.h")
+    source = open(path).read()
+    anchor = "    if constexpr (std::is_integral_v<T>) {\n"
+    assert anchor in source
+    with open(path, "w") as f:
+        f.write(source.replace("#include <cstdint>\n", "#include <cmath>\n#include <cstdint>\n")
+                .replace(anchor, ONE_ULP_UP + anchor, 1))
+    return repo
+
+
+def run_script(repo, *args):
+    return subprocess.run(["bash", os.path.join(repo, "test_custom_ops.sh"), *args], capture_output=True, text=True,
+                          timeout=1800, env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+
+
+def test_a_wrong_functor_fails_the_flows_verifier(repo_with_a_wrong_functor):
+    proc = run_script(repo_with_a_wrong_functor, "cmake", "mul4")
+    assert proc.returncode == 1, proc.stdout[-3000:]
+    assert "error: outputs DIFFER from the reference" in proc.stdout
+    for where in ("runner, execution 1", "Python runtime, execution 1"):
+        assert f"MISMATCH {where}: output 0: 6 of 6 elements differ bit for bit" in proc.stderr, proc.stderr[-3000:]
+    # The comparison the verifier used to make: mul4's PyTorch kernel agrees with the wrong runtime kernel.
+    build = os.path.join(repo_with_a_wrong_functor, "cmake-out", "custom_ops_2")
+    agree = run_in_fresh_python(f"""
+        import torch
+        from flow.runtime import load_kernel_library, load_method_checked
+        torch.ops.load_library({build + '/libcustom_ops_aot_lib.so'!r})
+        load_kernel_library({build + '/libcustom_ops_lib.so'!r})
+        x = torch.randn(2, 3)
+        (runtime,) = load_method_checked({repo_with_a_wrong_functor + '/custom_ops_2.pte'!r}).execute([x])
+        result = [torch.equal(runtime, torch.ops.my_ops.mul4(x)), torch.equal(runtime, x * 4)]
+    """)
+    assert agree == [True, False]
+
+
+def test_a_wrong_functor_is_named_by_the_profile_mode(repo_with_a_wrong_functor):
+    proc = run_script(repo_with_a_wrong_functor, "profile")
+    assert proc.returncode == 1, proc.stdout[-3000:]
+    assert "mul3.out                 ok" in proc.stdout
+    assert "mul4.out                 DIFFERS" in proc.stdout
+    assert "error: first op whose output differs from its reference: mul4.out in execution 1" in proc.stderr
