@@ -24,7 +24,8 @@ import torch
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
-DTYPES = ["float32", "float64", "float16", "bfloat16", "uint8", "int8", "int16", "int32", "int64"]
+from flow.dtypes import ELEMENTWISE_DTYPES as DTYPES  # noqa: E402  (every dtype the kernels implement)
+
 SIZES = [16, 16 * 1024, 4 * 1024 * 1024]
 LARGE = 64 * 1024 * 1024  # float32 only: 512 MiB of traffic, past any cache here
 TARGET_EXECUTION_SECONDS = 0.05  # per (program, round): enough executions for a stable median
@@ -53,8 +54,10 @@ class AtenMul3(torch.nn.Module):
 
 
 def export_programs(out_dir: str, cases) -> dict[tuple[str, str, int], str]:
-    import custom_ops_1  # noqa: F401
-    from pte_export import CallOp, export_to_pte
+    from flow import declarations, registration
+    from flow.export import CallOp, export_to_pte
+
+    registration.register_with_pytorch([declarations.find("my_ops::mul3")])
 
     programs = {}
     for dtype_name, n in cases:

@@ -18,7 +18,7 @@ import time
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
-import declared_ops  # noqa: E402
+from flow import declarations  # noqa: E402
 
 ENV = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
 
@@ -57,7 +57,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
-    ops = declared_ops.load().values()
+    ops = declarations.load().values()
     examples = [next(op for op in ops if op.registered_from == origin) for origin in ("python", "cpp")]
     print(f"{os.cpu_count()} cores; rebuild after a one-line edit of the kernel source, {args.rounds} rounds")
     for op, goal in zip(examples, (3.0, 10.0)):

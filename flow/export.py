@@ -102,7 +102,11 @@ def _export(ops, args) -> int:
 
     try:
         if args.jit:
-            print(f"Built and loaded {registration.build_jit_library([op for op in ops if op.from_cpp] or None)}")
+            cpp_ops = [op for op in ops if op.from_cpp]
+            if not cpp_ops:
+                raise RuntimeError(f"--jit builds the AOT library of ops registered from C++; "
+                                   f"{', '.join(op.name for op in ops)} is registered from Python")
+            print(f"Built and loaded {registration.build_jit_library(cpp_ops)}")
         registration.register_with_pytorch(ops, aot_library=args.aot_library)
         for op in ops:
             print(f"Exported {export_example(op, args.output_dir, etrecord=args.etrecord)}")

@@ -79,6 +79,8 @@ def verify(pte: str, *, runner: str | None = None, kernel_library: str | None = 
 
     if not (runner or kernel_library):
         raise VerificationError("give --runner (the C++ runner) and/or --kernel_library (the Python runtime)")
+    if num_executions < 1:
+        raise VerificationError(f"--num_executions must be at least 1, got {num_executions}")
     spec = program.read(pte)
     method = spec.method("forward")
     declared = declarations.load()

@@ -12,7 +12,8 @@
             their recorded srcs, headers, flags and deps (static archives, link_whole, shared libraries) with the
             toolchain's compiler and flags. Outputs go to buck-out/graph/.
   run       every declared op's example exported (its AOT library from this build for C++ ops), run in the runner
-            built here, and verified against eager PyTorch (runner_check.py); the all-ops runner runs them all.
+            built here, and verified against its declared reference (flow/verify.py); the all-ops runner runs them
+            all.
 
     python tests/buck2_graph.py [--repo DIR] [--stage evaluate|check|build|run]
 Exit 0 when every stage up to --stage passed; 1 otherwise, with one `error:` line per problem on stderr.
@@ -536,9 +537,9 @@ class Executor:
 def examples(repo: str):
     """(suffix, [declared ops]) per example: each op alone, then all together, as targets.bzl defines them."""
     sys.path.insert(0, repo)
-    import declared_ops
+    from flow import declarations
 
-    ops = list(declared_ops.load(os.path.join(repo, "custom_ops.bzl")).values())
+    ops = list(declarations.load(os.path.join(repo, "custom_ops.bzl")).values())
     return [(f"_{op.short_name}", [op]) for op in ops] + [("", ops)]
 
 
@@ -596,7 +597,7 @@ def build_and_run(repo: str, executor: Executor, log=print) -> list[str]:
             everything = [(runner, aot, op) for op in ops]
             continue
         (op,) = ops
-        export = [sys.executable, os.path.join(repo, "pte_export.py"), "--op", op.name, "--output_dir", programs]
+        export = [sys.executable, "-m", "flow.export", "--op", op.name, "--output_dir", programs]
         proc = subprocess.run(export + (["--aot_library", aot] if aot else []), capture_output=True, text=True,
                               env=env, cwd=repo)
         if proc.returncode != 0:
@@ -610,7 +611,7 @@ def build_and_run(repo: str, executor: Executor, log=print) -> list[str]:
 
 def _verify(repo, runner, aot, op, programs, env, log) -> list[str]:
     pte = os.path.join(programs, f"{op.example_program}.pte")
-    cmd = [sys.executable, os.path.join(repo, "runner_check.py"), "--pte", pte, "--runner", runner]
+    cmd = [sys.executable, "-m", "flow.verify", "--pte", pte, "--runner", runner]
     proc = subprocess.run(cmd + (["--aot_library", aot] if aot else []), capture_output=True, text=True, env=env,
                           cwd=repo)
     log(f"verify {os.path.relpath(runner, repo)} on {op.example_program}.pte: "

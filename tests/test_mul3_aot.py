@@ -4,8 +4,9 @@ import pytest
 import torch
 
 import custom_ops_1  # noqa: F401  (registers my_ops::mul3)
-from helpers import run_in_fresh_python
+from flow.compare import assert_bit_exact
 from flow.program import operators_in_program
+from helpers import run_in_fresh_python
 
 
 def test_schemas_are_exactly_as_documented():
@@ -18,11 +19,11 @@ def test_schemas_are_exactly_as_documented():
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int32])
 def test_eager_functional_and_out_variant(dtype):
     x = torch.arange(-6, 6, dtype=dtype).reshape(3, 4)
-    torch.testing.assert_close(torch.ops.my_ops.mul3(x), x * 3, rtol=0, atol=0)
+    assert_bit_exact(torch.ops.my_ops.mul3(x), x * 3)
     out = torch.empty(0, dtype=dtype)
     result = torch.ops.my_ops.mul3.out(x, output=out)
     assert result.data_ptr() == out.data_ptr(), "the out variant must return its output argument"
-    torch.testing.assert_close(out, x * 3, rtol=0, atol=0)
+    assert_bit_exact(out, x * 3)
 
 
 def test_out_variant_rejects_an_output_of_another_dtype():
@@ -45,12 +46,15 @@ def test_importing_registers_the_ops_and_does_nothing_else(tmp_path):
         os.chdir({str(tmp_path)!r})
         import torch
         rng = torch.random.get_rng_state()
+        before = set(sys.modules)
         import custom_ops_1
         result = {{
+            "project_modules": sorted(m for m in set(sys.modules) - before if not m.startswith("torch")),
             "files": os.listdir("."),
             "rng_untouched": torch.equal(rng, torch.random.get_rng_state()),
             "inductor_imported": "torch._inductor" in sys.modules,
             "y": torch.ops.my_ops.mul3(torch.ones(2)).tolist(),
         }}
     """)
-    assert result == {"files": [], "rng_untouched": True, "inductor_imported": False, "y": [3.0, 3.0]}
+    assert result == {"project_modules": ["custom_ops_1"], "files": [], "rng_untouched": True,
+                      "inductor_imported": False, "y": [3.0, 3.0]}

@@ -5,9 +5,12 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-import custom_ops_1  # noqa: F401
-from flow.compare import mismatches
+import custom_ops_1
+from flow.compare import assert_bit_exact, mismatches
+from flow.dtypes import ELEMENTWISE_DTYPES
 from flow.runner import run_pte
+from helpers import run_runner
+from pte_surgery import edit_plan
 
 pytestmark = pytest.mark.usefixtures("mul4_aot")
 
@@ -49,7 +52,7 @@ def test_torch_compile_fullgraph_matches_eager(dynamic):
     compiled = torch.compile(BothOps(), fullgraph=True, dynamic=dynamic)  # fullgraph: a graph break is an error
     for shape in ((4, 5), (7, 5)):
         x = torch.randn(shape)
-        torch.testing.assert_close(compiled(x), BothOps()(x), rtol=0, atol=0)
+        assert_bit_exact(compiled(x), BothOps()(x))
 
 
 class OpCalls(TorchDispatchMode):
@@ -89,6 +92,37 @@ def test_export_with_dynamic_dims_runs_at_several_sizes(op, dynamic_programs, co
         expected = [x * FACTORS[op]]
         (actual,) = method.execute([x])
         assert actual.shape == x.shape
-        torch.testing.assert_close(actual, expected[0], rtol=0, atol=0)
+        assert_bit_exact(actual, expected[0])
         from_runner = run_pte(combined_build.runner, pte, [x], expected, pass_shapes=True)
         assert mismatches(from_runner, expected, exact=True) == []
+
+
+def accepts(call) -> bool:
+    try:
+        call()
+        return True
+    except RuntimeError:
+        return False
+
+
+def test_every_side_of_an_op_accepts_the_same_dtypes(mul3_pte, mul3_build, dynamic_programs, load_method, tmp_path):
+    # mul3's Python registration (custom_ops_1.SUPPORTED_DTYPES: export refuses the rest), mul4's C++ kernels and the
+    # runtime kernels must agree on the dtypes, or export would write programs the runtime refuses.
+    candidates = [*ELEMENTWISE_DTYPES, "bool", "complex64", "uint16"]
+    ones = {name: torch.ones(3, dtype=getattr(torch, name)) for name in candidates}
+    python_side = {name for name in candidates if accepts(lambda: torch.ops.my_ops.mul3(ones[name]))}
+    cpp_side = {name for name in candidates if accepts(lambda: torch.ops.my_ops.mul4(ones[name]))}
+    assert python_side == cpp_side == set(ELEMENTWISE_DTYPES)
+    assert {str(d).removeprefix("torch.") for d in custom_ops_1.SUPPORTED_DTYPES} == set(ELEMENTWISE_DTYPES)
+    for name in ELEMENTWISE_DTYPES:  # the runtime kernels run every one (programs exported in that dtype)
+        for op in FACTORS:
+            load_method(dynamic_programs.get(op, getattr(torch, name), 1)).execute([ones[name]])
+    # ... and refuse another: mul3's program with its input and output retyped to Bool.
+    from executorch.exir.schema import ScalarType
+
+    def to_bool(plan):
+        for index in (plan.inputs[0], plan.outputs[0]):
+            plan.values[index].val.scalar_type = ScalarType.BOOL
+
+    proc = run_runner(mul3_build.runner, f"--model_path={edit_plan(mul3_pte, str(tmp_path / 'bool.pte'), to_bool)}")
+    assert proc.returncode == 1 and "my_ops::mul3.out" in proc.stderr and "Bool" in proc.stderr, proc.stderr[-2000:]

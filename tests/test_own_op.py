@@ -1,5 +1,5 @@
-"""README's "Adding your own op", followed literally: in a copy of the repository, every fenced block of that section
-is applied as it says (`file=F` creates F, `mode=append` appends to it, `mode=insert` inserts above the declarations'
+"""docs/adding-an-op.md, followed literally: in a copy of the repository, every fenced block of the page is applied
+as it says (`file=F` creates F, `mode=append` appends to it, `mode=insert` inserts above the declarations'
 "# Add new ops above this line." marker) and every `bash run` block is run. That adds my_ops::add7 from Python and
 my_ops::relu6 from C++ and runs each one's flow; then their runners are checked against ATen's own x + 7 and relu6."""
 
@@ -10,17 +10,16 @@ import subprocess
 import pytest
 import torch
 
-from helpers import REPO_ROOT, copy_repository, full_range
 from flow.compare import mismatches
 from flow.runner import run_pte
+from helpers import REPO_ROOT, copy_repository, full_range
 
 INSERT_MARKER = "    # Add new ops above this line.\n"
 
 
 def recipe_blocks():
-    with open(os.path.join(REPO_ROOT, "README.md")) as f:
-        readme = f.read()
-    section = re.search(r"^## Adding your own op\n(.*?)^## ", readme, re.M | re.S).group(1)
+    with open(os.path.join(REPO_ROOT, "docs", "adding-an-op.md")) as f:
+        section = f.read()
     blocks = []
     for info, body in re.findall(r"^```(\w[^\n]*)\n(.*?)^```", section, re.M | re.S):
         words = info.split()

@@ -8,6 +8,7 @@ import subprocess
 import pytest
 import torch
 
+from flow.compare import assert_bit_exact
 from helpers import REPO_ROOT, run_flow, run_runner
 
 NUM_EXECUTIONS = 5
@@ -40,7 +41,7 @@ def test_the_etdump_times_the_custom_op_in_every_execution(profiled_mul3):
     assert event.op_types == ["my_ops.mul3.default"]  # named through the ETRecord's debug handles
     assert len(event.perf_data.raw) == NUM_EXECUTIONS and all(t > 0 for t in event.perf_data.raw)
     (output,) = event.debug_data  # the intermediate output, from the debug buffer
-    torch.testing.assert_close(output, torch.ones(2, 3) * 3, rtol=0, atol=0)
+    assert_bit_exact(output, torch.ones(2, 3) * 3)
 
 
 def test_an_etdump_without_debug_buffer_has_no_intermediate_outputs(combined_build, profiled_mul3, tmp_path):

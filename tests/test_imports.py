@@ -1,0 +1,86 @@
+"""The repository's import graph, read statically (every import, at any depth): the machinery never imports an example
+module (it reaches an op's modules only through the declarations), the graph has no cycle, the example modules import
+only torch at load time, and the modules the wheel carries copies of import only the standard library and torch."""
+
+import ast
+import glob
+import os
+import sys
+
+import pytest
+
+from flow import declarations
+from helpers import REPO_ROOT
+
+MACHINERY = ["flow/*.py", "codegen/*.py", "my_ops/*.py", "setup.py", "benchmark/*.py", "tools/*.py"]
+EXAMPLES = ["custom_ops_1.py", "custom_ops_2.py"]
+
+
+def module_name(path: str) -> str:
+    relative = os.path.relpath(path, REPO_ROOT)[:-3].replace(os.sep, ".")
+    return relative.removesuffix(".__init__")
+
+
+def imports(path: str, top_level_only: bool = False) -> set[str]:
+    """The modules `path` imports (absolute names; relative imports resolved against its package)."""
+    tree = ast.parse(open(path).read(), path)
+    package = module_name(path).rpartition(".")[0] if not path.endswith("__init__.py") else module_name(path)
+    nodes = tree.body if top_level_only else ast.walk(tree)
+    found = set()
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(filter(None, [package.rsplit(".", node.level - 1)[0] if node.level > 1 else package,
+                                              node.module]))
+            found |= {base} | {f"{base}.{alias.name}" for alias in node.names}
+    return found
+
+
+def repository_modules() -> dict[str, str]:
+    paths = [p for pattern in [*MACHINERY, *EXAMPLES] for p in glob.glob(os.path.join(REPO_ROOT, pattern))]
+    return {module_name(p): p for p in paths}
+
+
+def test_the_machinery_imports_no_example_module():
+    examples = {op.python_module for op in declarations.load().values() if op.python_module}
+    examples |= {op.reference.rpartition(".")[0] for op in declarations.load().values()}
+    examples |= {e[:-3] for e in EXAMPLES}
+    offenders = {module: sorted(imports(path) & examples) for module, path in repository_modules().items()
+                 if module not in examples and imports(path) & examples}
+    assert offenders == {}
+
+
+def test_the_import_graph_has_no_cycle():
+    modules = repository_modules()
+    graph = {m: {i for i in imports(p) if i in modules and i != m} for m, p in modules.items()}
+    visiting, done, cycles = [], set(), []
+
+    def visit(module):
+        if module in visiting:
+            cycles.append(visiting[visiting.index(module):] + [module])
+            return
+        if module in done:
+            return
+        visiting.append(module)
+        for dependency in sorted(graph[module]):
+            visit(dependency)
+        visiting.pop()
+        done.add(module)
+
+    for module in sorted(graph):
+        visit(module)
+    assert cycles == []
+
+
+STANDARD_LIBRARY = set(sys.stdlib_module_names)
+
+
+@pytest.mark.parametrize("path", [*EXAMPLES, "flow/torch_compat.py", "flow/vmap_rules.py"])
+def test_what_ships_or_gets_copied_imports_only_torch(path):
+    # The example modules are copied into users' projects (and custom_ops_1.py into the wheel); the two flow modules
+    # into the wheel. At load time they may need nothing but torch.
+    loaded = {name.split(".")[0] for name in imports(os.path.join(REPO_ROOT, path), top_level_only=True)}
+    assert loaded - STANDARD_LIBRARY - {"torch", "__future__"} == set()
