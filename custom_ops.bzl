@@ -15,7 +15,13 @@
 #   reference        "module.function": the op computed with ATen ops, independent of its kernels. The verifier, the
 #                    profiler and the tests compare every kernel of the op (runtime, and PyTorch's) with it
 #   example_program  the program the flow exports: <example_program>.pte (and .pt2), built in cmake-out/<it>/
-#   example_inputs   its inputs, as (dtype, shape)
+#   example_inputs   its inputs, as (dtype, shape): the example is one call of the op on them. Or, for ops with
+#                    scalars, several tensors or state:
+#   example_model    "module.function" returning (model, runs): a torch.nn.Module calling the op, and the inputs of
+#                    each execution in order (the first is what export traces with; several when the program keeps
+#                    state across executions, e.g. a cache). The exporter saves the runs beside the .pte for the verifier
+#   runtime_registration  "codegen" (default: custom_ops.yaml -> generated registration, selective build) or
+#                    "executorch_library" (EXECUTORCH_LIBRARY in the kernel source: no codegen, always registered)
 CUSTOM_OPS = {
     "my_ops::mul3": {
         "registered_from": "python",
@@ -37,6 +43,32 @@ CUSTOM_OPS = {
         "reference": "custom_ops_2.mul4_reference",
         "example_program": "custom_ops_2",
         "example_inputs": [("float32", [2, 3])],
+    },
+    "my_ops::rms_norm": {
+        "registered_from": "cpp",
+        "aot_sources": ["rms_norm.cpp"],
+        "kernel_sources": ["rms_norm_out.cpp"],
+        "reference": "rms_norm.rms_norm_reference",
+        "example_program": "rms_norm",
+        "example_model": "rms_norm.example",
+    },
+    "my_ops::update_cache": {
+        "registered_from": "python",
+        "python_module": "update_cache",
+        "kernel_sources": ["update_cache_out.cpp"],
+        "bit_exact": True,
+        "reference": "update_cache.update_cache_reference",
+        "example_program": "update_cache",
+        "example_model": "update_cache.example",
+    },
+    "my_ops::quantize_rows": {
+        "registered_from": "python",
+        "python_module": "quantize_rows",
+        "kernel_sources": ["quantize_rows_out.cpp"],
+        "bit_exact": True,
+        "reference": "quantize_rows.quantize_rows_reference",
+        "example_program": "quantize_rows",
+        "example_model": "quantize_rows.example",
     },
     # Add new ops above this line.
 }

@@ -190,7 +190,7 @@ def insert_argument_checks(path: str) -> None:
             tags = _accepted_tags(a.type)
             mask = " | ".join(f"bit(Tag::{t})" for t in tags) if tags else "0xffffffffu"
             rows.append(f'{{"{a.name}", {mask}, "{a.type}"}}')
-        stack_size = len(arguments) + len(schema.returns)
+        stack_size = len(arguments) + 1  # the result is one value, a list for a tuple of outputs (as ExecuTorch emits)
         return (f"{match.group(0)}\n"
                 f"            using namespace checked_unboxing;\n"
                 f"            static constexpr Argument kArguments[] = {{{', '.join(rows)}}};\n"

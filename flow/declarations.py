@@ -32,8 +32,10 @@ class DeclaredOp:
     registered_from: str  # "python" or "cpp"
     kernel_sources: tuple[str, ...]
     example_program: str
-    example_inputs: tuple[tuple[str, tuple[int, ...]], ...]
     reference: str  # "module.function": the op in ATen ops, never calling its own kernels
+    example_inputs: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    example_model: str | None = None  # "module.function" returning (model, runs)
+    runtime_registration: str = "codegen"  # or "executorch_library": EXECUTORCH_LIBRARY in its kernel source
     python_module: str | None = None
     aot_sources: tuple[str, ...] = ()
     cuda_sources: tuple[str, ...] = ()
@@ -82,6 +84,26 @@ class DeclaredOp:
             raise DeclarationError(f"{self.name}: its reference {self.reference!r} cannot be imported ({err}); "
                                    "declare a function computing the op with ATen ops, as 'module.function'") from None
 
+    def example(self, seed: int = 0):
+        """(model, runs): the module the flow exports, and the inputs of each execution, in order (the first is what
+        export traces with; more than one when the program keeps state across executions). A declared example_model
+        gives both; otherwise the model is one call of the op on example_inputs."""
+        if self.example_model is None:
+            from flow.export import CallOp
+
+            return CallOp(self.packet().default), [self.make_example_inputs(seed)]
+        module, _, function = self.example_model.rpartition(".")
+        try:
+            factory = getattr(import_repository_module(module), function)
+        except (ImportError, AttributeError) as err:
+            raise DeclarationError(f"{self.name}: its example_model {self.example_model!r} cannot be imported "
+                                   f"({err})") from None
+        model, runs = factory()
+        if not runs or not all(isinstance(run, tuple) for run in runs):
+            raise DeclarationError(f"{self.name}: {self.example_model}() must return (model, runs) with runs a "
+                                   "non-empty list of input tuples")
+        return model, list(runs)
+
     def is_registered(self) -> bool:
         import torch
 
@@ -103,7 +125,8 @@ class DeclaredOp:
 
 
 _FIELDS = {f.name for f in DeclaredOp.__dataclass_fields__.values()} - {"name"}  # type: ignore[attr-defined]
-_REQUIRED = {"registered_from", "kernel_sources", "example_program", "example_inputs", "reference"}
+_REQUIRED = {"registered_from", "kernel_sources", "example_program", "reference"}
+RUNTIME_REGISTRATIONS = ("codegen", "executorch_library")
 
 
 def import_repository_module(name: str):
@@ -156,8 +179,16 @@ def _check(name: str, entry: object, path: str) -> DeclaredOp:
         raise DeclarationError(f"{where}: registered_from 'cpp' needs aot_sources (its TORCH_LIBRARY_FRAGMENT sources)")
     if origin not in ("python", "cpp"):
         raise DeclarationError(f"{where}: registered_from must be 'python' or 'cpp', got {origin!r}")
+    if ("example_inputs" in entry) == ("example_model" in entry):
+        raise DeclarationError(f"{where}: give example_inputs (one call of the op on tensors) or example_model "
+                               "('module.function' returning (model, runs)), exactly one")
+    if "example_model" in entry and not (isinstance(entry["example_model"], str) and "." in entry["example_model"]):
+        raise DeclarationError(f"{where}: example_model must be 'module.function'; got {entry['example_model']!r}")
+    if entry.get("runtime_registration", "codegen") not in RUNTIME_REGISTRATIONS:
+        raise DeclarationError(f"{where}: runtime_registration must be one of {', '.join(RUNTIME_REGISTRATIONS)}; "
+                               f"got {entry['runtime_registration']!r}")
     inputs = []
-    for item in entry["example_inputs"]:
+    for item in entry.get("example_inputs", ()):
         if not (isinstance(item, (tuple, list)) and len(item) == 2 and _is_dtype_name(item[0])
                 and all(isinstance(d, int) and d >= 0 for d in item[1])):
             raise DeclarationError(f"{where}: example_inputs entries are (dtype, shape) with a torch dtype name, e.g. "

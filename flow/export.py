@@ -38,6 +38,12 @@ def pt2_path(pte_path: str | os.PathLike) -> str:
     return os.path.splitext(os.fspath(pte_path))[0] + ".pt2"
 
 
+def runs_path(pte_path: str | os.PathLike) -> str:
+    """Where export_example() saves a declared example's inputs, one tuple per execution (torch.save), for the
+    verifier: beside the .pte, as .runs.pt."""
+    return os.path.splitext(os.fspath(pte_path))[0] + ".runs.pt"
+
+
 def etrecord_path(pte_path: str | os.PathLike) -> str:
     """Where export_to_pte(etrecord=True) saves the ETRecord of a .pte: beside it, as .etrecord."""
     return os.path.splitext(os.fspath(pte_path))[0] + ".etrecord"
@@ -61,6 +67,7 @@ def export_to_pte(
     """
     from executorch.exir import ExecutorchBackendConfig, to_edge
     from executorch.exir.passes import MemoryPlanningPass
+    from executorch.exir.passes.init_mutable_pass import InitializedMutableBufferPass
 
     exported = torch.export.export(model, tuple(example_inputs), dynamic_shapes=dynamic_shapes, strict=True)
     pte_path = os.fspath(pte_path)
@@ -68,8 +75,15 @@ def export_to_pte(
     torch.export.save(exported, pt2_path(pte_path))
     # The edge dialect's IR validity check stays on: registered custom ops pass it.
     edge = to_edge(exported, generate_etrecord=etrecord)
+    # State (a buffer the model mutates, e.g. a KV cache) starts as the module's buffer, as in eager; ExecuTorch leaves
+    # a mutable buffer's planned memory uninitialized unless told. The names are known once to_edge functionalized the
+    # mutation (a custom op mutating its argument is recorded as such only then).
+    mutated = sorted(edge.exported_program().graph_signature.buffers_to_mutate.values())
     program = edge.to_executorch(
-        ExecutorchBackendConfig(memory_planning_pass=MemoryPlanningPass(alloc_graph_input=plan_graph_inputs))
+        ExecutorchBackendConfig(
+            passes=[InitializedMutableBufferPass(mutated)] if mutated else [],
+            memory_planning_pass=MemoryPlanningPass(alloc_graph_input=plan_graph_inputs),
+        )
     )
     with open(pte_path, "wb") as f:
         program.write_to_file(f)
@@ -79,10 +93,17 @@ def export_to_pte(
 
 
 def export_example(op, output_dir: str | os.PathLike, *, etrecord: bool = False) -> str:
-    """Exports a model calling the declared op `op` (a declared_ops.DeclaredOp, registered with PyTorch) on its
-    example inputs to <output_dir>/<example_program>.pte (and its ETRecord beside it with etrecord=True)."""
-    return export_to_pte(CallOp(op.packet().default), op.make_example_inputs(),
-                         os.path.join(output_dir, f"{op.example_program}.pte"), etrecord=etrecord)
+    """Exports the example model of the declared op `op` (a declarations.DeclaredOp, registered with PyTorch) to
+    <output_dir>/<example_program>.pte (its ETRecord beside it with etrecord=True). A declared example_model's runs are
+    saved beside it (runs_path()), so the verifier feeds the executions the example means (a cache position in range,
+    positions in order) instead of random tensors."""
+    model, runs = op.example()
+    pte = export_to_pte(model, runs[0], os.path.join(output_dir, f"{op.example_program}.pte"), etrecord=etrecord)
+    if op.example_model is not None:
+        torch.save(runs, runs_path(pte))
+    elif os.path.exists(runs_path(pte)):
+        os.remove(runs_path(pte))  # an older export's: its inputs are not this program's
+    return pte
 
 
 def _parser(description: str) -> argparse.ArgumentParser:

@@ -51,9 +51,19 @@ class ReferenceInterpreter(torch.fx.Interpreter):
 def reference_outputs(pt2_path: str, inputs, declared_ops) -> list:
     """The exported program at `pt2_path` run on `inputs` with the references of `declared_ops` (the ops must be
     registered, to deserialize the program); its outputs, flattened."""
+    return reference_runs(pt2_path, [inputs], declared_ops)[0]
+
+
+def reference_runs(pt2_path: str, runs, declared_ops) -> list[list]:
+    """Like reference_outputs, for several executions in order on one instance of the model: state it keeps (a
+    mutated buffer) carries from one to the next, as in the runtime. The outputs of each, flattened and cloned."""
     if not os.path.isfile(pt2_path):
         raise FileNotFoundError(pt2_path)
     module = torch.export.load(pt2_path).module()
+    interpreter = ReferenceInterpreter(module, references(declared_ops))
+    results = []
     with torch.no_grad():
-        outputs = ReferenceInterpreter(module, references(declared_ops)).run(*inputs)
-    return list(torch.utils._pytree.tree_leaves(outputs))
+        for inputs in runs:
+            outputs = interpreter.run(*inputs)
+            results.append([t.clone() for t in torch.utils._pytree.tree_leaves(outputs)])
+    return results

@@ -45,18 +45,22 @@ def run_pte(
     num_executions: int = 1,
     extra_args: Sequence[str] = (),
     emulator: Sequence[str] = (),
+    later_inputs: Sequence[Sequence[torch.Tensor]] = (),
 ) -> list[torch.Tensor]:
     """Runs the program's forward on `inputs` (num_executions times; the outputs are the last execution's) and returns
     its outputs read back with the dtypes of `expected_like`.
+
+    later_inputs: the inputs of executions 2, 3, ... for a program with state (the runner takes the groups in turn).
 
     pass_shapes=True sends each input's shape (--input_shapes), which programs with dynamic dimensions need.
     emulator: a command that runs the runner, for one built for another architecture (e.g. qemu-aarch64 -L ...).
     """
     with tempfile.TemporaryDirectory() as tmp:
         in_files = []
-        for i, t in enumerate(inputs):
-            in_files.append(os.path.join(tmp, f"input{i}.bin"))
-            tensor_to_file(t, in_files[-1])
+        for g, group in enumerate([inputs, *later_inputs]):
+            for i, t in enumerate(group):
+                in_files.append(os.path.join(tmp, f"input{g}_{i}.bin"))
+                tensor_to_file(t, in_files[-1])
         out_files = [os.path.join(tmp, f"output{i}.bin") for i in range(len(expected_like))]
         cmd = [*emulator, runner, f"--model_path={pte_path}", f"--inputs={','.join(in_files)}",
                f"--outputs={','.join(out_files)}", f"--num_executions={num_executions}"]

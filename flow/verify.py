@@ -52,6 +52,23 @@ def random_input(spec: program.ValueSpec, generator: torch.Generator) -> torch.T
     return t.permute([tensor.dim_order.index(d) for d in range(len(tensor.sizes))])  # logical order, same memory
 
 
+def saved_runs(pte: str) -> list[tuple] | None:
+    """The inputs of each execution that the exporter saved beside a declared example's program, or None."""
+    from flow.export import runs_path
+
+    path = runs_path(pte)
+    if not os.path.isfile(path):
+        return None
+    runs = torch.load(path, weights_only=True)
+    if not (isinstance(runs, list) and runs and all(isinstance(r, tuple) for r in runs)):
+        raise VerificationError(f"{path} does not hold a list of input tuples; re-export the program")
+    return runs
+
+
+def _head(outputs) -> list:
+    return outputs[0].flatten()[:6].tolist() if outputs else []
+
+
 def _known_to_pytorch(name: str) -> bool:
     namespace, op = name.split("::")
     return hasattr(getattr(torch.ops, namespace), op.split(".")[0])
@@ -75,7 +92,7 @@ def verify(pte: str, *, runner: str | None = None, kernel_library: str | None = 
     """Checks `pte` in the runner and/or the Python runtime against its reference; returns the mismatches."""
     from flow import declarations, registration
     from flow.export import pt2_path
-    from flow.reference import reference_outputs
+    from flow.reference import reference_runs
 
     if not (runner or kernel_library):
         raise VerificationError("give --runner (the C++ runner) and/or --kernel_library (the Python runtime)")
@@ -89,34 +106,42 @@ def verify(pte: str, *, runner: str | None = None, kernel_library: str | None = 
     registration.register_with_pytorch(
         custom, aot_library=aot_library or os.path.join(build_dir, "libcustom_ops_aot_lib.so"))
     exact = tolerance == "exact" or (tolerance == "auto" and not others and all(op.bit_exact for op in custom))
-    generator = torch.Generator().manual_seed(seed)
-    inputs = [random_input(value, generator) for value in method.inputs]
     reference = pt2_path(pte)
     if not os.path.isfile(reference):
         raise VerificationError(f"no reference for {pte}: {reference} is missing. Export with "
                                 "flow.export.export_to_pte(), which saves the ExportedProgram beside the .pte")
-    expected = reference_outputs(reference, inputs, custom)
+    runs = saved_runs(pte)
+    if runs is None:
+        generator = torch.Generator().manual_seed(seed)
+        runs = [tuple(random_input(value, generator) for value in method.inputs)]
+    stateful = len(runs) > 1  # the example's executions in order, each seeing the state the previous left
+    expected = reference_runs(reference, runs, custom)
     names = [op.out_name for op in custom] + others
+    how = (f"{len(runs)} executions in order (state carried across), in each runtime" if stateful
+           else f"{num_executions} execution(s) in each runtime")
     report(f"program {os.path.basename(pte)}: calls {', '.join(names)}; comparing "
            f"{'bit for bit' if exact else 'within dtype tolerance (integers exactly)'} with the declared references, "
-           f"{num_executions} execution(s) in each runtime")
+           f"{how}")
     problems = []
     if runner:
-        for n in sorted({1, num_executions}):  # the runner keeps the last execution's outputs
-            actual = run_pte(runner, pte, inputs, expected, num_executions=n, emulator=emulator)
-            problems += [f"runner, execution {n}: {p}" for p in compare.mismatches(actual, expected, exact=exact)]
-        report(f"  runner          {actual[0].flatten()[:6].tolist()}")
+        # The runner keeps the last execution's outputs: a stateless program at 1 and N executions (N catches an
+        # execution that spoils the next one's inputs), a stateful one after its whole sequence.
+        for n in [len(runs)] if stateful else sorted({1, num_executions}):
+            actual = run_pte(runner, pte, runs[0], expected[-1], num_executions=n, emulator=emulator,
+                             later_inputs=runs[1:])
+            problems += [f"runner, execution {n}: {p}" for p in compare.mismatches(actual, expected[-1], exact=exact)]
+        report(f"  runner          {_head(actual)}")
     if kernel_library:
         from flow.runtime import load_kernel_library, load_method_checked
 
         load_kernel_library(kernel_library)
         loaded = load_method_checked(pte)
-        for n in range(1, num_executions + 1):
+        sequence = list(zip(runs, expected)) if stateful else [(runs[0], expected[0])] * num_executions
+        for n, (inputs, wanted) in enumerate(sequence, start=1):
             actual = loaded.execute(inputs)
-            problems += [f"Python runtime, execution {n}: {p}"
-                         for p in compare.mismatches(actual, expected, exact=exact)]
-        report(f"  Python runtime  {actual[0].flatten()[:6].tolist()}")
-    report(f"  reference       {expected[0].flatten()[:6].tolist()}")
+            problems += [f"Python runtime, execution {n}: {p}" for p in compare.mismatches(actual, wanted, exact=exact)]
+        report(f"  Python runtime  {_head(actual)}")
+    report(f"  reference       {_head(expected[-1])}")
     return problems
 
 

@@ -20,11 +20,13 @@ constexpr const char* kUsage = R"(usage: custom_ops_executor_runner --model_path
   --method=NAME             method to run (default: forward)
   --inputs=A.bin,...        one raw little-endian file per tensor input, in the dtype the method declares and in
                             its memory order (its dim order: row-major unless the program declares another, e.g.
-                            channels-last) (default: every input filled with ones)
+                            channels-last) (default: every input filled with ones). Several groups of one
+                            file per input: execution N takes group N modulo their count (state across
+                            executions, e.g. a cache position per step)
   --input_shapes=2x3,4      the shape of each input, for programs exported with dynamic dimensions
                             (default: the shapes the program declares; 0-d tensors are written as "")
   --outputs=O.bin,...       write each output tensor's raw bytes (in its memory order) to these files
-  --num_executions=N        run the method N times, 1 to 1000000, each on the same inputs, and time each run
+  --num_executions=N        run the method N times, 1 to 1000000, each on the caller's inputs, and time each run
                             (the inputs are set before the timer starts); outputs are the last run's (default: 1)
   --verification=LEVEL      internal_consistency (default): check the whole program before using it;
                             minimal: the file header only (faster, for programs you produced yourself)

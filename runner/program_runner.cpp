@@ -279,13 +279,11 @@ bool fill_with_ones(ScalarType dtype, void* data, size_t numel) {
 }
 
 // `total` starts at the planned memory's size: planned buffers plus inputs stay within --max_memory.
-std::optional<std::string> prepare_inputs(const RunOptions& options, const MethodMeta& meta, uint64_t total,
-                                          std::vector<InputBuffer>& buffers, std::vector<EValue>& values) {
+// The inputs of one execution, from --inputs files first..first+count (or ones).
+std::optional<std::string> prepare_input_group(const RunOptions& options, const MethodMeta& meta, size_t first,
+                                               uint64_t& total, std::vector<InputBuffer>& buffers,
+                                               std::vector<EValue>& values) {
   const size_t count = meta.num_inputs();
-  if (!options.inputs.empty() && options.inputs.size() != count) {
-    return "--inputs names " + std::to_string(options.inputs.size()) + " file(s) but method '" + options.method +
-        "' takes " + std::to_string(count) + " input(s)";
-  }
   if (options.input_shapes && options.input_shapes->size() != count) {
     return "--input_shapes gives " + std::to_string(options.input_shapes->size()) + " shape(s) but method '" +
         options.method + "' takes " + std::to_string(count) + " input(s)";
@@ -324,7 +322,7 @@ std::optional<std::string> prepare_inputs(const RunOptions& options, const Metho
       return "cannot allocate " + std::to_string(*nbytes) + " bytes for input " + std::to_string(i);
     }
     if (!options.inputs.empty()) {
-      if (auto err = read_file(options.inputs[i], *nbytes, buffer.data.get())) {
+      if (auto err = read_file(options.inputs[first + i], *nbytes, buffer.data.get())) {
         return *err + " (method '" + options.method + "' input " + std::to_string(i) + " is " +
             executorch::runtime::toString(dtype) + list_string<SizesType>({sizes.data(), sizes.size()}) + ")";
       }
@@ -337,6 +335,27 @@ std::optional<std::string> prepare_inputs(const RunOptions& options, const Metho
     buffer.tensor = executorch::extension::make_tensor_ptr(sizes, buffer.data.get(), dim_order, {}, dtype);
     values.emplace_back(buffer.tensor);
     buffers.push_back(std::move(buffer));
+  }
+  return std::nullopt;
+}
+
+// --inputs may hold several groups of `count` files, one per execution in turn (a program with state, e.g. a cache
+// position per step); `groups` gets one EValue list per group.
+std::optional<std::string> prepare_inputs(const RunOptions& options, const MethodMeta& meta, uint64_t total,
+                                          std::vector<InputBuffer>& buffers,
+                                          std::vector<std::vector<EValue>>& groups) {
+  const size_t count = meta.num_inputs();
+  if (!options.inputs.empty() && (count == 0 || options.inputs.size() % count != 0)) {
+    return "--inputs names " + std::to_string(options.inputs.size()) + " file(s) but method '" + options.method +
+        "' takes " + std::to_string(count) + " input(s); give one file per input, or several such groups (one per "
+        "execution, in turn)";
+  }
+  const size_t num_groups = options.inputs.empty() ? 1 : options.inputs.size() / count;
+  groups.assign(num_groups, {});
+  for (size_t g = 0; g < num_groups; ++g) {
+    if (auto err = prepare_input_group(options, meta, g * count, total, buffers, groups[g])) {
+      return err;
+    }
   }
   return std::nullopt;
 }
@@ -634,8 +653,8 @@ int run_program(
   }
 
   std::vector<InputBuffer> buffers;
-  std::vector<EValue> inputs;
-  if (auto err = prepare_inputs(options, *meta, planned_total, buffers, inputs)) {
+  std::vector<std::vector<EValue>> input_groups;
+  if (auto err = prepare_inputs(options, *meta, planned_total, buffers, input_groups)) {
     return fail(*err);
   }
   double total_us = 0;
@@ -643,6 +662,7 @@ int run_program(
     // Every execution gets the caller's inputs again, before its timer starts: memory planning may reuse a planned
     // input's buffer for intermediates once the input is dead, so an execution can leave it overwritten. (A planned
     // input is copied into its buffer here; an unplanned one is pointed at, which costs nothing.)
+    const std::vector<EValue>& inputs = input_groups[run % input_groups.size()];
     for (size_t i = 0; i < inputs.size(); ++i) {
       if (Error err = method->set_input(inputs[i], i); err != Error::Ok) {
         return fail("input " + std::to_string(i) + " does not fit method '" + options.method + "': " + describe(err) +

@@ -3,6 +3,8 @@
 // clang-format off
 #pragma once
 
+#include <tuple>
+
 #include <executorch/runtime/core/exec_aten/exec_aten.h>
 #include <executorch/runtime/kernel/kernel_runtime_context.h>
 

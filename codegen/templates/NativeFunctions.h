@@ -3,6 +3,8 @@
 // clang-format off
 #pragma once
 
+#include <tuple>  // kernels of ops with several outputs return std::tuple<Tensor&, ...>
+
 ${headers}
 
 ${nativeFunctions_declarations}

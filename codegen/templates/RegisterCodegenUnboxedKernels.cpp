@@ -56,8 +56,8 @@ bool arguments_match(
     size_t num_arguments,
     size_t stack_size) {
   if (stack.size() != stack_size) {
-    ET_LOG(Error, "%s: the program passes %zu values, its schema has %zu arguments and returns; the program does not "
-           "match the op's schema", op, stack.size(), stack_size);
+    ET_LOG(Error, "%s: the program passes %zu values, its schema has %zu arguments plus the result; the program does "
+           "not match the op's schema", op, stack.size(), stack_size - 1);
     context.fail(Error::InvalidArgument);
     return false;
   }

@@ -1,0 +1,97 @@
+// The ExecuTorch runtime kernel of my_ops::quantize_rows.out (quantize_rows.py registers the op with PyTorch): per row
+// of the last dimension, scale = max|x| / (2^(bits-1) - 1) and values = round_half_even(x / scale) as int8, two
+// outputs of different dtypes and shapes. Bit for bit the ATen reference: the same float operations in the same order
+// (Half and BFloat16 widen exactly to float first).
+#include <atomic>
+#include <cmath>
+
+#include "kernel_helpers/kernel_contract.h"
+#include "kernel_helpers/row_wise.h"
+
+namespace custom {
+namespace native {
+namespace {
+
+constexpr const char* kOp = "my_ops::quantize_rows.out";
+
+// Returns false when the rows hold NaN or infinity (no quantized value exists).
+template <typename T>
+bool quantize_rows(const T* in, int8_t* values, float* scales, int64_t first, int64_t end, int64_t cols, int bits) {
+  const float qmax = static_cast<float>((1 << (bits - 1)) - 1);
+  alignas(64) float x[rows::kBlock];
+  bool finite = true;
+  for (int64_t r = first; r < end; ++r) {
+    const T* row = in + r * cols;
+    float amax = 0.0f;
+    for (int64_t c = 0; c < cols; c += rows::kBlock) {
+      const int64_t n = std::min(rows::kBlock, cols - c);
+      rows::load_floats(row + c, x, n);
+      for (int64_t i = 0; i < n; ++i) {
+        finite &= std::isfinite(x[i]);
+        amax = std::max(amax, std::fabs(x[i]));
+      }
+    }
+    const float scale = amax / qmax;
+    scales[r] = scale;
+    const float divisor = scale > 0.0f ? scale : 1.0f;
+    for (int64_t c = 0; c < cols; c += rows::kBlock) {
+      const int64_t n = std::min(rows::kBlock, cols - c);
+      rows::load_floats(row + c, x, n);
+      for (int64_t i = 0; i < n; ++i) {
+        const float q = std::nearbyint(x[i] / divisor);  // the default rounding mode: to nearest, ties to even
+        values[r * cols + c + i] = static_cast<int8_t>(std::min(qmax, std::max(-qmax, q)));
+      }
+    }
+  }
+  return finite;
+}
+
+} // namespace
+
+std::tuple<executorch::aten::Tensor&, executorch::aten::Tensor&> quantize_rows_out_impl(
+    executorch::runtime::KernelRuntimeContext& ctx,
+    const executorch::aten::Tensor& input,
+    int64_t bits,
+    executorch::aten::Tensor& values,
+    executorch::aten::Tensor& scales) {
+  std::tuple<Tensor&, Tensor&> result{values, scales};
+  if (!contract::check_dtype<contract::FloatingDtypes>(ctx, input, kOp, "input") ||
+      !contract::check_dtype<contract::DtypeSet<ScalarType::Char>>(ctx, values, kOp, "values") ||
+      !contract::check_dtype<contract::DtypeSet<ScalarType::Float>>(ctx, scales, kOp, "scales")) {
+    return result;
+  }
+  ET_KERNEL_CHECK_MSG(ctx, bits >= 2 && bits <= 8, InvalidArgument, result, "%s: bits must be 2 to 8, got %lld", kOp,
+                      static_cast<long long>(bits));
+  ET_KERNEL_CHECK_MSG(ctx, input.dim() >= 1 && input.size(input.dim() - 1) > 0, InvalidArgument, result,
+                      "%s: input needs a non-empty last dimension (the rows quantized), got shape %s", kOp,
+                      contract::shape_string(input).data());
+  const auto sizes = input.sizes();
+  if (!contract::resize_output(ctx, values, sizes, kOp, "values") ||
+      !contract::resize_output(ctx, scales, {sizes.data(), sizes.size() - 1}, kOp, "scales") ||
+      !contract::check_contiguous(ctx, input, kOp, "input") || !contract::check_contiguous(ctx, values, kOp, "values") ||
+      !contract::check_memory(ctx, kOp, {{values, "values"}, {scales, "scales"}}, {{input, "input"}})) {
+    return result;
+  }
+  const int64_t cols = input.size(input.dim() - 1);
+  const int64_t row_count = input.numel() / cols;
+  std::atomic<bool> finite{true};
+  bool all_rows_ran = true;
+  contract::FloatingDtypes::visit(input.scalar_type(), [&](auto tag) {
+    using T = decltype(tag);
+    const T* x = input.const_data_ptr<T>();
+    int8_t* v = values.mutable_data_ptr<int8_t>();
+    float* s = scales.mutable_data_ptr<float>();
+    all_rows_ran = rows::for_each_row(row_count, cols * static_cast<int64_t>(sizeof(T)), [&](int64_t first, int64_t end) {
+      if (!quantize_rows(x, v, s, first, end, cols, static_cast<int>(bits))) {
+        finite.store(false, std::memory_order_relaxed);
+      }
+    });
+  });
+  ET_KERNEL_CHECK_MSG(ctx, all_rows_ran, Internal, result, "%s: the threadpool did not run all of the rows", kOp);
+  ET_KERNEL_CHECK_MSG(ctx, finite.load(), InvalidArgument, result,
+                      "%s: the input holds NaN or infinity, which has no quantized value", kOp);
+  return result;
+}
+
+} // namespace native
+} // namespace custom

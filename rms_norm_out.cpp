@@ -1,0 +1,137 @@
+// The kernel of my_ops::rms_norm.out, compiled twice like mul4's: ExecuTorch mode into libcustom_ops_lib.so (the
+// runtime kernel) and ATen mode into libcustom_ops_aot_lib.so (rms_norm.cpp's CPU kernel). Each row of the input:
+// y = x / sqrt(mean(x^2) + eps) * weight, in one read for the sum of squares and one read-and-write pass, where the
+// same math in ATen ops is five passes with four intermediates. Half types are accumulated and computed in float.
+#include <cmath>
+
+#include "kernel_helpers/kernel_contract.h"
+#include "kernel_helpers/row_wise.h"
+
+namespace custom {
+namespace native {
+namespace {
+
+constexpr const char* kOp = "my_ops::rms_norm.out";
+using Dtypes = contract::FloatingDtypes;
+
+// Sum of squares of n floats: 16 independent partial sums, which the compiler vectorizes without reassociating.
+inline void sum_of_squares(const float* x, int64_t n, float (&acc)[16]) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    for (int k = 0; k < 16; ++k) {
+      acc[k] += x[i + k] * x[i + k];
+    }
+  }
+  for (; i < n; ++i) {
+    acc[i % 16] += x[i] * x[i];
+  }
+}
+
+template <typename T>
+void rms_norm_rows(const T* in, const T* weight, T* out, int64_t first, int64_t end, int64_t cols, float eps) {
+  alignas(64) float x[rows::kBlock];
+  alignas(64) float w[rows::kBlock];
+  for (int64_t r = first; r < end; ++r) {
+    const T* row = in + r * cols;
+    T* out_row = out + r * cols;
+    float acc[16] = {};
+    for (int64_t c = 0; c < cols; c += rows::kBlock) {
+      const int64_t n = std::min(rows::kBlock, cols - c);
+      if constexpr (std::is_same_v<T, float>) {
+        sum_of_squares(row + c, n, acc);
+      } else {
+        rows::load_floats(row + c, x, n);
+        sum_of_squares(x, n, acc);
+      }
+    }
+    float sum = 0.0f;
+    for (float a : acc) {
+      sum += a;
+    }
+    const float inv_rms = 1.0f / std::sqrt(sum / static_cast<float>(cols) + eps);
+    for (int64_t c = 0; c < cols; c += rows::kBlock) {
+      const int64_t n = std::min(rows::kBlock, cols - c);
+      if constexpr (std::is_same_v<T, float>) {
+        for (int64_t i = 0; i < n; ++i) {
+          out_row[c + i] = row[c + i] * inv_rms * weight[c + i];
+        }
+      } else {
+        rows::load_floats(row + c, x, n);
+        rows::load_floats(weight + c, w, n);
+        for (int64_t i = 0; i < n; ++i) {
+          x[i] = x[i] * inv_rms * w[i];
+        }
+        rows::store_floats(x, out_row + c, n);
+      }
+    }
+  }
+}
+
+template <typename T>
+bool run(const Tensor& in, const Tensor& weight, Tensor& out, double eps) {
+  const int64_t cols = in.dim() == 0 ? 1 : in.size(in.dim() - 1);
+  const int64_t rows_count = cols == 0 ? 0 : in.numel() / cols;
+  const T* x = in.template const_data_ptr<T>();
+  const T* w = weight.template const_data_ptr<T>();
+  T* y = out.template mutable_data_ptr<T>();
+  return rows::for_each_row(rows_count, cols * static_cast<int64_t>(sizeof(T)), [&](int64_t first, int64_t end) {
+    rms_norm_rows<T>(x, w, y, first, end, cols, static_cast<float>(eps));
+  });
+}
+
+// The weight scales the last dimension: shape [H], or with leading ones ([1, 1, H]).
+inline bool weight_fits(const Tensor& in, const Tensor& weight) {
+  return in.dim() >= 1 && weight.dim() >= 1 && weight.dim() <= in.dim() &&
+      weight.size(weight.dim() - 1) == in.size(in.dim() - 1) && weight.numel() == in.size(in.dim() - 1);
+}
+
+} // namespace
+
+#ifdef USE_ATEN_LIB
+at::Tensor& rms_norm_out_impl(const at::Tensor& input, const at::Tensor& weight, double eps, at::Tensor& out) {
+  contract::check_dtype<Dtypes>(input, kOp, "input");
+  contract::check_same_dtype(weight, input, kOp, "weight", "input");
+  contract::check_same_dtype(out, input, kOp, "out", "input");
+  TORCH_CHECK(weight_fits(input, weight), kOp, ": weight of shape ", weight.sizes(), " does not scale the last "
+              "dimension of input of shape ", input.sizes(), "; give it shape [", input.dim() ? input.size(-1) : 0, "]");
+  contract::resize_output(out, input.sym_sizes(), kOp);
+  contract::check_memory(kOp, {{out, "out"}}, {{input, "input", true}, {weight, "weight"}});
+  const at::Tensor x = input.contiguous();
+  const at::Tensor w = weight.contiguous();
+  at::Tensor y = out.is_contiguous() ? out : at::empty_like(x);
+  Dtypes::visit(x.scalar_type(), [&](auto tag) { run<decltype(tag)>(x, w, y, eps); });
+  if (!y.is_same(out)) {
+    out.copy_(y);
+  }
+  return out;
+}
+#else
+executorch::aten::Tensor& rms_norm_out_impl(
+    executorch::runtime::KernelRuntimeContext& ctx,
+    const executorch::aten::Tensor& input,
+    const executorch::aten::Tensor& weight,
+    double eps,
+    executorch::aten::Tensor& out) {
+  if (!contract::check_dtype<Dtypes>(ctx, input, kOp, "input") ||
+      !contract::check_same_dtype(ctx, weight, input, kOp, "weight", "input") ||
+      !contract::check_same_dtype(ctx, out, input, kOp, "out", "input")) {
+    return out;
+  }
+  ET_KERNEL_CHECK_MSG(ctx, weight_fits(input, weight), InvalidArgument, out,
+                      "%s: weight of shape %s does not scale the last dimension of input of shape %s", kOp,
+                      contract::shape_string(weight).data(), contract::shape_string(input).data());
+  if (!contract::resize_output(ctx, out, input.sizes(), kOp, "out") ||
+      !contract::check_contiguous(ctx, input, kOp, "input") || !contract::check_contiguous(ctx, weight, kOp, "weight") ||
+      !contract::check_contiguous(ctx, out, kOp, "out") ||
+      !contract::check_memory(ctx, kOp, {{out, "out"}}, {{input, "input", true}, {weight, "weight"}})) {
+    return out;
+  }
+  bool all_rows_ran = true;
+  Dtypes::visit(input.scalar_type(), [&](auto tag) { all_rows_ran = run<decltype(tag)>(input, weight, out, eps); });
+  ET_KERNEL_CHECK_MSG(ctx, all_rows_ran, Internal, out, "%s: the threadpool did not run all of the rows", kOp);
+  return out;
+}
+#endif
+
+} // namespace native
+} // namespace custom
