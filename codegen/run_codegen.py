@@ -29,7 +29,7 @@ CUSTOM_OPS_YAML = os.path.join(REPO_ROOT, "custom_ops.yaml")
 if REPO_ROOT not in sys.path:
     sys.path.insert(0, REPO_ROOT)
 
-from flow import declarations  # noqa: E402
+from flow import declarations, schema_types  # noqa: E402
 
 
 class SelectionError(Exception):
@@ -39,6 +39,11 @@ class SelectionError(Exception):
 # ---- Inputs: custom_ops.yaml, custom_ops.bzl, a model file ---------------------------------------------------------
 def yaml_ops(path: str = CUSTOM_OPS_YAML) -> list[str]:
     """The out-variant names custom_ops.yaml binds, e.g. ["my_ops::mul3.out", ...]."""
+    return list(yaml_schemas(path))
+
+
+def yaml_schemas(path: str = CUSTOM_OPS_YAML) -> dict[str, str]:
+    """Each out variant custom_ops.yaml binds, with its schema: {"my_ops::mul3.out": "my_ops::mul3.out(...) -> ..."}."""
     import yaml
 
     try:
@@ -50,7 +55,7 @@ def yaml_ops(path: str = CUSTOM_OPS_YAML) -> list[str]:
     if not isinstance(entries, list) or not all(isinstance(e, dict) and isinstance(e.get("func"), str)
                                                 for e in entries):
         raise SelectionError(f"{path}: expected a list of entries, each with `func: <schema>` and `kernels:`")
-    return [e["func"].split("(")[0].strip() for e in entries]
+    return {e["func"].split("(")[0].strip(): e["func"] for e in entries}
 
 
 def checked_declarations(check_sources: bool = True) -> dict[str, declarations.DeclaredOp]:
@@ -60,7 +65,12 @@ def checked_declarations(check_sources: bool = True) -> dict[str, declarations.D
         ops = declarations.load()
     except declarations.DeclarationError as err:
         raise SelectionError(str(err)) from None
-    bound = yaml_ops()
+    bound = yaml_schemas()
+    for name, schema in bound.items():
+        unsupported = schema_types.unsupported_arguments(schema)
+        if unsupported:
+            raise SelectionError(f"custom_ops.yaml: {name} has argument(s) of a type this flow cannot pass to a kernel: "
+                                 f"{', '.join(unsupported)}; supported: {', '.join(schema_types.ARGUMENT_TYPES)}")
     for op in ops.values():
         if op.out_name not in bound:
             raise SelectionError(f"custom_ops.bzl declares {op.name} but custom_ops.yaml binds no {op.out_name}; add "
@@ -122,7 +132,9 @@ def selected_root_ops(ops, *, root_ops=None, model_file=None, example=None) -> l
         check_root_ops(root_ops, bound)
         return list(root_ops)
     if example:
-        chosen = [op.out_name for op in ops.values() if example == "all" or op.example_program == f"custom_ops_{example}"]
+        # The upstream example's switch: 1 = custom_ops_1's op, 2 = custom_ops_2's, 3 = both (not the other examples)
+        programs = {"custom_ops_1", "custom_ops_2"} if example == "3" else {f"custom_ops_{example}"}
+        chosen = [op.out_name for op in ops.values() if op.example_program in programs]
         if not chosen:
             raise SelectionError(f"no declared op has example program custom_ops_{example}; use 1, 2 or 3 (both)")
         return chosen
@@ -260,8 +272,7 @@ def main() -> int:
     root_ops = [op.strip() for op in args.root_ops.split(",") if op.strip()] if getattr(args, "root_ops", None) else None
     try:
         if args.command == "plan":
-            example = {"3": "all"}.get(args.example, args.example)
-            plan(args.build_dir, root_ops=root_ops, model_file=args.model_file, example=example)
+            plan(args.build_dir, root_ops=root_ops, model_file=args.model_file, example=args.example)
         elif args.command == "select":
             ops = checked_declarations(check_sources=False)
             selected = selected_root_ops(ops, root_ops=root_ops, model_file=args.model_file)

@@ -84,26 +84,6 @@ class DeclaredOp:
             raise DeclarationError(f"{self.name}: its reference {self.reference!r} cannot be imported ({err}); "
                                    "declare a function computing the op with ATen ops, as 'module.function'") from None
 
-    def example(self, seed: int = 0):
-        """(model, runs): the module the flow exports, and the inputs of each execution, in order (the first is what
-        export traces with; more than one when the program keeps state across executions). A declared example_model
-        gives both; otherwise the model is one call of the op on example_inputs."""
-        if self.example_model is None:
-            from flow.export import CallOp
-
-            return CallOp(self.packet().default), [self.make_example_inputs(seed)]
-        module, _, function = self.example_model.rpartition(".")
-        try:
-            factory = getattr(import_repository_module(module), function)
-        except (ImportError, AttributeError) as err:
-            raise DeclarationError(f"{self.name}: its example_model {self.example_model!r} cannot be imported "
-                                   f"({err})") from None
-        model, runs = factory()
-        if not runs or not all(isinstance(run, tuple) for run in runs):
-            raise DeclarationError(f"{self.name}: {self.example_model}() must return (model, runs) with runs a "
-                                   "non-empty list of input tuples")
-        return model, list(runs)
-
     def is_registered(self) -> bool:
         import torch
 

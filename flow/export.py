@@ -92,12 +92,32 @@ def export_to_pte(
     return pte_path
 
 
+def example_of(op, seed: int = 0):
+    """(model, runs) of the declared op `op`: the module the flow exports, and the inputs of each execution in order
+    (the first is what export traces with; more than one when the program keeps state across executions). A declared
+    example_model gives both; otherwise the model is one call of the op on its example_inputs."""
+    from flow.declarations import DeclarationError, import_repository_module
+
+    if op.example_model is None:
+        return CallOp(op.packet().default), [op.make_example_inputs(seed)]
+    module, _, function = op.example_model.rpartition(".")
+    try:
+        factory = getattr(import_repository_module(module), function)
+    except (ImportError, AttributeError) as err:
+        raise DeclarationError(f"{op.name}: its example_model {op.example_model!r} cannot be imported ({err})") from None
+    model, runs = factory()
+    if not (isinstance(model, torch.nn.Module) and runs and all(isinstance(run, tuple) for run in runs)):
+        raise DeclarationError(f"{op.name}: {op.example_model}() must return (model, runs): a torch.nn.Module and a "
+                               "non-empty list of input tuples, one per execution")
+    return model, list(runs)
+
+
 def export_example(op, output_dir: str | os.PathLike, *, etrecord: bool = False) -> str:
     """Exports the example model of the declared op `op` (a declarations.DeclaredOp, registered with PyTorch) to
     <output_dir>/<example_program>.pte (its ETRecord beside it with etrecord=True). A declared example_model's runs are
     saved beside it (runs_path()), so the verifier feeds the executions the example means (a cache position in range,
     positions in order) instead of random tensors."""
-    model, runs = op.example()
+    model, runs = example_of(op)
     pte = export_to_pte(model, runs[0], os.path.join(output_dir, f"{op.example_program}.pte"), etrecord=etrecord)
     if op.example_model is not None:
         torch.save(runs, runs_path(pte))

@@ -62,11 +62,25 @@ def mul4_build(declared) -> CMakeBuild:
 
 
 @pytest.fixture(scope="session")
-def mul4_aot(mul4_build) -> str:
-    """Registers my_ops::mul4 in this process from the CMake-built AOT library (alongside custom_ops_1's mul3)."""
+def aot_ops(combined_build) -> str:
+    """Registers every op declared from C++ (mul4, rms_norm) in this process, from the combined CMake build's AOT
+    library (one library: a process may hold only one that defines my_ops), beside the Python-registered ops."""
     from flow import registration
 
-    return registration.load_aot_library(mul4_build.aot_lib)
+    return registration.load_aot_library(combined_build.aot_lib)
+
+
+@pytest.fixture(scope="session")
+def mul4_aot(aot_ops) -> str:
+    return aot_ops
+
+
+@pytest.fixture(scope="session")
+def python_ops(declared):
+    """Registers every op declared from Python (their modules) in this process."""
+    from flow import registration
+
+    registration.register_with_pytorch([op for op in declared.values() if not op.from_cpp])
 
 
 @pytest.fixture(scope="session")
