@@ -10,7 +10,8 @@ execution that made it, not smeared over every op after it. Ops declared bit_exa
 
     python -m flow.profile --build_dir cmake-out/all_ops [--op NAME | --pte X.pte] [--num_executions N]
 
-Without --op or --pte it profiles a small MLP calling every declared op between aten ops; with --op, that op's example
+Without --op or --pte it profiles a program calling every declared op (the elementwise ones in a small MLP between
+aten ops, the others through their example models); with --op, that op's example
 program; with --pte, a program exported with flow.export.export_to_pte(..., etrecord=True) (its .etrecord beside it).
 `bash test_custom_ops.sh profile [NAME]` builds the runner first. Exit code 1 when an op's output differs.
 """
@@ -30,7 +31,8 @@ from flow.reference import ReferenceInterpreter, custom_op_name, references
 
 
 class MLP(torch.nn.Module):
-    """Linear -> each declared op in turn, with a ReLU after each -> Linear: the custom ops between aten ops."""
+    """Linear -> each elementwise declared op in turn, with a ReLU after each -> Linear: the custom ops between aten
+    ops."""
 
     def __init__(self, ops, width: int = 64):
         super().__init__()
@@ -43,6 +45,30 @@ class MLP(torch.nn.Module):
         for op in self.ops:
             x = torch.relu(op(x))
         return self.last(x)
+
+
+class EveryOp(torch.nn.Module):
+    """One program calling every declared op with its own argument kinds: the elementwise ops inside the MLP, and each
+    other op through its declared example model (scalars, several inputs and outputs, a mutable buffer) on that
+    example's first inputs, which follow the MLP's input."""
+
+    def __init__(self, ops):
+        from flow.export import example_of
+
+        super().__init__()
+        self.mlp = MLP([op for op in ops if op.elementwise])
+        examples = [example_of(op) for op in ops if not op.elementwise]
+        self.examples = torch.nn.ModuleList(model for model, _ in examples)
+        self.arity = [len(runs[0]) for _, runs in examples]
+        self.example_inputs = tuple(t for _, runs in examples for t in runs[0])
+
+    def forward(self, x, *example_inputs):
+        outputs, start = [self.mlp(x)], 0
+        for model, arity in zip(self.examples, self.arity):
+            result = model(*example_inputs[start:start + arity])
+            outputs += list(result) if isinstance(result, (tuple, list)) else [result]
+            start += arity
+        return tuple(outputs)
 
 
 @dataclass
@@ -68,7 +94,10 @@ def kernel_name(event_name: str) -> str:
 
 def graph_op_name(target) -> str:
     """An edge graph node's op as the kernel events name it: aten.permute_copy.default -> permute_copy."""
-    return str(target).split(".")[-2] if "." in str(target) else str(target)
+    from flow.reference import op_overload
+
+    op = op_overload(target)
+    return op._schema.name.split("::")[-1] if op is not None else str(target)
 
 
 def run_with_etdump(runner: str, pte: str, inputs, out_dir: str, num_executions: int) -> tuple[str, str]:
@@ -93,21 +122,22 @@ def op_times(inspector) -> list[OpTimes]:
     rows = []
     for block in inspector.event_blocks:
         for event in block.events:
-            if event.perf_data is None or event.name in ("Method::execute", "OPERATOR_CALL") or not event.op_types:
+            if event.perf_data is None or not event.name.startswith("native_call_"):
                 continue
             name = kernel_name(event.name)
-            graph_op = next((t for t in event.op_types if graph_op_name(t) == name.split(".")[0]), "")
+            # A kernel EXIR re-inplaced (a mutating op such as update_cache) has lost its debug handle: no graph op.
+            graph_op = next((t for t in event.op_types if t.split(".")[-2:-1] == [name.split(".")[0]]), "")
             rows.append(OpTimes(name, graph_op, list(event.perf_data.raw)))
     return rows
 
 
 def print_times(rows: list[OpTimes], num_executions: int) -> None:
     print(f"\nPer-op time over {num_executions} executions (ETDump from the runner, ops named through the ETRecord):")
-    print(f"{'kernel':<18} {'graph op':<26} {'runs':>5} {'avg us':>9} {'median us':>10} {'min us':>9} {'max us':>9}")
+    print(f"{'kernel':<18} {'graph op':<30} {'runs':>5} {'avg us':>9} {'median us':>10} {'min us':>9} {'max us':>9}")
     for row in rows:
         t = sorted(row.microseconds)
         average, median = sum(t) / len(t), t[len(t) // 2]
-        print(f"{row.name:<18} {row.graph_op:<26} {len(t):>5} {average:>9.2f} {median:>10.2f} {t[0]:>9.2f} {t[-1]:>9.2f}")
+        print(f"{row.name:<18} {row.graph_op:<30} {len(t):>5} {average:>9.2f} {median:>10.2f} {t[0]:>9.2f} {t[-1]:>9.2f}")
 
 
 # ---- Every execution's intermediate outputs, from the ETDump and its debug buffer ----------------------------------
@@ -125,7 +155,8 @@ def _tensor_from_debug_buffer(tensor, buffer: bytes) -> torch.Tensor:
 
 
 def outputs_per_execution(etdump: str, debug_buffer: str, etrecord, method: str = "forward"):
-    """For each execution, in order: {(debug handle, op name): (kernel name, output tensor)} of every kernel call."""
+    """For each execution, in order: {(debug handle, op name): (kernel name, [output tensors])} of every kernel call
+    (an op with several outputs logs each)."""
     from executorch.devtools.etdump.serialize import deserialize_from_etdump_flatcc
 
     with open(etdump, "rb") as f:
@@ -145,7 +176,8 @@ def outputs_per_execution(etdump: str, debug_buffer: str, etrecord, method: str 
                 continue
             if debug.debug_entry.output is not None and debug.debug_entry.output.bool_val:
                 continue  # the method's outputs, logged at the end under an instruction id of their own
-            outputs[debug.instruction_id] = _tensor_from_debug_buffer(debug.debug_entry.tensor, buffer)
+            outputs.setdefault(debug.instruction_id, []).append(
+                _tensor_from_debug_buffer(debug.debug_entry.tensor, buffer))
         found = {}
         for instruction, tensor in outputs.items():
             name = names.get(instruction)
@@ -173,12 +205,15 @@ class RuntimeFedInterpreter(ReferenceInterpreter):
         expected = super().run_node(node)
         handle = node.meta.get("debug_handle")
         found = self.runtime_outputs.get((handle, graph_op_name(node.target))) if isinstance(handle, int) else None
-        if found is None or not isinstance(expected, torch.Tensor):
+        several = isinstance(expected, (tuple, list))
+        wanted = list(expected) if several else [expected]
+        if found is None or len(found[1]) != len(wanted) or not all(isinstance(t, torch.Tensor) for t in wanted):
             return expected
         name, runtime = found
-        runtime = runtime.reshape(expected.shape) if runtime.shape != expected.shape else runtime
-        self.pairs.append((name, custom_op_name(node.target), expected, runtime))
-        return runtime
+        runtime = [r.reshape(e.shape) if r.shape != e.shape else r for r, e in zip(runtime, wanted)]
+        for e, r in zip(wanted, runtime):
+            self.pairs.append((name, custom_op_name(node.target), e, r))
+        return type(expected)(runtime) if several else runtime[0]
 
 
 def check_executions(executions, etrecord, inputs, declared_ops) -> list[OpCheck]:
@@ -249,7 +284,7 @@ def profile(pte: str, inputs, runner: str, out_dir: str, declared_ops, num_execu
 
 def main() -> int:
     from flow import declarations, program, registration
-    from flow.export import CallOp, etrecord_path, export_to_pte
+    from flow.export import etrecord_path, example_of, export_to_pte
     from flow.verify import VerificationError, program_custom_ops, random_input
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -277,9 +312,11 @@ def main() -> int:
             registration.register_with_pytorch(ops, aot_library=aot_library)
             torch.manual_seed(0)
             if args.op:
-                model, inputs, name = CallOp(ops[0].packet().default), ops[0].make_example_inputs(), ops[0].example_program
+                model, runs = example_of(ops[0])
+                inputs, name = runs[0], ops[0].example_program
             else:
-                model, inputs, name = MLP(ops).eval(), (torch.randn(4, 32),), "mlp"
+                model = EveryOp(ops).eval()
+                inputs, name = (torch.randn(4, 32), *model.example_inputs), "every_op"
             pte = export_to_pte(model, inputs, os.path.join(out_dir, f"{name}.pte"), etrecord=True)
             print(f"Exported {pte} with its ETRecord {etrecord_path(pte)}")
         runner = os.path.join(args.build_dir, "custom_ops_executor_runner")
