@@ -8,8 +8,8 @@
 #   bash test_custom_ops.sh buck2 [NAME...]   the same flows built with Buck2; without buck2 on PATH: the graph check
 #                                             (tests/buck2_graph.py), then exit 3 saying buck2 itself did not run
 #   bash test_custom_ops.sh aarch64 [NAME...] the flows cross-compiled for 64-bit ARM, run under qemu-aarch64
-#   bash test_custom_ops.sh profile [NAME]    ETDump + ETRecord + Inspector: per-op times in an MLP calling every op (or
-#                                             NAME's example), every op of every execution checked
+#   bash test_custom_ops.sh profile [NAME]    ETDump + ETRecord + Inspector: per-op times in a program calling every op
+#                                             (or NAME's example), every op of every execution checked
 #   bash test_custom_ops.sh wheel             the my_ops wheel (setup.py: C++ AOT ops + Python registrations) in dist/
 #   bash test_custom_ops.sh test [ARGS]       the whole test suite (pytest; ARGS go to pytest)
 #   bash test_custom_ops.sh doctor            versions and the paths the build will use
@@ -92,7 +92,7 @@ run_flow_cmake() {
   step "${short} 3/4: run ${program}.pte in ${build_dir#"${REPO_ROOT}"/}/custom_ops_executor_runner"
   "${build_dir}/custom_ops_executor_runner" --model_path="${pte}"
 
-  step "${short} 4/4: random inputs through the runner and the Python runtime, checked against the op's ATen \
+  step "${short} 4/4: the example's inputs through the runner and the Python runtime, checked against the op's ATen \
 reference, executed 3 times (flow/verify.py)"
   "${PYTHON}" -m flow.verify --pte "${pte}" --runner "${build_dir}/custom_ops_executor_runner" \
     --kernel_library "${build_dir}/libcustom_ops_lib.so"
@@ -158,7 +158,7 @@ run_flow_buck2() {
   step "${short} 3/4: run ${program}.pte in the buck2-built runner"
   "${runner}" --model_path="${REPO_ROOT}/${program}.pte"
 
-  step "${short} 4/4: random inputs through the runner, checked against the op's ATen reference (flow/verify.py)"
+  step "${short} 4/4: the example's inputs through the runner, checked against the op's ATen reference (flow/verify.py)"
   "${PYTHON}" -m flow.verify --pte "${REPO_ROOT}/${program}.pte" --runner "${runner}" \
     ${aot:+--aot_library "${aot}"}
 }
@@ -206,25 +206,21 @@ aarch64_executorch_package() {
   echo "${site}/executorch"
 }
 
-# One op's flow for ARM64: cross-compile its kernels and runner, export on this machine, run and verify under qemu.
+# ARM64: the selected ops' kernels and one runner cross-compiled once (cmake-out/aarch64/all_ops), then each op's
+# example exported on this machine, run and verified under qemu. The host's combined build (cmake-out/all_ops) gives
+# PyTorch here the C++-registered ops.
 run_flow_aarch64() {
-  local short="$1" name="$2" program="$3" origin="$4"
-  local build_dir="${BUILD_ROOT}/aarch64/${program}" pte="${REPO_ROOT}/${program}.pte" aot=()
-  step "${short} 1/4: cross-compile ${name}.out's kernels and runner for aarch64 into ${build_dir#"${REPO_ROOT}"/}"
-  cmake_build "${build_dir}" --toolchain "${REPO_ROOT}/cmake/aarch64-linux-gnu.toolchain.cmake" \
-    -DEXECUTORCH_PACKAGE_DIR="${AARCH64_EXECUTORCH}" -DCUSTOM_OPS_BUILD_AOT_LIBRARY=OFF "-DCUSTOM_OPS_ROOT_OPS=${name}.out"
-  if [[ "${origin}" == cpp ]]; then  # PyTorch on this machine learns the op from a host build of the AOT library
-    cmake_build "${BUILD_ROOT}/${program}" "-DCUSTOM_OPS_ROOT_OPS=${name}.out" >/dev/null
-    aot=(--aot_library "${BUILD_ROOT}/${program}/libcustom_ops_aot_lib.so")
-  fi
-
-  step "${short} 2/4: export ${program}.pte on this machine (flow/export.py)"
+  local short="$1" name="$2" program="$3"
+  local build_dir="${BUILD_ROOT}/aarch64/all_ops" pte="${REPO_ROOT}/${program}.pte"
+  local aot=(--aot_library "${BUILD_ROOT}/all_ops/libcustom_ops_aot_lib.so")
+  step "${short} 1/3: export ${program}.pte on this machine (flow/export.py)"
   "${PYTHON}" -m flow.export --op "${name}" --output_dir "${REPO_ROOT}" "${aot[@]}"
 
-  step "${short} 3/4: run ${program}.pte in the aarch64 runner under ${QEMU_AARCH64[*]}"
+  step "${short} 2/3: run ${program}.pte in the aarch64 runner under ${QEMU_AARCH64[*]}"
   "${QEMU_AARCH64[@]}" "${build_dir}/custom_ops_executor_runner" --model_path="${pte}"
 
-  step "${short} 4/4: random inputs through the aarch64 runner, checked against the op's ATen reference here (flow/verify.py)"
+  step "${short} 3/3: the example's inputs through the aarch64 runner, checked against the op's ATen reference here \
+(flow/verify.py)"
   "${PYTHON}" -m flow.verify --pte "${pte}" --runner "${build_dir}/custom_ops_executor_runner" \
     --emulator "${QEMU_AARCH64[*]}" "${aot[@]}"
 }
@@ -235,6 +231,13 @@ mode_aarch64() {
   bash "${REPO_ROOT}/tools/require_packages.sh" g++-aarch64-linux-gnu qemu-user ||
     die "the ARM64 flow needs the GNU cross toolchain and qemu-user (see above)"
   AARCH64_EXECUTORCH="$(aarch64_executorch_package)"
+  local ops
+  ops="$(selected_ops "$@" | cut -f2 | sed 's/$/.out/' | paste -sd, -)"
+  step "Cross-compile the kernels of ${ops} and the runner for aarch64 into cmake-out/aarch64/all_ops; build this \
+machine's AOT library (cmake-out/all_ops)"
+  cmake_build "${BUILD_ROOT}/aarch64/all_ops" --toolchain "${REPO_ROOT}/cmake/aarch64-linux-gnu.toolchain.cmake" \
+    -DEXECUTORCH_PACKAGE_DIR="${AARCH64_EXECUTORCH}" -DCUSTOM_OPS_BUILD_AOT_LIBRARY=OFF "-DCUSTOM_OPS_ROOT_OPS=${ops}"
+  cmake_build "${BUILD_ROOT}/all_ops" >/dev/null
   run_flows run_flow_aarch64 "aarch64 flows (under qemu-aarch64)" "$@"
 }
 
@@ -242,12 +245,19 @@ mode_profile() {
   ensure_venv
   use_venv
   [[ $# -le 1 ]] || die "profile takes at most one op name"
-  local op=()
-  [[ $# -eq 1 ]] && op=(--op "$(selected_ops "$1" | cut -f2)")
-  step "Build every declared op's kernels, the runner and the AOT library (cmake-out/all_ops)"
-  cmake_build "${BUILD_ROOT}/all_ops" >/dev/null
+  local op=() build_dir="${BUILD_ROOT}/all_ops" line
+  if [[ $# -eq 1 ]]; then  # that op's example, in the op's own build (the one `cmake NAME` makes)
+    IFS=$'\t' read -r -a line <<< "$(selected_ops "$1")"
+    op=(--op "${line[1]}")
+    build_dir="${BUILD_ROOT}/${line[2]}"
+    step "Build ${line[1]}'s kernels, the runner and the AOT library (${build_dir#"${REPO_ROOT}"/})"
+    cmake_build "${build_dir}" "-DCUSTOM_OPS_ROOT_OPS=${line[1]}.out" >/dev/null
+  else
+    step "Build every declared op's kernels, the runner and the AOT library (cmake-out/all_ops)"
+    cmake_build "${build_dir}" >/dev/null
+  fi
   step "Export with an ETRecord, run with an ETDump and a debug buffer, inspect (flow/profile.py)"
-  "${PYTHON}" -m flow.profile --build_dir "${BUILD_ROOT}/all_ops" "${op[@]}"
+  "${PYTHON}" -m flow.profile --build_dir "${build_dir}" "${op[@]}"
 }
 
 mode_wheel() {

@@ -11,6 +11,7 @@ def _codegen_srcs(custom_ops_yaml_target):
         "flow/declarations.py",
         "flow/dtypes.py",
         "flow/program.py",
+        "flow/schema_types.py",
         "custom_ops.bzl",
         custom_ops_yaml_target,
     ] + native.glob(["codegen/templates/*"])

@@ -8,7 +8,11 @@ on the same fields (the runner reads them through MethodMeta, this through execu
   3. every input refers to a value of the method; a tensor input has valid metadata (sizes >= 0, a dim order that is
      a permutation of its dimensions, a known dtype), and planned buffers plus inputs fit the budget;
   4. every output refers to a value of the method (ExecuTorch aborts in Method::get_outputs otherwise), and a tensor
-     output has valid metadata.
+     output has valid metadata;
+  5. every operator name fits ExecuTorch's 100-byte buffer (the runner: no error logged while the method loads);
+  6. (Python only) every kernel call passes the kinds of values its operator's PyTorch schema declares: ExecuTorch's
+     own kernels unbox unchecked and would abort the interpreter (the runner has no schemas for them; its last-resort
+     abort hook turns that abort into an error line, and this project's kernels check their own arguments).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import os
 from dataclasses import dataclass
 
 DEFAULT_MAX_MEMORY = 1 << 30  # as the runner's --max_memory default
+OPERATOR_NAME_LIMIT = 100  # ExecuTorch's buffer for "name.overload", terminator included (method.cpp)
 
 
 class ProgramError(ValueError):
@@ -69,6 +74,7 @@ class MethodSpec:
     outputs: tuple[ValueSpec, ...]
     planned_buffer_sizes: tuple[int, ...]  # ExecuTorch's non_const_buffer_sizes: entry 0 is reserved (0)
     operators: tuple[str, ...]
+    kernel_calls: tuple[tuple[int, tuple[str, ...]], ...] = ()  # (operator index, each argument value's kind)
 
 
 @dataclass(frozen=True)
@@ -118,12 +124,53 @@ def read(source: str | os.PathLike | bytes) -> ProgramSpec:
     methods = {}
     for plan in program.execution_plan:
         operators = tuple(f"{op.name}.{op.overload}" if op.overload else op.name for op in plan.operators)
+        calls = tuple((args.op_index, tuple(_value_spec(plan.values, i).kind for i in args.args))
+                      for chain in plan.chains for instruction in chain.instructions
+                      if type(args := instruction.instr_args).__name__ == "KernelCall")
         methods[plan.name] = MethodSpec(
             name=plan.name, num_values=len(plan.values),
             inputs=tuple(_value_spec(plan.values, i) for i in plan.inputs),
             outputs=tuple(_value_spec(plan.values, i) for i in plan.outputs),
-            planned_buffer_sizes=tuple(plan.non_const_buffer_sizes), operators=operators)
+            planned_buffer_sizes=tuple(plan.non_const_buffer_sizes), operators=operators, kernel_calls=calls)
     return ProgramSpec(methods)
+
+
+# The value kinds a kernel argument of each PyTorch schema type must have (types not listed are not checked).
+_ARGUMENT_KINDS = {"Tensor": {"Tensor"}, "int": {"Int"}, "SymInt": {"Int"}, "float": {"Double"}, "bool": {"Bool"},
+                   "List[int]": {"IntList"}, "List[SymInt]": {"IntList"}, "List[Tensor]": {"TensorList"},
+                   "Optional[Tensor]": {"Tensor", "Null"}, "Scalar": {"Int", "Double", "Bool"}}
+
+
+def _schema(name: str):
+    """PyTorch's schema of an operator "ns::op.overload", or None when PyTorch does not know it."""
+    import torch
+
+    qualified, _, overload = name.partition(".")
+    namespace, _, op = qualified.partition("::")
+    try:
+        return getattr(getattr(getattr(torch.ops, namespace), op), overload or "default")._schema
+    except (AttributeError, RuntimeError):
+        return None
+
+
+def kernel_call_problem(spec: MethodSpec) -> str | None:
+    """A kernel call whose arguments do not match its operator's schema (as PyTorch knows it), or None. ExecuTorch's
+    own kernels unbox their arguments unchecked (EValue::toTensor() aborts on an Int), so this is checked first."""
+    for op_index, kinds in spec.kernel_calls:
+        if not 0 <= op_index < len(spec.operators):
+            return f"a kernel call names operator {op_index}, but the method has {len(spec.operators)}"
+        name = spec.operators[op_index]
+        schema = _schema(name)
+        if schema is None:
+            continue
+        if len(kinds) != len(schema.arguments) + 1:
+            return (f"{name} is called with {len(kinds)} values, its schema has {len(schema.arguments)} arguments "
+                    "plus the result")
+        for argument, kind in zip(schema.arguments, kinds):
+            allowed = _ARGUMENT_KINDS.get(str(argument.type))
+            if allowed is not None and kind not in allowed:
+                return f"{name}: argument {argument.name} is {kind}, but the schema declares {argument.type}"
+    return None
 
 
 def operators_in_program(path: str | os.PathLike) -> list[str]:
@@ -147,6 +194,14 @@ def check(source: str | os.PathLike | bytes | ProgramSpec, method: str = "forwar
         total += size
         if total > max_memory:
             raise ProgramError(f"the method's memory-planned buffers need at least {_budget(total, max_memory)}")
+    for name in spec.operators:
+        # ExecuTorch resolves names in a 100-byte buffer and, for a longer one, can still report the method loaded
+        # (the runner catches that from the runtime's log; the Python runtime has no log to read).
+        if len(name.encode()) >= OPERATOR_NAME_LIMIT:
+            raise ProgramError(f"operator name {name[:60]!r}... is {len(name.encode())} bytes; ExecuTorch resolves at "
+                               f"most {OPERATOR_NAME_LIMIT - 1}")
+    if (problem := kernel_call_problem(spec)) is not None:
+        raise ProgramError(problem)
     for kind, values in (("input", spec.inputs), ("output", spec.outputs)):
         for i, value in enumerate(values):
             if value.kind == "missing":

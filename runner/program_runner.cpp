@@ -637,7 +637,14 @@ int run_program(
   executorch::extension::MallocMemoryAllocator method_allocator;
   executorch::extension::MallocMemoryAllocator temp_allocator;
   executorch::runtime::MemoryManager memory_manager(&method_allocator, planned.allocator.get(), &temp_allocator);
+  g_log.errors.clear();
   auto method = program->load_method(options.method.c_str(), &memory_manager, profile ? &profiling.tracer : nullptr);
+  // ExecuTorch 1.5 can report success for a method one of whose operators it failed to resolve (a later operator's
+  // success overwrites the delayed error; e.g. a name over its 100-character buffer): executing it calls a null kernel.
+  // An error logged during loading means the method is not usable, whatever load_method returned.
+  if (method.ok() && !g_log.errors.empty()) {
+    return fail("cannot load method '" + options.method + "': ExecuTorch failed part of it" + logged_errors());
+  }
   if (!method.ok()) {
     if (method.error() == Error::OperatorMissing) {
       std::string ops;

@@ -583,7 +583,7 @@ def check_against_cmake(repo: str, targets, executor: Executor) -> list[str]:
     return problems
 
 
-def build_and_run(repo: str, executor: Executor, log=print) -> list[str]:
+def build_and_run(repo: str, executor: Executor, log=print, fail_fast: bool = False) -> list[str]:
     problems = []
     programs = os.path.join(executor.out, "programs")
     os.makedirs(programs, exist_ok=True)
@@ -604,8 +604,12 @@ def build_and_run(repo: str, executor: Executor, log=print) -> list[str]:
             problems.append(f"exporting {op.name} with {aot or 'its Python module'} failed: {proc.stderr[-1500:]}")
             continue
         problems += _verify(repo, runner, aot, op, programs, env, log)
+        if fail_fast and problems:
+            return problems
     for runner, aot, op in everything:
         problems += _verify(repo, runner, aot, op, programs, env, log)
+        if fail_fast and problems:
+            return problems
     return problems
 
 
@@ -626,6 +630,7 @@ def main() -> int:
     parser.add_argument("--repo", default=os.path.dirname(HERE))
     parser.add_argument("--stage", choices=("evaluate", "check", "build", "run"), default="run")
     parser.add_argument("--quiet", action="store_true")
+    parser.add_argument("--fail_fast", action="store_true", help="stop running examples at the first failure")
     args = parser.parse_args()
     repo = os.path.abspath(args.repo)
     log = (lambda *a: None) if args.quiet else (lambda message: print(f"[buck2 graph] {message}", flush=True))
@@ -645,7 +650,7 @@ def main() -> int:
                         executor.build(label)
                 log("built every target")
                 if "run" in stages:
-                    problems = build_and_run(repo, executor, log)
+                    problems = build_and_run(repo, executor, log, fail_fast=args.fail_fast)
     except GraphError as err:
         problems = [str(err)]
     for problem in problems:

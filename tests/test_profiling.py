@@ -3,6 +3,7 @@ Inspector over both (profile_program.py, `bash test_custom_ops.sh profile`), and
 that names the op whose kernel is wrong."""
 
 import os
+import re
 import subprocess
 
 import pytest
@@ -83,17 +84,24 @@ def run_profile_mode(repo: str, *args: str) -> subprocess.CompletedProcess:
                           text=True, timeout=1800)
 
 
-def test_profile_mode_tables_every_op_of_the_mlp_and_finds_no_difference(combined_build):
+def test_profile_mode_tables_and_checks_every_declared_op(combined_build, declared):
     proc = run_profile_mode(REPO_ROOT)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     table = proc.stdout.split("Per-op time over 20 executions")[1].split("Intermediate outputs")[0]
-    for kernel, graph_op in (("mul3.out", "my_ops.mul3.default"), ("mul4.out", "my_ops.mul4.default"),
-                             ("addmm.out", "aten.addmm.default"), ("relu.out", "aten.relu.default")):
-        row = next(line.split() for line in table.splitlines() if line.startswith(kernel))
-        assert row[1] == graph_op and int(row[2]) == 20 and all(float(v) > 0 for v in row[3:7]), row
-    assert "mul3.out                 ok       max |diff| 0 (bit for bit; 20 calls in 20 executions)" in proc.stdout
-    assert "mul4.out                 ok       max |diff| 0 (bit for bit; 20 calls in 20 executions)" in proc.stdout
-    assert "addmm.out" in proc.stdout.split("Intermediate outputs")[1]  # aten ops are checked too, within tolerance
+    checked = proc.stdout.split("Intermediate outputs")[1]
+    rows = {line.split()[0]: line.split() for line in table.splitlines()[2:] if line.strip()}
+    for op in declared.values():
+        kernel = f"{op.short_name}.out"
+        row = rows[kernel]
+        assert int(row[-5]) == 20 and all(float(v) > 0 for v in row[-4:]), row
+        if op.short_name != "update_cache":  # re-inplaced by EXIR without a debug handle (docs/profiling.md)
+            assert row[1] == f"my_ops.{op.short_name}.default", row
+            how = "bit for bit" if op.bit_exact else "dtype tolerance"
+            assert re.search(rf"{re.escape(kernel)}\s+ok\s+max \|diff\| \S+ \({how}; \d+ calls in 20 executions\)",
+                             checked), checked
+    for kernel, graph_op in (("addmm.out", "aten.addmm.default"), ("relu.out", "aten.relu.default")):
+        assert rows[kernel][1] == graph_op
+        assert kernel in checked  # aten ops are checked too, within tolerance
     assert "every op of every execution matches its reference" in proc.stdout
 
 
