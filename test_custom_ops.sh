@@ -13,7 +13,8 @@
 #   bash test_custom_ops.sh wheel             the my_ops wheel (setup.py: C++ AOT ops + Python registrations) in dist/
 #   bash test_custom_ops.sh test [ARGS]       the whole test suite (pytest; ARGS go to pytest)
 #   bash test_custom_ops.sh doctor            versions and the paths the build will use
-#   bash test_custom_ops.sh bench [ARGS]      the kernels vs ExecuTorch's aten::mul.out and memcpy (benchmark/)
+#   bash test_custom_ops.sh bench [ARGS]      the kernels vs ExecuTorch's aten::mul.out and memcpy (benchmark/);
+#                                             bench rms_norm: rms_norm vs the same math in ATen ops
 set -euo pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -287,7 +288,12 @@ mode_bench() {
   ensure_venv
   use_venv
   cmake_build "${BUILD_ROOT}/bench" -DCUSTOM_OPS_BUILD_BENCHMARK=ON >/dev/null
-  "${PYTHON}" "${REPO_ROOT}/benchmark/benchmark.py" --build_dir "${BUILD_ROOT}/bench" "$@"
+  if [[ "${1:-}" == rms_norm ]]; then
+    shift
+    "${PYTHON}" "${REPO_ROOT}/benchmark/rms_norm.py" --build_dir "${BUILD_ROOT}/bench" "$@"
+  else
+    "${PYTHON}" "${REPO_ROOT}/benchmark/benchmark.py" --build_dir "${BUILD_ROOT}/bench" "$@"
+  fi
 }
 
 mode_doctor() {

@@ -50,8 +50,10 @@ def test_the_recipe_has_the_files_and_commands_of_both_paths():
     files = [a["file"] for _, a, run, _ in blocks if not run]
     commands = [body.strip() for _, _, run, body in blocks if run]
     assert files == ["add7.py", "add7_out.cpp", "custom_ops.yaml", "custom_ops.bzl",
-                     "relu6.cpp", "relu6_out.cpp", "custom_ops.yaml", "custom_ops.bzl"]
-    assert commands == ["bash test_custom_ops.sh cmake add7", "bash test_custom_ops.sh cmake relu6"]
+                     "relu6.cpp", "relu6_out.cpp", "custom_ops.yaml", "custom_ops.bzl",
+                     "scaled_add.py", "scaled_add_out.cpp", "custom_ops.yaml", "custom_ops.bzl"]
+    assert commands == ["bash test_custom_ops.sh cmake add7", "bash test_custom_ops.sh cmake relu6",
+                        "bash test_custom_ops.sh cmake scaled_add"]
 
 
 @pytest.fixture(scope="module")
@@ -68,15 +70,15 @@ def repo_with_recipe(tmp_path_factory):
     return repo
 
 
-@pytest.mark.parametrize("program, reference", [
-    ("add7", lambda x: x + 7),
-    ("relu6", torch.nn.functional.relu6),
+@pytest.mark.parametrize("program, shapes, reference", [
+    ("add7", [(2, 3)], lambda x: x + 7),
+    ("relu6", [(4, 8)], torch.nn.functional.relu6),
+    ("scaled_add", [(3, 40), (3, 40)], lambda x, y: x + 0.5 * y),  # alpha 0.5: the product is exact, one rounding
 ])
-def test_the_new_ops_compute_what_aten_does(repo_with_recipe, program, reference):
+def test_the_new_ops_compute_what_aten_does(repo_with_recipe, program, shapes, reference):
     runner = os.path.join(repo_with_recipe, "cmake-out", program, "custom_ops_executor_runner")
     pte = os.path.join(repo_with_recipe, f"{program}.pte")
-    shape = (2, 3) if program == "add7" else (4, 8)
     for seed in range(3):
-        x = full_range(shape, torch.float32, seed) / 1e3  # mostly within relu6's [0, 6] knee
-        expected = [reference(x)]
-        assert mismatches(run_pte(runner, pte, [x], expected), expected, exact=True) == []
+        inputs = [full_range(shape, torch.float32, seed + 10 * i) / 1e3 for i, shape in enumerate(shapes)]
+        expected = [reference(*inputs)]  # / 1e3: mostly within relu6's [0, 6] knee
+        assert mismatches(run_pte(runner, pte, inputs, expected), expected, exact=True) == []
