@@ -56,13 +56,14 @@ def run_pte(
     emulator: a command that runs the runner, for one built for another architecture (e.g. qemu-aarch64 -L ...).
     """
     with tempfile.TemporaryDirectory() as tmp:
-        in_files = []
+        input_flags = []  # one --inputs per execution's group
         for g, group in enumerate([inputs, *later_inputs]):
-            for i, t in enumerate(group):
-                in_files.append(os.path.join(tmp, f"input{g}_{i}.bin"))
-                tensor_to_file(t, in_files[-1])
+            files = [os.path.join(tmp, f"input{g}_{i}.bin") for i in range(len(group))]
+            for t, path in zip(group, files):
+                tensor_to_file(t, path)
+            input_flags.append(f"--inputs={','.join(files)}")
         out_files = [os.path.join(tmp, f"output{i}.bin") for i in range(len(expected_like))]
-        cmd = [*emulator, runner, f"--model_path={pte_path}", f"--inputs={','.join(in_files)}",
+        cmd = [*emulator, runner, f"--model_path={pte_path}", *input_flags,
                f"--outputs={','.join(out_files)}", f"--num_executions={num_executions}"]
         if pass_shapes:
             cmd.append("--input_shapes=" + ",".join("x".join(map(str, t.shape)) for t in inputs))

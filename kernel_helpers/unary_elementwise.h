@@ -16,19 +16,11 @@
 #include <cstdint>
 
 #include "elementwise_loop.h"
+#include "kernel_contract.h"  // the checks and thread pool every kernel shares; this adds the elementwise cases
 
 #ifdef USE_ATEN_LIB
 #include <ATen/Dispatch.h>
-#include <ATen/MemoryOverlap.h>
-#include <ATen/Parallel.h>
-#include <ATen/core/Tensor.h>
-#include <ATen/native/Resize.h>
 #include <ATen/ops/empty_like.h>
-#else
-#include <executorch/runtime/core/exec_aten/util/scalar_type_util.h>
-#include <executorch/runtime/core/exec_aten/util/tensor_shape_to_c_string.h>
-#include <executorch/runtime/kernel/kernel_includes.h>
-#include <executorch/runtime/kernel/thread_parallel_interface.h>
 #endif
 
 namespace custom {
@@ -88,10 +80,6 @@ inline at::Tensor& unary_elementwise_out_meta(const at::Tensor& in, at::Tensor& 
 }
 
 namespace detail {
-inline bool is_element_aligned(const at::Tensor& t) {
-  return reinterpret_cast<uintptr_t>(t.const_data_ptr()) % t.element_size() == 0;
-}
-
 // Same dense layout: element i of the input's memory is element i of the output's, so one flat loop is correct.
 inline bool same_dense_layout(const at::Tensor& a, const at::Tensor& b) {
   return a.is_non_overlapping_and_dense() && b.is_non_overlapping_and_dense() && a.strides() == b.strides();
@@ -103,8 +91,7 @@ void run_flat(const at::Tensor& in, at::Tensor& out) {
     elementwise::apply_unary<scalar_t, Op>(
         in.const_data_ptr<scalar_t>(), out.mutable_data_ptr<scalar_t>(), in.numel(),
         [](int64_t begin, int64_t end, int64_t grain, const auto& fn) {
-          at::parallel_for(begin, end, grain, fn);
-          return true;
+          return contract::parallel_for(begin, end, grain, fn);
         });
   });
 }
@@ -122,7 +109,7 @@ at::Tensor& unary_elementwise_out(const at::Tensor& in, at::Tensor& out, const c
   at::assert_no_partial_overlap(out, in);
   check_output_and_resize(in, out, op_name);
   TORCH_CHECK(
-      detail::is_element_aligned(in) && detail::is_element_aligned(out),
+      contract::is_element_aligned(in) && contract::is_element_aligned(out),
       op_name, ": input and output data must be aligned to their element size (", in.element_size(),
       " bytes); make a copy with .clone()");
   if (detail::same_dense_layout(in, out)) {
@@ -139,24 +126,6 @@ at::Tensor& unary_elementwise_out(const at::Tensor& in, at::Tensor& out, const c
 }
 
 #else // ExecuTorch mode
-
-namespace detail {
-inline auto shape_string(const executorch::aten::Tensor& t) {
-  return executorch::runtime::tensor_shape_to_c_string({t.sizes().data(), t.sizes().size()});
-}
-
-inline bool is_element_aligned(const executorch::aten::Tensor& t) {
-  return reinterpret_cast<uintptr_t>(t.const_data_ptr()) % t.element_size() == 0;
-}
-
-// The same memory (in place), or none of it shared: a program's memory plan decides where tensors live, and a
-// corrupt one can place the output across the input.
-inline bool same_or_disjoint(const executorch::aten::Tensor& in, const executorch::aten::Tensor& out) {
-  const auto a = reinterpret_cast<uintptr_t>(in.const_data_ptr());
-  const auto b = reinterpret_cast<uintptr_t>(out.const_data_ptr());
-  return a == b || a + in.nbytes() <= b || b + out.nbytes() <= a;
-}
-} // namespace detail
 
 // The out variant's runtime kernel: out = Op(in).
 template <typename Op>
@@ -175,7 +144,7 @@ executorch::aten::Tensor& unary_elementwise_out(
       ctx, executorch::runtime::resize_tensor(out, in.sizes()) == Error::Ok, InvalidArgument, out,
       "%s: the output has shape %s and cannot be resized to the input's shape %s; export the program so the "
       "output's shape matches the input (or is dynamic with a large enough upper bound)",
-      op_name, detail::shape_string(out).data(), detail::shape_string(in).data());
+      op_name, contract::shape_string(out).data(), contract::shape_string(in).data());
   // Same dim order means the same element order in memory, so one flat loop is correct for any layout.
   ET_KERNEL_CHECK_MSG(
       ctx, executorch::runtime::tensors_have_same_dim_order(in, out), InvalidArgument, out,
@@ -187,11 +156,13 @@ executorch::aten::Tensor& unary_elementwise_out(
         "%s: the input or output has elements but no memory; the program's memory plan is corrupt, re-export it",
         op_name);
     ET_KERNEL_CHECK_MSG(
-        ctx, detail::is_element_aligned(in) && detail::is_element_aligned(out), InvalidArgument, out,
+        ctx, contract::is_element_aligned(in) && contract::is_element_aligned(out), InvalidArgument, out,
         "%s: input or output data is not aligned to its %zu-byte elements; the program's memory plan is corrupt, "
         "re-export it", op_name, static_cast<size_t>(in.element_size()));
+    // The same memory (in place), or none of it shared: a program's memory plan decides where tensors live, and a
+    // corrupt one can place the output across the input.
     ET_KERNEL_CHECK_MSG(
-        ctx, detail::same_or_disjoint(in, out), InvalidArgument, out,
+        ctx, contract::same_or_disjoint(in, out, /*may_be_same=*/true), InvalidArgument, out,
         "%s: the output overlaps the input without being it (in place); the program's memory plan is corrupt, "
         "re-export it", op_name);
   }
@@ -200,7 +171,7 @@ executorch::aten::Tensor& unary_elementwise_out(
     all_work_ran = elementwise::apply_unary<CTYPE, Op>(
         in.const_data_ptr<CTYPE>(), out.mutable_data_ptr<CTYPE>(), in.numel(),
         [](int64_t begin, int64_t end, int64_t grain, const auto& fn) {
-          return executorch::extension::parallel_for(begin, end, grain, fn);
+          return contract::parallel_for(begin, end, grain, fn);
         });
   });
   ET_KERNEL_CHECK_MSG(ctx, all_work_ran, Internal, out, "%s: the threadpool did not run all of the work", op_name);

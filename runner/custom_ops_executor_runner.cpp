@@ -20,8 +20,8 @@ constexpr const char* kUsage = R"(usage: custom_ops_executor_runner --model_path
   --method=NAME             method to run (default: forward)
   --inputs=A.bin,...        one raw little-endian file per tensor input, in the dtype the method declares and in
                             its memory order (its dim order: row-major unless the program declares another, e.g.
-                            channels-last) (default: every input filled with ones). Several groups of one
-                            file per input: execution N takes group N modulo their count (state across
+                            channels-last) (default: every input filled with ones). Repeated, one list
+                            per execution: execution N takes list N modulo their count (state across
                             executions, e.g. a cache position per step)
   --input_shapes=2x3,4      the shape of each input, for programs exported with dynamic dimensions
                             (default: the shapes the program declares; 0-d tensors are written as "")
@@ -83,7 +83,7 @@ std::optional<std::string> parse_options(int argc, char** argv, std::string& mod
     } else if (name == "--method") {
       options.method = value;
     } else if (name == "--inputs") {
-      options.inputs = split(value);
+      options.inputs.push_back(split(value));
     } else if (name == "--input_shapes") {
       options.input_shapes = split(value);
       for (const auto& shape : *options.input_shapes) {

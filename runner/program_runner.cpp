@@ -278,12 +278,16 @@ bool fill_with_ones(ScalarType dtype, void* data, size_t numel) {
   }
 }
 
-// `total` starts at the planned memory's size: planned buffers plus inputs stay within --max_memory.
-// The inputs of one execution, from --inputs files first..first+count (or ones).
-std::optional<std::string> prepare_input_group(const RunOptions& options, const MethodMeta& meta, size_t first,
-                                               uint64_t& total, std::vector<InputBuffer>& buffers,
-                                               std::vector<EValue>& values) {
+// The inputs of one execution, from one --inputs list (or ones when it is empty). `total` starts at the planned
+// memory's size: planned buffers plus every execution's inputs stay within --max_memory.
+std::optional<std::string> prepare_input_group(const RunOptions& options, const MethodMeta& meta,
+                                               const std::vector<std::string>& files, uint64_t& total,
+                                               std::vector<InputBuffer>& buffers, std::vector<EValue>& values) {
   const size_t count = meta.num_inputs();
+  if (!files.empty() && files.size() != count) {
+    return "--inputs names " + std::to_string(files.size()) + " file(s) but method '" + options.method +
+        "' takes " + std::to_string(count) + " input(s)";
+  }
   if (options.input_shapes && options.input_shapes->size() != count) {
     return "--input_shapes gives " + std::to_string(options.input_shapes->size()) + " shape(s) but method '" +
         options.method + "' takes " + std::to_string(count) + " input(s)";
@@ -321,8 +325,8 @@ std::optional<std::string> prepare_input_group(const RunOptions& options, const 
     if (!buffer.data) {
       return "cannot allocate " + std::to_string(*nbytes) + " bytes for input " + std::to_string(i);
     }
-    if (!options.inputs.empty()) {
-      if (auto err = read_file(options.inputs[first + i], *nbytes, buffer.data.get())) {
+    if (!files.empty()) {
+      if (auto err = read_file(files[i], *nbytes, buffer.data.get())) {
         return *err + " (method '" + options.method + "' input " + std::to_string(i) + " is " +
             executorch::runtime::toString(dtype) + list_string<SizesType>({sizes.data(), sizes.size()}) + ")";
       }
@@ -339,21 +343,16 @@ std::optional<std::string> prepare_input_group(const RunOptions& options, const 
   return std::nullopt;
 }
 
-// --inputs may hold several groups of `count` files, one per execution in turn (a program with state, e.g. a cache
-// position per step); `groups` gets one EValue list per group.
+// One EValue list per --inputs flag (one per execution, in turn), or one list of ones.
 std::optional<std::string> prepare_inputs(const RunOptions& options, const MethodMeta& meta, uint64_t total,
                                           std::vector<InputBuffer>& buffers,
                                           std::vector<std::vector<EValue>>& groups) {
-  const size_t count = meta.num_inputs();
-  if (!options.inputs.empty() && (count == 0 || options.inputs.size() % count != 0)) {
-    return "--inputs names " + std::to_string(options.inputs.size()) + " file(s) but method '" + options.method +
-        "' takes " + std::to_string(count) + " input(s); give one file per input, or several such groups (one per "
-        "execution, in turn)";
-  }
-  const size_t num_groups = options.inputs.empty() ? 1 : options.inputs.size() / count;
+  const size_t num_groups = std::max<size_t>(1, options.inputs.size());
   groups.assign(num_groups, {});
   for (size_t g = 0; g < num_groups; ++g) {
-    if (auto err = prepare_input_group(options, meta, g * count, total, buffers, groups[g])) {
+    static const std::vector<std::string> kNoFiles;
+    const std::vector<std::string>& files = options.inputs.empty() ? kNoFiles : options.inputs[g];
+    if (auto err = prepare_input_group(options, meta, files, total, buffers, groups[g])) {
       return err;
     }
   }

@@ -30,7 +30,9 @@ constexpr uint64_t kDefaultDebugBufferSize = uint64_t{64} << 20;
 
 struct RunOptions {
   std::string method = "forward";
-  std::vector<std::string> inputs;                        // raw input files; empty: every input filled with ones
+  // Raw input files, one list per --inputs flag: execution N takes list N modulo their count (a program with state
+  // gets each step's inputs). Empty: every input filled with ones.
+  std::vector<std::vector<std::string>> inputs;
   std::optional<std::vector<std::string>> input_shapes;   // "2x3" per input, for dynamic programs
   std::vector<std::string> outputs;                       // raw output files
   uint64_t num_executions = 1;
