@@ -56,8 +56,7 @@ def _register():
         return (torch.empty(input.shape, dtype=torch.int8, device=input.device),
                 torch.empty(input.shape[:-1], dtype=torch.float32, device=input.device))
 
-    # No gradient: rounding has none (autograd then refuses to differentiate through the op, as for torch.round's
-    # integer result).
+    # No autograd formula: rounding has no useful gradient, and the values are integers.
 
     # The out variant, in the same signature as the decorator's schema (it types `int` as SymInt), plus the outputs.
     lib = torch.library.Library("my_ops", "FRAGMENT")
