@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from helpers import REPO_ROOT, run_in_fresh_python
+from flow import declarations
 from flow.compare import mismatches
 from flow.runner import run_pte
 
@@ -32,12 +33,16 @@ def site(wheel, tmp_path_factory):
     return str(target)
 
 
+DECLARED = declarations.load()  # every op the package registers, in declaration order
+
+
 def test_the_wheel_holds_the_package_and_nothing_else(wheel):
     assert wheel.endswith("-cp310-abi3-linux_x86_64.whl")  # the stable ABI: one wheel for Python 3.10+
     names = set(zipfile.ZipFile(wheel).namelist())
     package = {n for n in names if not n.startswith("my_ops-0.1.0.dist-info/")}
     assert package == {"my_ops/__init__.py", "my_ops/_C.abi3.so", "my_ops/_declared.py", "my_ops/custom_ops_1.py",
-                       "my_ops/vmap_rules.py", "my_ops/torch_compat.py"}
+                       "my_ops/quantize_rows.py", "my_ops/update_cache.py", "my_ops/vmap_rules.py",
+                       "my_ops/torch_compat.py"}
     assert os.path.getsize(wheel) < 512 * 1024  # stripped: no debug info, no build outputs
 
 
@@ -49,7 +54,8 @@ assert {repo!r} not in sys.path and my_ops.__file__.startswith({site!r})
 # The wheel's own modules, imported relative to the package: no repository module, nothing under another name.
 assert not [m for m in sys.modules if m in ("custom_ops_1", "torch_compat", "vmap_rules") or m.startswith("flow")]
 assert sorted(m for m in sys.modules if m.startswith("my_ops")) == [
-    "my_ops", "my_ops._declared", "my_ops.custom_ops_1", "my_ops.torch_compat", "my_ops.vmap_rules"]
+    "my_ops", "my_ops._declared", "my_ops.custom_ops_1", "my_ops.quantize_rows", "my_ops.torch_compat",
+    "my_ops.update_cache", "my_ops.vmap_rules"]
 results = {{"ops": my_ops.OPS, "library": my_ops.library_path}}
 for dtype in (torch.float32, torch.float16, torch.int32):
     x = (torch.randn(64) * 100).to(dtype)
@@ -75,7 +81,7 @@ def test_the_installed_package_registers_computes_and_exports_outside_the_reposi
     import json
 
     results = json.loads(proc.stdout.split("@@")[-1])
-    assert results.pop("ops") == ["my_ops::mul3", "my_ops::mul4"]
+    assert results.pop("ops") == list(DECLARED)
     assert results.pop("library").startswith(site)
     assert all(all(checks) for checks in results.values()), results
     x = torch.randn(3, 5)
@@ -135,15 +141,18 @@ def test_an_editable_install_reads_the_checkout(tmp_path):
     install = subprocess.run([python, "-m", "pip", "install", "--quiet", "--no-build-isolation", "--no-deps", "-e",
                               repo], capture_output=True, text=True, timeout=900, env=env)
     assert install.returncode == 0, install.stderr[-3000:]
-    check = ("import importlib.util, torch, my_ops, sys; x = torch.randn(6); "
+    check = ("import importlib.util, json, torch, my_ops, sys; x = torch.randn(6); "
              "assert importlib.util.find_spec('my_ops.setup') is None, 'the checkout leaks into my_ops'; "
              "assert not [m for m in sys.modules if m in ('custom_ops_1', 'torch_compat') or m.startswith('flow')]; "
-             "print(my_ops.__file__, my_ops.library_path, sys.modules['my_ops.custom_ops_1'].__file__, my_ops.OPS, "
-             "torch.equal(torch.ops.my_ops.mul3(x), x * 3), torch.equal(torch.ops.my_ops.mul4(x), x * 4))")
+             "print('@@' + json.dumps([my_ops.__file__, my_ops.library_path, "
+             "sys.modules['my_ops.custom_ops_1'].__file__, my_ops.OPS, "
+             "torch.equal(torch.ops.my_ops.mul3(x), x * 3), torch.equal(torch.ops.my_ops.mul4(x), x * 4)]))")
     proc = subprocess.run([python, "-c", check], cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    package, library, mul3_module, *rest = proc.stdout.split()[-7:]
+    import json
+
+    package, library, mul3_module, ops, *computed = json.loads(proc.stdout.split("@@")[-1])
     assert package == os.path.join(repo, "my_ops", "__init__.py")
     assert library.startswith(os.path.join(repo, "my_ops", "_C"))
     assert mul3_module == os.path.join(repo, "custom_ops_1.py")
-    assert " ".join(rest) == "['my_ops::mul3', 'my_ops::mul4'] True True"
+    assert ops == list(DECLARED) and computed == [True, True]
