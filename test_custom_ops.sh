@@ -62,16 +62,20 @@ use_venv() {
 }
 
 # ---- CMake flow ---------------------------------------------------------------------------------------------------
-# cmake_build <build dir> <cmake args...>: configure (once) and build one variant of the runtime side.
+# cmake_build <build dir> <cmake args...>: configure (once) and build one variant of the runtime side. The lock keeps
+# two builds of one directory (the tests run in parallel) from interleaving.
 cmake_build() {
-  local build_dir="$1"; shift
+  local build_dir="$1" lock; shift
   mkdir -p "${build_dir}"
+  exec {lock}>"${build_dir}/.build.lock"
+  flock "${lock}"
   if ! cmake -S "${REPO_ROOT}" -B "${build_dir}" -G Ninja -DPython3_EXECUTABLE="${PYTHON}" "$@" \
       >"${build_dir}/configure.log" 2>&1; then
     cat "${build_dir}/configure.log" >&2
     die "configuring ${build_dir} failed"
   fi
   cmake --build "${build_dir}" -j "$(nproc)"
+  exec {lock}>&-
 }
 
 # One op's flow. Arguments: a line of `python -m flow.declarations list` (short name, name, example program,

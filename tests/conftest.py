@@ -2,10 +2,15 @@
 
 Kernel registrations are process-global, so anything that must see one library's registry alone runs in a fresh
 interpreter (helpers.run_in_fresh_python); the pytest process itself loads only the combined build's kernels.
+
+Test files run in parallel (pytest-xdist, one file per worker at a time). Builds in cmake-out/ are shared, behind a
+lock per build directory (the script takes the same lock); files that run the script in this tree, which writes its
+programs at the top level, share one worker.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
 import sys
@@ -21,6 +26,15 @@ from helpers import CMakeBuild  # noqa: E402
 
 _builds: dict[str, CMakeBuild] = {}
 
+# Files that run test_custom_ops.sh in this tree: its cmake, buck2 and aarch64 modes write <program>.pte here.
+WRITE_THE_TREES_PROGRAMS = {"test_aarch64.py", "test_buck2_graph.py"}
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        name = os.path.basename(str(item.fspath))
+        item.add_marker(pytest.mark.xdist_group("the_trees_programs" if name in WRITE_THE_TREES_PROGRAMS else name))
+
 
 def cmake_build(name: str, *definitions: str) -> CMakeBuild:
     """Configures and builds cmake-out/<name> once per session with -D<definitions>."""
@@ -29,10 +43,13 @@ def cmake_build(name: str, *definitions: str) -> CMakeBuild:
         env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
         configure = ["cmake", "-S", REPO_ROOT, "-B", build_dir, "-G", "Ninja",
                      f"-DPython3_EXECUTABLE={sys.executable}", *(f"-D{d}" for d in definitions)]
-        for cmd in (configure, ["cmake", "--build", build_dir, "-j", str(os.cpu_count() or 2)]):
-            proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
-            if proc.returncode != 0:
-                pytest.fail(f"{' '.join(cmd)} failed:\n{proc.stdout[-6000:]}\n{proc.stderr[-6000:]}")
+        os.makedirs(build_dir, exist_ok=True)
+        with open(os.path.join(build_dir, ".build.lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # another worker (or the script) may be building this directory
+            for cmd in (configure, ["cmake", "--build", build_dir, "-j", str(os.cpu_count() or 2)]):
+                proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+                if proc.returncode != 0:
+                    pytest.fail(f"{' '.join(cmd)} failed:\n{proc.stdout[-6000:]}\n{proc.stderr[-6000:]}")
         _builds[name] = CMakeBuild(build_dir)
     return _builds[name]
 

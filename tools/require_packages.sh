@@ -5,16 +5,24 @@
 #   bash tools/require_packages.sh PACKAGE...
 set -euo pipefail
 
-missing=()
-for package in "$@"; do
-  dpkg-query -W -f='${Status}' "${package}" 2>/dev/null | grep -q "install ok installed" || missing+=("${package}")
-done
-[[ ${#missing[@]} -eq 0 ]] && exit 0
+find_missing() {
+  missing=()
+  for package in "$@"; do
+    dpkg-query -W -f='${Status}' "${package}" 2>/dev/null | grep -q "install ok installed" || missing+=("${package}")
+  done
+}
 
+find_missing "$@"
+[[ ${#missing[@]} -eq 0 ]] && exit 0
 if [[ "$(id -u)" -ne 0 ]]; then
   echo "error: missing Debian packages: ${missing[*]}. Install them with: sudo apt-get install -y ${missing[*]}" >&2
   exit 1
 fi
+# One apt at a time: tests running in parallel may ask for packages together (apt itself fails on a held lock).
+exec {lock}>/tmp/custom_ops_require_packages.lock
+flock "${lock}"
+find_missing "$@"  # again: another caller may have installed them while this one waited
+[[ ${#missing[@]} -eq 0 ]] && exit 0
 echo "Installing Debian packages: ${missing[*]}" >&2
 export DEBIAN_FRONTEND=noninteractive
 if ! apt-get install -y --no-install-recommends "${missing[@]}" >/tmp/require_packages.log 2>&1; then
