@@ -20,8 +20,9 @@
 #   example_model    "module.function" returning (model, runs): a torch.nn.Module calling the op, and the inputs of
 #                    each execution in order (the first is what export traces with; several when the program keeps
 #                    state across executions, e.g. a cache). The exporter saves the runs beside the .pte for the verifier
-#   runtime_registration  "codegen" (default: custom_ops.yaml -> generated registration, selective build) or
-#                    "executorch_library" (EXECUTORCH_LIBRARY in the kernel source: no codegen, always registered)
+#   runtime_registration  "codegen" (default): custom_ops.yaml binds the out variant, codegen registers it, selective
+#                    build decides; or "executorch_library" (ops registered from Python): the kernel source registers
+#                    it with EXECUTORCH_LIBRARY_CHECKED, no yaml entry, registered wherever its source is linked
 CUSTOM_OPS = {
     "my_ops::mul3": {
         "registered_from": "python",
@@ -56,6 +57,7 @@ CUSTOM_OPS = {
         "registered_from": "python",
         "python_module": "update_cache",
         "kernel_sources": ["update_cache_out.cpp"],
+        "runtime_registration": "executorch_library",
         "bit_exact": True,
         "reference": "update_cache.update_cache_reference",
         "example_program": "update_cache",

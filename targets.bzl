@@ -3,7 +3,8 @@
 # (suffix _<short name>, e.g. _mul3) and for all ops together (no suffix):
 #   select<sfx>                       et_operator_library: the op selection (selected_operators.yaml)
 #   custom_ops_kernels<sfx>           the selected ops' runtime kernels
-#   custom_ops_lib<sfx>               their generated registration, linked whole with the kernels
+#   custom_ops_lib<sfx>               their generated registration, linked whole with the kernels (none for ops
+#                                     whose source registers them: runtime_registration "executorch_library")
 #   custom_ops_executor_runner<sfx>   the runner: custom ops + ExecuTorch's optimized aten kernels
 #   custom_ops_aot_lib<sfx>           ops registered from C++: their PyTorch registration, kernels in ATen mode and
 #                                     codegen's schemas (build its [shared] sub-target: libcustom_ops_aot_lib.so)
@@ -80,28 +81,35 @@ def _kernel_headers():
 
 def _define_example(suffix, ops):
     select = "select" + suffix
-    et_operator_library(name = select, ops = [name + ".out" for name in ops])
+    by_codegen = [name for name in ops if CUSTOM_OPS[name].get("runtime_registration", "codegen") == "codegen"]
     native.cxx_library(
         name = "custom_ops_kernels" + suffix,
         srcs = [src for name in ops for src in CUSTOM_OPS[name]["kernel_sources"]],
         headers = _kernel_headers(),
         compiler_flags = ["-O3"],
+        # A kernel registered by its own source (EXECUTORCH_LIBRARY) is referenced by nothing: link it whole.
+        link_whole = len(by_codegen) < len(ops),
         deps = [":executorch_threadpool"],
         visibility = ["PUBLIC"],
     )
-    executorch_generated_lib(
-        name = "custom_ops_lib" + suffix,
-        operator_library = ":" + select,
-        kernel_deps = [":custom_ops_kernels" + suffix],
-        deps = [":executorch"],
-    )
+    registration = ":custom_ops_kernels" + suffix
+    if by_codegen:
+        et_operator_library(name = select, ops = [name + ".out" for name in by_codegen])
+        executorch_generated_lib(
+            name = "custom_ops_lib" + suffix,
+            operator_library = ":" + select,
+            headers = _kernel_headers(),
+            kernel_deps = [":custom_ops_kernels" + suffix],
+            deps = [":executorch"],
+        )
+        registration = ":custom_ops_lib" + suffix
     native.cxx_binary(
         name = "custom_ops_executor_runner" + suffix,
         srcs = ["runner/custom_ops_executor_runner.cpp", "runner/program_runner.cpp"],
         headers = ["runner/program_runner.h"],
         compiler_flags = ["-O3"],
         link_style = "static",
-        deps = [":custom_ops_lib" + suffix, ":executorch_kernels_optimized", ":executorch_etdump"],
+        deps = [registration, ":executorch_kernels_optimized", ":executorch_etdump"],
         visibility = ["PUBLIC"],
     )
     cpp_ops = [name for name in ops if CUSTOM_OPS[name]["registered_from"] == "cpp"]

@@ -1,9 +1,11 @@
 // The ExecuTorch runtime kernel of my_ops::update_cache.out (update_cache.py registers the op with PyTorch): copies
 // `value` [B, S, ...] into `cache` [B, L, ...] at rows start_pos..start_pos+S of dimension 1, in place (the cache is the
 // program's mutable buffer, so the write persists into the next execution), and writes the next position to `out`.
-// Every bound is checked before a byte moves: a position from a program input is untrusted.
+// Every bound is checked before a byte moves: a position from a program input is untrusted. Registered without
+// codegen, like upstream's llama::update_cache: EXECUTORCH_LIBRARY_CHECKED at the end (custom_ops.bzl says so).
 #include <cstring>
 
+#include "kernel_helpers/checked_unboxing.h"
 #include "kernel_helpers/kernel_contract.h"
 
 namespace custom {
@@ -68,3 +70,5 @@ executorch::aten::Tensor& update_cache_out_impl(
 
 } // namespace native
 } // namespace custom
+
+EXECUTORCH_LIBRARY_CHECKED(my_ops, "update_cache.out", custom::native::update_cache_out_impl);

@@ -4,6 +4,7 @@
 #   plan_custom_ops([ROOT_OPS <op;op...>] [MODEL_FILE <pte>] [EXAMPLE <1|2|3>])
 #       at configure time: checks the selection against custom_ops.yaml and custom_ops.bzl (a mistake is a configure
 #       error naming the fix), writes the selection yamls into the build directory and sets CUSTOM_OPS_SELECTED,
+#       CUSTOM_OPS_BY_CODEGEN (those registered by codegen; the others' sources register themselves),
 #       CUSTOM_OPS_KERNEL_SOURCES, CUSTOM_OPS_AOT_SOURCES (empty unless a selected op is registered from C++) and
 #       CUSTOM_OPS_CUDA_SOURCES. Editing the yaml, the declarations or the model file re-runs it.
 #   generate_kernel_bindings(OUTPUT_DIR <dir> SELECTION <yaml> [ATEN] SOURCES_VAR <var>)
@@ -43,7 +44,8 @@ function(plan_custom_ops)
   set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS
     "${CUSTOM_OPS_REPO_ROOT}/custom_ops.yaml" "${CUSTOM_OPS_REPO_ROOT}/custom_ops.bzl")
   include("${CMAKE_CURRENT_BINARY_DIR}/custom_ops_plan.cmake")
-  foreach(var CUSTOM_OPS_SELECTED CUSTOM_OPS_KERNEL_SOURCES CUSTOM_OPS_AOT_SOURCES CUSTOM_OPS_CUDA_SOURCES)
+  foreach(var CUSTOM_OPS_SELECTED CUSTOM_OPS_BY_CODEGEN CUSTOM_OPS_KERNEL_SOURCES CUSTOM_OPS_AOT_SOURCES
+          CUSTOM_OPS_CUDA_SOURCES)
     set(${var} "${${var}}" PARENT_SCOPE)
   endforeach()
 endfunction()

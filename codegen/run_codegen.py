@@ -8,6 +8,7 @@ the fix. CMake's configure step and custom commands, the JIT build (custom_ops_2
       selected ops and their sources, for CMakeLists.txt). No selection: every declared op.
   run_codegen.py select   --output FILE (--root_ops a.out,b.out | --model_file x.pte) [--registered_from cpp]
       just the selection yaml (Buck2's et_operator_library); --registered_from keeps the ops registered that way.
+      Ops registered by EXECUTORCH_LIBRARY in their source (runtime_registration) are left to it in both commands.
   run_codegen.py generate --selection FILE --output_dir DIR [--aten]
       the registration sources: ExecuTorch mode, or --aten for the PyTorch AOT library (schemas + CPU kernels).
 
@@ -72,13 +73,19 @@ def checked_declarations(check_sources: bool = True) -> dict[str, declarations.D
             raise SelectionError(f"custom_ops.yaml: {name} has argument(s) of a type this flow cannot pass to a kernel: "
                                  f"{', '.join(unsupported)}; supported: {', '.join(schema_types.ARGUMENT_TYPES)}")
     for op in ops.values():
-        if op.out_name not in bound:
+        if op.by_codegen and op.out_name not in bound:
             raise SelectionError(f"custom_ops.bzl declares {op.name} but custom_ops.yaml binds no {op.out_name}; add "
                                  f"`- func: {op.out_name}(Tensor input, *, Tensor(a!) output) -> Tensor(a!)` with its "
                                  "kernel_name")
+        if not op.by_codegen and op.out_name in bound:
+            raise SelectionError(f"custom_ops.yaml binds {op.out_name}, which custom_ops.bzl registers with "
+                                 "EXECUTORCH_LIBRARY (runtime_registration 'executorch_library'): it would be "
+                                 "registered twice; remove the yaml entry, or the runtime_registration field")
         for source in (*op.kernel_sources, *op.aot_sources, *op.cuda_sources) if check_sources else ():
             if not os.path.isfile(os.path.join(REPO_ROOT, source)):
                 raise SelectionError(f"custom_ops.bzl: {op.name} names {source}, which does not exist")
+        if check_sources:
+            check_library_registration(op)
     for name in bound:
         if name.split(".")[0] not in ops:
             raise SelectionError(f"custom_ops.yaml binds {name} but custom_ops.bzl does not declare "
@@ -86,19 +93,50 @@ def checked_declarations(check_sources: bool = True) -> dict[str, declarations.D
     return ops
 
 
+def check_library_registration(op: declarations.DeclaredOp) -> None:
+    """An op is registered by codegen or by EXECUTORCH_LIBRARY in its kernel source, as declared, never both or
+    neither (a second registration fails at load, a missing one only when a program calls the op)."""
+    import re
+
+    registers = re.compile(r'EXECUTORCH_LIBRARY\w*\(\s*' + re.escape(op.namespace) + r'\s*,\s*"'
+                           + re.escape(op.short_name) + r'\.out"')
+    registering = []
+    for source in op.kernel_sources:
+        with open(os.path.join(REPO_ROOT, source)) as f:
+            if registers.search(f.read()):
+                registering.append(source)
+    if op.by_codegen and registering:
+        raise SelectionError(f"{registering[0]} registers {op.out_name} with EXECUTORCH_LIBRARY, and custom_ops.yaml "
+                             "binds it for codegen: it would be registered twice; declare runtime_registration "
+                             "'executorch_library' (and remove the yaml entry), or remove the macro")
+    if not op.by_codegen and not registering:
+        raise SelectionError(f"custom_ops.bzl declares {op.name} with runtime_registration 'executorch_library', but "
+                             f"none of its kernel_sources registers it: add EXECUTORCH_LIBRARY_CHECKED({op.namespace}, "
+                             f'"{op.short_name}.out", <kernel function>) (kernel_helpers/checked_unboxing.h)')
+
+
+def codegen_names(selected: list[str], ops: dict[str, declarations.DeclaredOp]) -> list[str]:
+    """The selected operators codegen registers: all but the ops whose source registers them (EXECUTORCH_LIBRARY)."""
+    by_library = {op.out_name for op in ops.values() if not op.by_codegen}
+    return [name for name in selected if name not in by_library]
+
+
 def namespaces(bound: list[str]) -> set[str]:
     """The op namespaces custom_ops.yaml binds ops of; ExecuTorch's own kernels serve every other (aten, ...)."""
     return {name.split("::")[0] for name in bound}
 
 
-def check_root_ops(root_ops: list[str], bound: list[str]) -> None:
+def check_root_ops(root_ops: list[str], bound: list[str], self_registered: list[str] = ()) -> None:
+    """Each root op is an out variant custom_ops.yaml binds or a declared op's source registers (self_registered)."""
+    known = [*bound, *self_registered]
     for name in root_ops:
-        if name in bound or name.split("::")[0] not in namespaces(bound):
+        if name in known or name.split("::")[0] not in namespaces(known):
             continue
-        if f"{name}.out" in bound:
+        if f"{name}.out" in known:
             raise SelectionError(f"root op {name!r} names no overload; did you mean {name}.out? (EXIR calls the out "
-                                 "variant, which custom_ops.yaml binds)")
-        raise SelectionError(f"root op {name!r} is not in custom_ops.yaml, which binds: {', '.join(bound)}")
+                                 "variant, which the runtime registers)")
+        also = f"; registered by their sources: {', '.join(self_registered)}" if self_registered else ""
+        raise SelectionError(f"root op {name!r} is not in custom_ops.yaml, which binds: {', '.join(bound)}{also}")
 
 
 def program_operators(model_file: str) -> list[str]:
@@ -129,7 +167,7 @@ def selected_root_ops(ops, *, root_ops=None, model_file=None, example=None) -> l
     if model_file:
         return program_operators(model_file)
     if root_ops:
-        check_root_ops(root_ops, bound)
+        check_root_ops(root_ops, bound, [op.out_name for op in ops.values() if not op.by_codegen])
         return list(root_ops)
     if example:
         # The upstream example's switch: 1 = custom_ops_1's op, 2 = custom_ops_2's, 3 = both (not the other examples)
@@ -234,13 +272,15 @@ def plan(build_dir: str, *, root_ops=None, model_file=None, example=None) -> Non
                              "declare them, or export the program without them")
     if not chosen:
         raise SelectionError("the selection contains no op of custom_ops.yaml; nothing to build")
-    write_selection(os.path.join(build_dir, "selected_operators.yaml"), selected)
+    by_codegen = codegen_names(selected, ops)
+    write_selection(os.path.join(build_dir, "selected_operators.yaml"), by_codegen)
     cpp = [op for op in chosen if op.from_cpp]
     if cpp:
         write_selection(os.path.join(build_dir, "aot_selected_operators.yaml"), [op.out_name for op in cpp])
     lines = [
         "# Written by codegen/run_codegen.py plan: the selected ops and what to build for them.",
         f'set(CUSTOM_OPS_SELECTED "{";".join(op.name for op in chosen)}")',
+        f'set(CUSTOM_OPS_BY_CODEGEN "{";".join(op.name for op in chosen if op.by_codegen)}")',
         f'set(CUSTOM_OPS_KERNEL_SOURCES "{cmake_list(s for op in chosen for s in op.kernel_sources)}")',
         f'set(CUSTOM_OPS_AOT_SOURCES "{cmake_list(s for op in cpp for s in (*op.aot_sources, *op.kernel_sources))}")',
         f'set(CUSTOM_OPS_CUDA_SOURCES "{cmake_list(s for op in cpp for s in op.cuda_sources)}")',
@@ -275,7 +315,7 @@ def main() -> int:
             plan(args.build_dir, root_ops=root_ops, model_file=args.model_file, example=args.example)
         elif args.command == "select":
             ops = checked_declarations(check_sources=False)
-            selected = selected_root_ops(ops, root_ops=root_ops, model_file=args.model_file)
+            selected = codegen_names(selected_root_ops(ops, root_ops=root_ops, model_file=args.model_file), ops)
             if args.registered_from:
                 keep = {op.out_name for op in ops.values() if op.registered_from == args.registered_from}
                 selected = [name for name in selected if name in keep]

@@ -35,7 +35,7 @@ class DeclaredOp:
     reference: str  # "module.function": the op in ATen ops, never calling its own kernels
     example_inputs: tuple[tuple[str, tuple[int, ...]], ...] = ()
     example_model: str | None = None  # "module.function" returning (model, runs)
-    runtime_registration: str = "codegen"  # or "executorch_library": EXECUTORCH_LIBRARY in its kernel source
+    runtime_registration: str = "codegen"  # or "executorch_library": EXECUTORCH_LIBRARY_CHECKED in its kernel source
     python_module: str | None = None
     aot_sources: tuple[str, ...] = ()
     cuda_sources: tuple[str, ...] = ()
@@ -58,6 +58,11 @@ class DeclaredOp:
     @property
     def from_cpp(self) -> bool:
         return self.registered_from == "cpp"
+
+    @property
+    def by_codegen(self) -> bool:
+        """Its runtime kernel is registered by codegen from custom_ops.yaml (else by its source, EXECUTORCH_LIBRARY)."""
+        return self.runtime_registration == "codegen"
 
     def packet(self):
         """torch.ops.<namespace>.<name> (the op must be registered)."""
@@ -167,6 +172,11 @@ def _check(name: str, entry: object, path: str) -> DeclaredOp:
     if entry.get("runtime_registration", "codegen") not in RUNTIME_REGISTRATIONS:
         raise DeclarationError(f"{where}: runtime_registration must be one of {', '.join(RUNTIME_REGISTRATIONS)}; "
                                f"got {entry['runtime_registration']!r}")
+    if entry.get("runtime_registration") == "executorch_library" and origin == "cpp":
+        # PyTorch learns a C++ op's out variant from codegen's ATen-mode registration, which needs the yaml entry.
+        raise DeclarationError(f"{where}: runtime_registration 'executorch_library' is for ops registered from "
+                               "Python; an op registered from C++ gets its out variant into PyTorch through "
+                               "custom_ops.yaml and codegen (keep 'codegen')")
     inputs = []
     for item in entry.get("example_inputs", ()):
         if not (isinstance(item, (tuple, list)) and len(item) == 2 and _is_dtype_name(item[0])

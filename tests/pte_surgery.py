@@ -46,17 +46,38 @@ def edit_plan(src: str, dst: str, edit) -> str:
     return dst
 
 
-def replace_kernel_argument(src: str, dst: str, argument: int, value) -> str:
-    """Writes a copy of a valid .pte whose first kernel call passes `value` (an executorch.exir.schema value such as
-    Int(7)) as its `argument`-th argument."""
+def _kernel_call(pte, operator: str | None):
+    """The first kernel call of the first plan, or the first call of `operator` ("my_ops::update_cache.out")."""
+    plan = pte.program.execution_plan[0]
+    names = [f"{o.name}.{o.overload}" if o.overload else o.name for o in plan.operators]
+    for chain in plan.chains:
+        for instruction in chain.instructions:
+            index = getattr(instruction.instr_args, "op_index", None)
+            if index is not None and (operator is None or names[index] == operator):
+                return instruction.instr_args
+    raise ValueError(f"no call of {operator} in the program")
+
+
+def replace_kernel_argument(src: str, dst: str, argument: int, value, operator: str | None = None) -> str:
+    """Writes a copy of a valid .pte whose first kernel call (of `operator`, if given) passes `value` (an
+    executorch.exir.schema value such as Int(7)) as its `argument`-th argument."""
     from executorch.exir.schema import EValue
 
     with open(src, "rb") as f:
         pte = deserialize_pte_binary(f.read())
     plan = pte.program.execution_plan[0]
     plan.values.append(EValue(value))
-    call = next(i for chain in plan.chains for i in chain.instructions if hasattr(i.instr_args, "op_index"))
-    call.instr_args.args[argument] = len(plan.values) - 1
+    _kernel_call(pte, operator).args[argument] = len(plan.values) - 1
+    with open(dst, "wb") as f:
+        f.write(bytes(serialize_pte_binary(pte)))
+    return dst
+
+
+def drop_kernel_argument(src: str, dst: str, argument: int, operator: str | None = None) -> str:
+    """Writes a copy of a valid .pte whose first kernel call (of `operator`, if given) passes one value fewer."""
+    with open(src, "rb") as f:
+        pte = deserialize_pte_binary(f.read())
+    del _kernel_call(pte, operator).args[argument]
     with open(dst, "wb") as f:
         f.write(bytes(serialize_pte_binary(pte)))
     return dst

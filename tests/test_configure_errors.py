@@ -79,3 +79,42 @@ def test_a_misspelled_kernel_name_fails_the_kernel_library_link_naming_the_symbo
     assert proc.returncode != 0
     assert "Linking CXX shared library libcustom_ops_lib.so" in proc.stdout
     assert "undefined reference to `custom::native::mul3_out_iml(" in proc.stdout
+
+
+# How the runtime registers an op (custom_ops.bzl's runtime_registration) must agree with custom_ops.yaml and with the
+# kernel source: twice registered fails at load, never registered only when a program calls the op.
+REGISTRATION_MISTAKES = {
+    "the yaml binds an op its source registers": (
+        "custom_ops.yaml", "", "\n- func: my_ops::update_cache.out(Tensor value, Tensor(a!) cache, SymInt start_pos, *, "
+        "Tensor(b!) out) -> Tensor(b!)\n  kernels:\n    - arg_meta: null\n      kernel_name: custom::x\n",
+        "custom_ops.yaml binds my_ops::update_cache.out, which custom_ops.bzl registers with EXECUTORCH_LIBRARY"),
+    "declared executorch_library, the source registers nothing": (
+        "update_cache_out.cpp",
+        'EXECUTORCH_LIBRARY_CHECKED(my_ops, "update_cache.out", custom::native::update_cache_out_impl);', "",
+        "none of its kernel_sources registers it: add EXECUTORCH_LIBRARY_CHECKED(my_ops, \"update_cache.out\", "),
+    "a codegen op's source registers it too": (
+        "custom_ops_1_out.cpp", "", '\n#include "kernel_helpers/checked_unboxing.h"\n'
+        'EXECUTORCH_LIBRARY_CHECKED(my_ops, "mul3.out", custom::native::mul3_out_impl);\n',
+        "custom_ops_1_out.cpp registers my_ops::mul3.out with EXECUTORCH_LIBRARY, and custom_ops.yaml binds it"),
+    "a C++-registered op declared executorch_library": (
+        "custom_ops.bzl", '"aot_sources": ["rms_norm.cpp"],',
+        '"aot_sources": ["rms_norm.cpp"],\n        "runtime_registration": "executorch_library",',
+        "my_ops::rms_norm: runtime_registration 'executorch_library' is for ops registered from Python"),
+}
+
+
+@pytest.mark.parametrize("mistake", REGISTRATION_MISTAKES)
+def test_a_registration_mistake_fails_at_configure_time(mistake, tmp_path):
+    path, old, new, expected = REGISTRATION_MISTAKES[mistake]
+    repo = copy_repository(tmp_path / "repo")
+    with open(os.path.join(repo, path)) as f:
+        text = f.read()
+    if old:
+        assert old in text, f"the mistake's anchor is gone from {path}"
+        text = text.replace(old, new, 1)
+    else:
+        text += new
+    with open(os.path.join(repo, path), "w") as f:
+        f.write(text)
+    line = error_line(configure(tmp_path / "build", source=repo))
+    assert expected in line, line

@@ -24,6 +24,19 @@ def test_each_declared_op_builds_alone_and_registers_only_itself(declared):
         assert custom_ops(op_build(op).kernel_lib) == [op.out_name]
 
 
+def test_an_op_registered_by_its_source_has_no_generated_registration(declared):
+    # update_cache declares runtime_registration "executorch_library": its build compiles no codegen output, and the
+    # registry has the op from EXECUTORCH_LIBRARY_CHECKED in its kernel source.
+    import json
+
+    (op,) = [op for op in declared.values() if not op.by_codegen]
+    build = op_build(op)
+    with open(os.path.join(build.build_dir, "compile_commands.json")) as f:
+        compiled = {os.path.basename(entry["file"]) for entry in json.load(f)}
+    assert compiled == {*op.kernel_sources, "custom_ops_executor_runner.cpp", "program_runner.cpp"}
+    assert custom_ops(build.kernel_lib) == [op.out_name]
+
+
 def test_the_default_build_registers_every_declared_op(declared, combined_build):
     assert custom_ops(combined_build.kernel_lib) == sorted(op.out_name for op in declared.values())
 

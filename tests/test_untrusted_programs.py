@@ -161,7 +161,7 @@ CLASSES = {
         "output 0 refers to no valid value"),
     "a kernel argument that is not a tensor (was: ET_CHECK abort in the generated unboxing)": (
         lambda src, dst: replace_kernel_argument(src, dst, 0, _int(7)),
-        "my_ops::mul3.out: argument 0 (input) is Int, but the schema declares Tensor"),
+        "my_ops::mul3.out: argument 0 (input) is Int where the kernel takes Tensor"),
 }
 
 

@@ -11,6 +11,8 @@ from flow.compare import assert_bit_exact
 from flow.export import export_to_pte, pt2_path
 from flow.reference import reference_runs
 from flow.runner import RunnerError, run_pte
+from helpers import run_runner
+from pte_surgery import drop_kernel_argument, replace_kernel_argument
 from update_cache import KVCacheExample, update_cache_reference
 
 pytestmark = pytest.mark.usefixtures("python_ops")
@@ -110,3 +112,34 @@ def test_the_example_program_verifies_position_by_position(declared, combined_bu
     lines = []
     assert verify(pte, runner=combined_build.runner, report=lines.append) == []
     assert "3 executions in order (state carried across)" in lines[0]
+
+
+# The kernel registers itself (EXECUTORCH_LIBRARY_CHECKED, no codegen): a program whose call does not match its C++
+# parameters is still one error line from the runner, never an abort or a read past the argument list.
+MALFORMED_CALLS = {
+    "an int where the kernel takes a tensor": (
+        lambda src, dst: replace_kernel_argument(src, dst, 0, _int(7), operator="my_ops::update_cache.out"),
+        "my_ops::update_cache.out: argument 0 is Int where the kernel takes Tensor"),
+    "one value too few": (
+        lambda src, dst: drop_kernel_argument(src, dst, 2, operator="my_ops::update_cache.out"),
+        "my_ops::update_cache.out: the program passes 4 values, the kernel takes 4 arguments plus the result"),
+}
+
+
+def _int(value):
+    from executorch.exir.schema import Int
+
+    return Int(value)
+
+
+@pytest.mark.parametrize("case", MALFORMED_CALLS)
+@pytest.mark.parametrize("which", ["runner", "sanitized runner"])
+def test_a_malformed_call_of_the_self_registered_kernel_is_one_error_line(case, which, cache_program, combined_build,
+                                                                          sanitized_build, tmp_path):
+    make, message = MALFORMED_CALLS[case]
+    bad = make(cache_program, str(tmp_path / "bad.pte"))
+    runner = combined_build.runner if which == "runner" else sanitized_build.runner
+    proc = run_runner(runner, f"--model_path={bad}")
+    assert proc.returncode == 1, (proc.returncode, proc.stderr[-2000:])
+    assert message in proc.stderr, proc.stderr[-2000:]
+    assert len([line for line in proc.stderr.splitlines() if line.startswith("error: ")]) == 1, proc.stderr

@@ -13,6 +13,7 @@
 #include <executorch/runtime/platform/profiler.h>
 
 #include "${fn_header}"
+#include "kernel_helpers/checked_unboxing.h"
 
 // The generated lambdas name `Kernel`, `EValue`, `Span` and `internal::` unqualified: this namespace provides them.
 namespace torch {
@@ -20,62 +21,9 @@ namespace executor {
 namespace function {
 namespace {
 
-// Checked unboxing: a program is untrusted input, and the generated unboxing (EValue::to<T>()) aborts the process on
-// a value of the wrong type. codegen/run_codegen.py therefore opens every kernel below with a call of
-// arguments_match() listing the types its schema declares, and a mismatch fails the kernel with InvalidArgument and a
-// message naming the op and the argument.
-namespace checked_unboxing {
-
-struct Argument {
-  const char* name;
-  uint32_t tags;     // one bit per accepted Tag
-  const char* type;  // the schema's type, for the message
-};
-
-constexpr uint32_t bit(Tag tag) {
-  return 1u << static_cast<uint32_t>(tag);
-}
-
-const char* tag_name(Tag tag) {
-  switch (tag) {
-#define TAG_NAME(x) \
-  case Tag::x:      \
-    return #x;
-    EXECUTORCH_FORALL_TAGS(TAG_NAME)
-#undef TAG_NAME
-    default:
-      return "an invalid tag";
-  }
-}
-
-bool arguments_match(
-    KernelRuntimeContext& context,
-    const char* op,
-    Span<EValue*> stack,
-    const Argument* arguments,
-    size_t num_arguments,
-    size_t stack_size) {
-  if (stack.size() != stack_size) {
-    ET_LOG(Error, "%s: the program passes %zu values, its schema has %zu arguments plus the result; the program does "
-           "not match the op's schema", op, stack.size(), stack_size - 1);
-    context.fail(Error::InvalidArgument);
-    return false;
-  }
-  for (size_t i = 0; i < num_arguments; ++i) {
-    const EValue* value = stack[i];
-    const auto tag = value == nullptr ? 32u : static_cast<uint32_t>(value->tag);
-    if (tag >= 32 || (arguments[i].tags & (1u << tag)) == 0) {
-      ET_LOG(Error, "%s: argument %zu (%s) is %s, but the schema declares %s; the program does not match the op's "
-             "schema", op, i, arguments[i].name, value == nullptr ? "missing" : tag_name(value->tag),
-             arguments[i].type);
-      context.fail(Error::InvalidArgument);
-      return false;
-    }
-  }
-  return true;
-}
-
-} // namespace checked_unboxing
+// Every kernel below opens with checked_unboxing::arguments_match() over its schema's argument types
+// (codegen/run_codegen.py writes the call): a program is untrusted input (kernel_helpers/checked_unboxing.h).
+namespace checked_unboxing = ::custom_ops::checked_unboxing;
 
 Kernel kernels_to_register[] = {
     ${unboxed_kernels}
