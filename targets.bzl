@@ -87,9 +87,9 @@ def _define_example(suffix, ops):
         srcs = [src for name in ops for src in CUSTOM_OPS[name]["kernel_sources"]],
         headers = _kernel_headers(),
         compiler_flags = ["-O3"],
+        deps = [":executorch_threadpool"],
         # A kernel registered by its own source (EXECUTORCH_LIBRARY) is referenced by nothing: link it whole.
         link_whole = len(by_codegen) < len(ops),
-        deps = [":executorch_threadpool"],
         visibility = ["PUBLIC"],
     )
     registration = ":custom_ops_kernels" + suffix

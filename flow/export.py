@@ -72,7 +72,7 @@ def export_to_pte(
     exported = torch.export.export(model, tuple(example_inputs), dynamic_shapes=dynamic_shapes, strict=True)
     pte_path = os.fspath(pte_path)
     os.makedirs(os.path.dirname(os.path.abspath(pte_path)), exist_ok=True)
-    torch.export.save(exported, pt2_path(pte_path))
+    written_whole(pt2_path(pte_path), lambda f: torch.export.save(exported, f))
     # The edge dialect's IR validity check stays on: registered custom ops pass it.
     edge = to_edge(exported, generate_etrecord=etrecord)
     # State (a buffer the model mutates, e.g. a KV cache) starts as the module's buffer, as in eager; ExecuTorch leaves
@@ -85,11 +85,24 @@ def export_to_pte(
             memory_planning_pass=MemoryPlanningPass(alloc_graph_input=plan_graph_inputs),
         )
     )
-    with open(pte_path, "wb") as f:
-        program.write_to_file(f)
+    written_whole(pte_path, program.write_to_file)
     if etrecord:
         program.get_etrecord().save(etrecord_path(pte_path))
     return pte_path
+
+
+def written_whole(path: str, write) -> str:
+    """write(file) into a file beside `path`, then renamed to it: a reader (another run of the flow, in parallel) sees
+    the old file or the new one, never half of one."""
+    partial = f"{path}.{os.getpid()}.partial"
+    try:
+        with open(partial, "wb") as f:
+            write(f)
+        os.replace(partial, path)
+    finally:
+        if os.path.exists(partial):
+            os.remove(partial)
+    return path
 
 
 def example_of(op, seed: int = 0):
@@ -120,9 +133,12 @@ def export_example(op, output_dir: str | os.PathLike, *, etrecord: bool = False)
     model, runs = example_of(op)
     pte = export_to_pte(model, runs[0], os.path.join(output_dir, f"{op.example_program}.pte"), etrecord=etrecord)
     if op.example_model is not None:
-        torch.save(runs, runs_path(pte))
-    elif os.path.exists(runs_path(pte)):
-        os.remove(runs_path(pte))  # an older export's: its inputs are not this program's
+        written_whole(runs_path(pte), lambda f: torch.save(runs, f))
+    else:
+        try:
+            os.remove(runs_path(pte))  # an older export's: its inputs are not this program's
+        except FileNotFoundError:
+            pass
     return pte
 
 

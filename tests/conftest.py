@@ -3,9 +3,9 @@
 Kernel registrations are process-global, so anything that must see one library's registry alone runs in a fresh
 interpreter (helpers.run_in_fresh_python); the pytest process itself loads only the combined build's kernels.
 
-Test files run in parallel (pytest-xdist, one file per worker at a time). Builds in cmake-out/ are shared, behind a
-lock per build directory (the script takes the same lock); files that run the script in this tree, which writes its
-programs at the top level, share one worker.
+Test files run in parallel (pytest-xdist, a file's tests on one worker). Builds in cmake-out/ are shared, behind a
+lock per build directory (the script takes the same lock); programs the script exports into this tree are written
+whole (flow.export.written_whole), so two files running its flows at once read complete, identical programs.
 """
 
 from __future__ import annotations
@@ -25,16 +25,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from helpers import CMakeBuild  # noqa: E402
 
 _builds: dict[str, CMakeBuild] = {}
-
-# Files that run test_custom_ops.sh in this tree: its cmake, buck2 and aarch64 modes write <program>.pte here.
-WRITE_THE_TREES_PROGRAMS = {"test_aarch64.py", "test_buck2_graph.py"}
-
-
-def pytest_collection_modifyitems(items):
-    for item in items:
-        name = os.path.basename(str(item.fspath))
-        item.add_marker(pytest.mark.xdist_group("the_trees_programs" if name in WRITE_THE_TREES_PROGRAMS else name))
-
 
 def cmake_build(name: str, *definitions: str) -> CMakeBuild:
     """Configures and builds cmake-out/<name> once per session with -D<definitions>."""

@@ -69,7 +69,7 @@ MUTATIONS = {
         "TARGETS", "define_common_targets()\n", "def f():\n    pass\n\ndefine_common_targets()\n", "evaluate",
         "`def` is not allowed in this dialect"),
     "a selection that differs from CMake's": (
-        "targets.bzl", 'et_operator_library(name = select, ops = [name + ".out" for name in ops])',
+        "targets.bzl", 'et_operator_library(name = select, ops = [name + ".out" for name in by_codegen])',
         'et_operator_library(name = select, ops = ["my_ops::mul3.out"])', "check",
         "root//:select_mul4 selects ['my_ops::mul3.out'], CMake selects ['my_ops::mul4.out']"),
 }

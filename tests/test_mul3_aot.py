@@ -1,5 +1,7 @@
 """mul3's PyTorch side (custom_ops_1.py): the registered schemas, eager results, and what export produces."""
 
+import os
+
 import pytest
 import torch
 
@@ -58,3 +60,20 @@ def test_importing_registers_the_ops_and_does_nothing_else(tmp_path):
     """)
     assert result == {"project_modules": ["custom_ops_1"], "files": [], "rng_untouched": True,
                       "inductor_imported": False, "y": [3.0, 3.0]}
+
+
+def test_an_export_that_fails_midway_leaves_the_previous_program_whole(tmp_path):
+    # Flows running in parallel (the tests) export the same programs into one tree: a file is replaced only whole.
+    from flow.export import written_whole
+
+    path = str(tmp_path / "program.pte")
+    written_whole(path, lambda f: f.write(b"the previous program"))
+
+    def fails_midway(f):
+        f.write(b"half of a new")
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        written_whole(path, fails_midway)
+    assert open(path, "rb").read() == b"the previous program"
+    assert os.listdir(tmp_path) == ["program.pte"]
