@@ -13,9 +13,6 @@ namespace native {
 namespace {
 
 constexpr const char* kOp = "my_ops::update_cache.out";
-using Dtypes = contract::DtypeSet<ScalarType::Float, ScalarType::Double, ScalarType::Half, ScalarType::BFloat16,
-                                  ScalarType::Byte, ScalarType::Char, ScalarType::Short, ScalarType::Int,
-                                  ScalarType::Long>;
 
 bool same_except_sequence(const Tensor& value, const Tensor& cache) {
   if (value.dim() != cache.dim() || value.dim() < 2) {
@@ -37,7 +34,7 @@ executorch::aten::Tensor& update_cache_out_impl(
     executorch::aten::Tensor& cache,
     int64_t start_pos,
     executorch::aten::Tensor& out) {
-  if (!contract::check_dtype<Dtypes>(ctx, value, kOp, "value") ||
+  if (!contract::check_dtype<contract::RealDtypes>(ctx, value, kOp, "value") ||
       !contract::check_same_dtype(ctx, cache, value, kOp, "cache", "value") ||
       !contract::check_dtype<contract::DtypeSet<ScalarType::Long>>(ctx, out, kOp, "out")) {
     return out;

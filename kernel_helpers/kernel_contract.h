@@ -98,6 +98,9 @@ struct DtypeSet {
 };
 
 using FloatingDtypes = DtypeSet<ScalarType::Float, ScalarType::Half, ScalarType::BFloat16>;
+// Every real dtype of aten::mul on CPU.
+using RealDtypes = DtypeSet<ScalarType::Float, ScalarType::Double, ScalarType::Half, ScalarType::BFloat16,
+                            ScalarType::Byte, ScalarType::Char, ScalarType::Short, ScalarType::Int, ScalarType::Long>;
 
 // ---- Threads -------------------------------------------------------------------------------------------------------
 // fn(begin, end) over [begin, end) in chunks of at least `grain`, on ATen's pool or ExecuTorch's; false if the pool did
@@ -163,6 +166,7 @@ inline void check_memory(const char* op, std::initializer_list<Operand> outputs,
                   "on CPU tensors");
       TORCH_CHECK(is_element_aligned(in.tensor), op, ": ", in.name, " is not aligned to its element size; pass a "
                   "copy (.clone())");
+      at::assert_no_partial_overlap(out.tensor, in.tensor);  // PyTorch's own out= error first
       TORCH_CHECK(same_or_disjoint(out.tensor, in.tensor, in.may_be_output), op, ": ", out.name, " overlaps ", in.name,
                   in.may_be_output ? " without being it" : "", "; pass separate tensors");
     }

@@ -125,7 +125,7 @@ def test_the_out_variant_exports_with_a_dynamic_dimension(op):
 
 
 def test_errors_name_the_op_and_the_fix():
-    with pytest.raises(RuntimeError, match="my_ops::mul4.out: output dtype Double does not match input dtype Float"):
+    with pytest.raises(RuntimeError, match="my_ops::mul4.out: output has dtype Double but input has Float; they must match"):
         torch.ops.my_ops.mul4.out(torch.ones(2), output=torch.empty(2, dtype=torch.float64))
     with pytest.raises(RuntimeError, match="unsupported dtype Bool; supported: float32"):
         torch.ops.my_ops.mul4(torch.ones(2, dtype=torch.bool))

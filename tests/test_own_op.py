@@ -24,7 +24,8 @@ def recipe_blocks():
     for info, body in re.findall(r"^```(\w[^\n]*)\n(.*?)^```", section, re.M | re.S):
         words = info.split()
         attributes = dict(word.split("=", 1) for word in words[1:] if "=" in word)
-        blocks.append((words[0], attributes, "run" in words[1:], body))
+        if "file" in attributes or "run" in words[1:]:  # a step; other blocks only illustrate
+            blocks.append((words[0], attributes, "run" in words[1:], body))
     return blocks
 
 
@@ -73,7 +74,7 @@ def repo_with_recipe(tmp_path_factory):
 @pytest.mark.parametrize("program, shapes, reference", [
     ("add7", [(2, 3)], lambda x: x + 7),
     ("relu6", [(4, 8)], torch.nn.functional.relu6),
-    ("scaled_add", [(3, 40), (3, 40)], lambda x, y: x + 0.5 * y),  # alpha 0.5: the product is exact, one rounding
+    ("scaled_add", [(3, 40), (40,)], lambda x, y: x + 0.5 * y),  # y broadcast; alpha 0.5: an exact product
 ])
 def test_the_new_ops_compute_what_aten_does(repo_with_recipe, program, shapes, reference):
     runner = os.path.join(repo_with_recipe, "cmake-out", program, "custom_ops_executor_runner")

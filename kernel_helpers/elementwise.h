@@ -1,0 +1,283 @@
+// The elementwise helper for any number of inputs: out = op(a, b, ...) element by element, the inputs broadcast to the
+// output's shape (NumPy's rules, as ATen's), for the dtypes the op lists, behind the out-variant contract (dtypes,
+// resize, dim order, alignment, overlap: kernel_contract.h). The functor is an object, so it can carry runtime
+// arguments such as a scale read from the program:
+//
+//   struct ScaledAdd {
+//     double alpha;
+//     template <typename T>
+//     T apply(T x, T y) const { return x + static_cast<T>(alpha) * y; }
+//   };
+//   return elementwise_out<contract::FloatingDtypes>(ctx, "my_ops::scaled_add.out", ScaledAdd{alpha},
+//                                                    {out, "out"}, {{input, "input"}, {other, "other"}});
+//
+// apply<T> follows elementwise_functor.h (T is the compute type: Half/BFloat16 arrive as float and are rounded once,
+// integers wrap) and must not change the functor (threads share it). unary_elementwise.h is the one-input case: a
+// stateless functor on inputs laid out like the output runs the vectorized loop of elementwise_loop.h; everything else
+// runs the strided loop below, threaded over rows of the output.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+#include <utility>
+
+#include "elementwise_functor.h"
+#include "elementwise_loop.h"
+#include "kernel_contract.h"
+
+#ifdef USE_ATEN_LIB
+#include <ATen/native/Resize.h>
+#endif
+
+namespace custom {
+namespace native {
+namespace elementwise {
+
+constexpr int kMaxDims = 16;
+
+// The output's index space and, per operand (the output first, then each input), its element strides over it: 0
+// along a dimension an input is broadcast in.
+template <size_t N>
+struct Layout {
+  int dims = 0;
+  int64_t sizes[kMaxDims] = {};
+  int64_t strides[N + 1][kMaxDims] = {};
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int d = 0; d < dims; ++d) {
+      n *= sizes[d];
+    }
+    return n;
+  }
+};
+
+// The broadcast shape of `inputs` (right-aligned; a size-1 dimension stretches); false when two sizes conflict or
+// the rank passes kMaxDims.
+template <size_t N>
+bool broadcast_sizes(const std::array<const Tensor*, N>& inputs, Layout<N>& layout) {
+  layout.dims = 0;
+  for (const Tensor* t : inputs) {
+    layout.dims = std::max<int>(layout.dims, static_cast<int>(t->dim()));
+  }
+  if (layout.dims > kMaxDims) {
+    return false;
+  }
+  for (int d = 0; d < layout.dims; ++d) {
+    layout.sizes[d] = 1;
+  }
+  for (const Tensor* t : inputs) {
+    const int offset = layout.dims - static_cast<int>(t->dim());
+    for (int d = 0; d < static_cast<int>(t->dim()); ++d) {
+      const int64_t size = t->size(d);
+      int64_t& target = layout.sizes[offset + d];
+      if (size != target && size != 1 && target != 1) {
+        return false;
+      }
+      target = size == 1 ? target : size;
+    }
+  }
+  return true;
+}
+
+template <size_t N>
+void fill_strides(const Tensor& t, int operand, Layout<N>& layout) {
+  const int offset = layout.dims - static_cast<int>(t.dim());
+  for (int d = 0; d < layout.dims; ++d) {
+    const bool present = d >= offset && t.size(d - offset) != 1;
+    layout.strides[operand][d] = present ? static_cast<int64_t>(t.strides()[d - offset]) : 0;
+  }
+}
+
+// One element of a functor object for storage type T: widen each operand, apply, round once.
+template <typename T, typename Op, typename... Ts>
+inline T apply_object(const Op& op, Ts... xs) {
+  using C = compute_t<T>;
+  return static_cast<T>(op.template apply<C>(static_cast<C>(xs)...));
+}
+
+// out[i] = op(in_0[i], ...) over contiguous memory of n elements, threaded like the unary loop.
+template <typename T, typename Op, size_t N, size_t... I>
+bool dense_loop(const Op& op, T* out, const std::array<const T*, N>& in, int64_t n, std::index_sequence<I...>) {
+  const auto work = [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      out[i] = apply_object<T>(op, in[I][i]...);
+    }
+  };
+  const int64_t grain = std::max<int64_t>(1, static_cast<int64_t>(parallel_grain_bytes() / sizeof(T)));
+  if (n < 2 * grain) {
+    work(0, n);
+    return true;
+  }
+  return contract::parallel_for(int64_t{0}, n, grain, work);
+}
+
+// The general case: rows of the output's last dimension, each operand at its own strides (0 where broadcast).
+template <typename T, typename Op, size_t N, size_t... I>
+bool strided_loop(const Op& op, T* out, const std::array<const T*, N>& in, const Layout<N>& layout,
+                  std::index_sequence<I...>) {
+  const int last = layout.dims - 1;
+  const int64_t inner = layout.dims == 0 ? 1 : layout.sizes[last];
+  const int64_t rows = inner == 0 ? 0 : layout.numel() / inner;
+  const auto work = [&](int64_t first, int64_t end) {
+    for (int64_t row = first; row < end; ++row) {
+      std::array<int64_t, N + 1> offset{};  // of this row's first element, per operand
+      for (int64_t rest = row, d = last - 1; d >= 0; --d) {
+        const int64_t index = rest % layout.sizes[d];
+        rest /= layout.sizes[d];
+        for (size_t k = 0; k <= N; ++k) {
+          offset[k] += index * layout.strides[k][d];
+        }
+      }
+      const int64_t step_out = layout.dims == 0 ? 0 : layout.strides[0][last];
+      const std::array<int64_t, N> step{(layout.dims == 0 ? 0 : layout.strides[I + 1][last])...};
+      for (int64_t j = 0; j < inner; ++j) {
+        out[offset[0] + j * step_out] = apply_object<T>(op, in[I][offset[I + 1] + j * step[I]]...);
+      }
+    }
+  };
+  const int64_t grain = std::max<int64_t>(
+      1, static_cast<int64_t>(parallel_grain_bytes()) / std::max<int64_t>(1, inner * static_cast<int64_t>(sizeof(T))));
+  if (rows < 2 * grain) {
+    work(0, rows);
+    return true;
+  }
+  return contract::parallel_for(int64_t{0}, rows, grain, work);
+}
+
+// Every operand has the output's shape and layout, over memory without gaps: one flat loop is right. (ExecuTorch
+// tensors are always dense in their dim order, which elementwise_out() checked is the output's.)
+template <size_t N>
+bool dense_alike(const Tensor& out, const std::array<const Tensor*, N>& inputs) {
+  for (const Tensor* t : inputs) {
+#ifdef USE_ATEN_LIB
+    if (t->sizes() != out.sizes() || t->strides() != out.strides()) {
+#else
+    if (!t->sizes().equals(out.sizes())) {
+#endif
+      return false;
+    }
+  }
+#ifdef USE_ATEN_LIB
+  return out.is_non_overlapping_and_dense();
+#else
+  return true;
+#endif
+}
+
+// The loops, for storage type T; false when the thread pool did not run all of the work.
+template <typename T, typename Op, size_t N>
+bool run(const Op& op, Tensor& out, const std::array<const Tensor*, N>& inputs, const Layout<N>& layout) {
+  std::array<const T*, N> in{};
+  for (size_t k = 0; k < N; ++k) {
+    in[k] = inputs[k]->template const_data_ptr<T>();
+  }
+  T* dst = out.template mutable_data_ptr<T>();
+  if (dense_alike(out, inputs)) {
+    if constexpr (N == 1 && std::is_empty_v<Op>) {  // a stateless unary functor: the vectorized loop
+      return apply_unary<T, Op>(in[0], dst, layout.numel(), [](int64_t b, int64_t e, int64_t g, const auto& fn) {
+        return contract::parallel_for(b, e, g, fn);
+      });
+    } else {
+      return dense_loop<T>(op, dst, in, layout.numel(), std::make_index_sequence<N>());
+    }
+  }
+  return strided_loop<T>(op, dst, in, layout, std::make_index_sequence<N>());
+}
+
+} // namespace elementwise
+
+// An input, or the output, with the name the op's messages use for it.
+struct Named {
+  const Tensor& tensor;
+  const char* name;
+};
+
+#ifdef USE_ATEN_LIB
+
+template <typename Dtypes, typename Op, size_t N>
+at::Tensor& elementwise_out(const char* op_name, const Op& op, Named out, const Named (&inputs)[N]) {
+  Tensor& result = const_cast<Tensor&>(out.tensor);
+  std::array<const Tensor*, N> tensors{};
+  for (size_t k = 0; k < N; ++k) {
+    tensors[k] = &inputs[k].tensor;
+    contract::check_dtype<Dtypes>(inputs[k].tensor, op_name, inputs[k].name);
+    contract::check_same_dtype(result, inputs[k].tensor, op_name, out.name, inputs[k].name);
+  }
+  elementwise::Layout<N> layout;
+  TORCH_CHECK(elementwise::broadcast_sizes(tensors, layout), op_name, ": the inputs' shapes do not broadcast together");
+  const c10::IntArrayRef sizes(layout.sizes, layout.dims);
+  if (at::native::resize_output_check(result, sizes)) {
+    // A fresh output is laid out like the first input of its shape (channels-last stays so, as with ATen's ops).
+    const Tensor& like = *tensors[0];
+    result.resize_(sizes, like.sizes() == sizes ? like.suggest_memory_format() : at::MemoryFormat::Contiguous);
+  }
+  for (size_t k = 0; k < N; ++k) {
+    const bool in_place_ok = inputs[k].tensor.sizes() == result.sizes() && inputs[k].tensor.strides() == result.strides();
+    contract::check_memory(op_name, {{result, out.name}}, {{inputs[k].tensor, inputs[k].name, in_place_ok}});
+  }
+  elementwise::fill_strides(result, 0, layout);
+  for (size_t k = 0; k < N; ++k) {
+    elementwise::fill_strides(*tensors[k], static_cast<int>(k + 1), layout);
+  }
+  Dtypes::visit(result.scalar_type(), [&](auto zero) {
+    elementwise::run<decltype(zero)>(op, result, tensors, layout);
+  });
+  return result;
+}
+
+#else // ExecuTorch mode
+
+template <typename Dtypes, typename Op, size_t N>
+Tensor& elementwise_out(KernelContext& ctx, const char* op_name, const Op& op, Named out, const Named (&inputs)[N]) {
+  Tensor& result = const_cast<Tensor&>(out.tensor);
+  std::array<const Tensor*, N> tensors{};
+  for (size_t k = 0; k < N; ++k) {
+    tensors[k] = &inputs[k].tensor;
+    if (!contract::check_dtype<Dtypes>(ctx, inputs[k].tensor, op_name, inputs[k].name) ||
+        !contract::check_same_dtype(ctx, result, inputs[k].tensor, op_name, out.name, inputs[k].name)) {
+      return result;
+    }
+  }
+  elementwise::Layout<N> layout;
+  ET_KERNEL_CHECK_MSG(ctx, elementwise::broadcast_sizes(tensors, layout), InvalidArgument, result,
+                      "%s: the inputs' shapes do not broadcast together (the first is %s)", op_name,
+                      contract::shape_string(*tensors[0]).data());
+  executorch::aten::SizesType sizes[elementwise::kMaxDims];
+  for (int d = 0; d < layout.dims; ++d) {
+    sizes[d] = static_cast<executorch::aten::SizesType>(layout.sizes[d]);
+  }
+  if (!contract::resize_output(ctx, result, {sizes, static_cast<size_t>(layout.dims)}, op_name, out.name)) {
+    return result;
+  }
+  // The strided loop follows strides, but a program states layouts as dim orders: one for all keeps them honest.
+  for (size_t k = 0; k < N; ++k) {
+    ET_KERNEL_CHECK_MSG(
+        ctx, inputs[k].tensor.dim() != result.dim() ||
+                 executorch::runtime::tensors_have_same_dim_order(inputs[k].tensor, result),
+        InvalidArgument, result,
+        "%s: %s and %s have different dim orders (memory layouts); export them with the same memory format", op_name,
+        inputs[k].name, out.name);
+    const bool in_place_ok = inputs[k].tensor.sizes().equals(result.sizes()) &&
+        inputs[k].tensor.strides().equals(result.strides());
+    if (!contract::check_memory(ctx, op_name, {{result, out.name}}, {{inputs[k].tensor, inputs[k].name, in_place_ok}})) {
+      return result;
+    }
+  }
+  elementwise::fill_strides(result, 0, layout);
+  for (size_t k = 0; k < N; ++k) {
+    elementwise::fill_strides(*tensors[k], static_cast<int>(k + 1), layout);
+  }
+  bool all_work_ran = true;
+  Dtypes::visit(result.scalar_type(), [&](auto zero) {
+    all_work_ran = elementwise::run<decltype(zero)>(op, result, tensors, layout);
+  });
+  ET_KERNEL_CHECK_MSG(ctx, all_work_ran, Internal, result, "%s: the threadpool did not run all of the work", op_name);
+  return result;
+}
+
+#endif // USE_ATEN_LIB
+
+} // namespace native
+} // namespace custom
