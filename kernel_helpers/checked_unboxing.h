@@ -124,15 +124,15 @@ struct ArgumentsOf<::executorch::extension::kernel_util_internal::typelist<Param
       Argument{nullptr, TagsOf<Bare<Parameters>>::tags, TagsOf<Bare<Parameters>>::type}...};
 };
 
-// upstream's boxed kernel, behind arguments_match() over the kernel function's parameters.
-template <class FunctionPointer>
+// upstream's boxed kernel, behind arguments_match() over the kernel function's parameters. (FunctionPointer's name
+// is the kernel's profiling event, "native_call_<op>" as codegen's kernels name theirs; kOpName names it in messages.)
+template <class FunctionPointer, const char* kOpName>
 struct CheckedBoxedKernel {
   using Upstream = ::executorch::extension::WrapUnboxedIntoFunctor<FunctionPointer>;
   using Arguments = ArgumentsOf<typename Upstream::ContextRemovedArgsType>;
 
   static void call(KernelRuntimeContext& context, Span<EValue*> stack) {
-    if (arguments_match(context, FunctionPointer::func_name_, stack, Arguments::list, Arguments::count,
-                        Arguments::count + 1)) {
+    if (arguments_match(context, kOpName, stack, Arguments::list, Arguments::count, Arguments::count + 1)) {
       Upstream::call(context, stack);
     }
   }
@@ -147,7 +147,9 @@ struct CheckedBoxedKernel {
 #define CUSTOM_OPS_LIBRARY_CHECKED_IMPL(ns, op_name, func, uid) CUSTOM_OPS_LIBRARY_CHECKED_IMPL2(ns, op_name, func, uid)
 #define CUSTOM_OPS_LIBRARY_CHECKED_IMPL2(ns, op_name, func, uid)                                                      \
   static constexpr const char custom_ops_op_name_##uid[] = #ns "::" op_name;                                           \
+  static constexpr const char custom_ops_event_name_##uid[] = "native_call_" op_name;                                  \
   static const auto custom_ops_registration_##uid = ::executorch::runtime::register_kernel(                           \
       ::executorch::runtime::Kernel(custom_ops_op_name_##uid,                                                          \
-                                    ::custom_ops::checked_unboxing::CheckedBoxedKernel<EXECUTORCH_FN_TYPE(             \
-                                        func, custom_ops_op_name_##uid)>::call))
+                                    ::custom_ops::checked_unboxing::CheckedBoxedKernel<                                \
+                                        EXECUTORCH_FN_TYPE(func, custom_ops_event_name_##uid),                         \
+                                        custom_ops_op_name_##uid>::call))
