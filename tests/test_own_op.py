@@ -1,11 +1,13 @@
 """docs/adding-an-op.md, followed literally: in a copy of the repository, every fenced block of the page is applied
 as it says (`file=F` creates F, `mode=append` appends to it, `mode=insert` inserts above the declarations'
-"# Add new ops above this line." marker) and every `bash run` block is run. That adds my_ops::add7 from Python and
-my_ops::relu6 from C++ and runs each one's flow; then their runners are checked against ATen's own x + 7 and relu6."""
+"# Add new ops above this line." marker) and every `bash run` block is run. That adds my_ops::add7 from Python,
+my_ops::relu6 from C++ and my_ops::scaled_add (two tensors and a float, on the N-input helper) and runs each one's
+flow; then their runners are checked against ATen: x + 7, relu6, and x + 0.5 * y broadcast every way."""
 
 import os
 import re
 import subprocess
+import sys
 
 import pytest
 import torch
@@ -83,3 +85,24 @@ def test_the_new_ops_compute_what_aten_does(repo_with_recipe, program, shapes, r
         inputs = [full_range(shape, torch.float32, seed + 10 * i) / 1e3 for i, shape in enumerate(shapes)]
         expected = [reference(*inputs)]  # / 1e3: mostly within relu6's [0, 6] knee
         assert mismatches(run_pte(runner, pte, inputs, expected), expected, exact=True) == []
+
+
+@pytest.mark.parametrize("shapes", [[(3, 40), (3, 1)], [(2, 1, 5), (4, 1)], [(1,), (2, 3)], [(4, 1, 3), (1, 6, 1)]],
+                         ids=str)
+def test_scaled_add_broadcasts_like_aten(repo_with_recipe, shapes, tmp_path):
+    # The N-input helper's strided loop: a broadcast innermost dimension, a new leading one, the first input broadcast.
+    pte = str(tmp_path / "scaled_add.pte")
+    code = f"""
+import sys
+sys.path.insert(0, {repo_with_recipe!r})
+import torch
+import scaled_add
+from flow.export import export_to_pte
+inputs = tuple(torch.ones(s) for s in {shapes!r})
+export_to_pte(scaled_add.ScaledAddExample(), inputs, {pte!r})
+"""
+    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, timeout=300)
+    runner = os.path.join(repo_with_recipe, "cmake-out", "scaled_add", "custom_ops_executor_runner")
+    inputs = [full_range(shape, torch.float32, i) / 1e3 for i, shape in enumerate(shapes)]
+    expected = [inputs[0] + 0.5 * inputs[1]]
+    assert mismatches(run_pte(runner, pte, inputs, expected), expected, exact=True) == []
