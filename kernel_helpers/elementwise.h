@@ -215,7 +215,9 @@ at::Tensor& elementwise_out(const char* op_name, const Op& op, Named out, const 
   }
   for (size_t k = 0; k < N; ++k) {
     const bool in_place_ok = inputs[k].tensor.sizes() == result.sizes() && inputs[k].tensor.strides() == result.strides();
-    contract::check_memory(op_name, {{result, out.name}}, {{inputs[k].tensor, inputs[k].name, in_place_ok}});
+    const contract::Operand output{result, out.name};
+    const contract::Operand input{inputs[k].tensor, inputs[k].name, in_place_ok};
+    contract::check_memory(op_name, {output}, {input});
   }
   elementwise::fill_strides(result, 0, layout);
   for (size_t k = 0; k < N; ++k) {
@@ -261,7 +263,9 @@ Tensor& elementwise_out(KernelContext& ctx, const char* op_name, const Op& op, N
         inputs[k].name, out.name);
     const bool in_place_ok = inputs[k].tensor.sizes().equals(result.sizes()) &&
         inputs[k].tensor.strides().equals(result.strides());
-    if (!contract::check_memory(ctx, op_name, {{result, out.name}}, {{inputs[k].tensor, inputs[k].name, in_place_ok}})) {
+    const contract::Operand output{result, out.name};
+    const contract::Operand input{inputs[k].tensor, inputs[k].name, in_place_ok};
+    if (!contract::check_memory(ctx, op_name, {output}, {input})) {
       return result;
     }
   }
