@@ -10,6 +10,8 @@
 #   bash test_custom_ops.sh aarch64 [NAME...] the flows cross-compiled for 64-bit ARM, run under qemu-aarch64
 #   bash test_custom_ops.sh profile [NAME]    ETDump + ETRecord + Inspector: per-op times in a program calling every op
 #                                             (or NAME's example), every op of every execution checked
+#   bash test_custom_ops.sh model [ARGS]      the ops in a real model: decoder.py (XNNPACK-lowered, float32 and 8-bit)
+#                                             decoded token by token in the runner and the Python runtime vs eager
 #   bash test_custom_ops.sh wheel             the my_ops wheel (setup.py: C++ AOT ops + Python registrations) in dist/
 #   bash test_custom_ops.sh test [ARGS]       the whole test suite (pytest; ARGS go to pytest)
 #   bash test_custom_ops.sh doctor            versions and the paths the build will use
@@ -265,6 +267,19 @@ mode_profile() {
   "${PYTHON}" -m flow.profile --build_dir "${build_dir}" "${op[@]}"
 }
 
+mode_model() {
+  ensure_venv
+  use_venv
+  local build_dir="${BUILD_ROOT}/all_ops"
+  step "Build every declared op's kernels, the runner (with the XNNPACK delegate and the quantized kernels) and the \
+AOT library (${build_dir#"${REPO_ROOT}"/})"
+  cmake_build "${build_dir}" >/dev/null
+  step "Export decoder.py with its linear layers on XNNPACK, check the runner has every operator and backend it needs, \
+decode in the runner and the Python runtime, compare with eager (flow/model.py)"
+  "${PYTHON}" -m flow.model --build_dir "${build_dir}" "$@"
+  step "The decoder's tokens match eager in the runner and the Python runtime"
+}
+
 mode_wheel() {
   ensure_venv
   use_venv
@@ -330,6 +345,7 @@ case "${1:-}" in
   buck2) shift; mode_buck2 "$@" ;;
   aarch64) shift; mode_aarch64 "$@" ;;
   profile) shift; mode_profile "$@" ;;
+  model) shift; mode_model "$@" ;;
   wheel) mode_wheel ;;
   test) shift; mode_test "$@" ;;
   doctor) mode_doctor ;;

@@ -57,6 +57,7 @@ def export_to_pte(
     dynamic_shapes: Any = None,
     plan_graph_inputs: bool = True,
     etrecord: bool = False,
+    partitioners: Sequence[Any] = (),
 ) -> str:
     """Exports `model` to an ExecuTorch program at `pte_path` (and its ExportedProgram to pt2_path()); returns the path.
 
@@ -64,8 +65,10 @@ def export_to_pte(
     directly instead of copying them into planned memory first (what a kernel benchmark wants).
     etrecord=True also writes an ETRecord to etrecord_path(): the graphs and the debug-handle map that let
     executorch.devtools.Inspector name each op in an ETDump from the runner (profile_program.py).
+    partitioners: delegates to lower to (e.g. [XnnpackPartitioner()]), through to_edge_transform_and_lower; what they
+    do not take (this project's custom ops among it) stays on the runtime's kernels.
     """
-    from executorch.exir import ExecutorchBackendConfig, to_edge
+    from executorch.exir import ExecutorchBackendConfig, to_edge, to_edge_transform_and_lower
     from executorch.exir.passes import MemoryPlanningPass
     from executorch.exir.passes.init_mutable_pass import InitializedMutableBufferPass
 
@@ -74,7 +77,10 @@ def export_to_pte(
     os.makedirs(os.path.dirname(os.path.abspath(pte_path)), exist_ok=True)
     written_whole(pt2_path(pte_path), lambda f: torch.export.save(exported, f))
     # The edge dialect's IR validity check stays on: registered custom ops pass it.
-    edge = to_edge(exported, generate_etrecord=etrecord)
+    if partitioners:
+        edge = to_edge_transform_and_lower(exported, partitioner=list(partitioners), generate_etrecord=etrecord)
+    else:
+        edge = to_edge(exported, generate_etrecord=etrecord)
     # State (a buffer the model mutates, e.g. a KV cache) starts as the module's buffer, as in eager; ExecuTorch leaves
     # a mutable buffer's planned memory uninitialized unless told. The names are known once to_edge functionalized the
     # mutation (a custom op mutating its argument is recorded as such only then).

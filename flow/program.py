@@ -75,6 +75,7 @@ class MethodSpec:
     planned_buffer_sizes: tuple[int, ...]  # ExecuTorch's non_const_buffer_sizes: entry 0 is reserved (0)
     operators: tuple[str, ...]
     kernel_calls: tuple[tuple[int, tuple[str, ...]], ...] = ()  # (operator index, each argument value's kind)
+    backends: tuple[str, ...] = ()  # the delegates' backend ids, e.g. ("XnnpackBackend",)
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,11 @@ class ProgramSpec:
     def operators(self) -> list[str]:
         """Every operator any method calls, e.g. ["my_ops::mul3.out"], sorted."""
         return sorted({op for method in self.methods.values() for op in method.operators})
+
+    @property
+    def backends(self) -> list[str]:
+        """Every backend a delegate of any method names, e.g. ["XnnpackBackend"], sorted."""
+        return sorted({backend for method in self.methods.values() for backend in method.backends})
 
     def method(self, name: str = "forward") -> MethodSpec:
         if name not in self.methods:
@@ -131,7 +137,8 @@ def read(source: str | os.PathLike | bytes) -> ProgramSpec:
             name=plan.name, num_values=len(plan.values),
             inputs=tuple(_value_spec(plan.values, i) for i in plan.inputs),
             outputs=tuple(_value_spec(plan.values, i) for i in plan.outputs),
-            planned_buffer_sizes=tuple(plan.non_const_buffer_sizes), operators=operators, kernel_calls=calls)
+            planned_buffer_sizes=tuple(plan.non_const_buffer_sizes), operators=operators, kernel_calls=calls,
+            backends=tuple(delegate.id for delegate in plan.delegates))
     return ProgramSpec(methods)
 
 
@@ -176,6 +183,25 @@ def kernel_call_problem(spec: MethodSpec) -> str | None:
 def operators_in_program(path: str | os.PathLike) -> list[str]:
     """Names of the operators a .pte program calls, e.g. ["my_ops::mul3.out"]."""
     return read(path).operators
+
+
+def registered_in(runner: str | os.PathLike, emulator=()) -> set[str]:
+    """What a runner binary links in: {"operator my_ops::mul3.out", "backend XnnpackBackend", ...}."""
+    import subprocess
+
+    listed = subprocess.run([*emulator, os.fspath(runner), "--list_registered"], capture_output=True, text=True)
+    if listed.returncode != 0:
+        raise RuntimeError(f"{runner} --list_registered failed: {listed.stderr.strip()}")
+    return set(listed.stdout.splitlines())
+
+
+def missing_from(source: str | os.PathLike | bytes | ProgramSpec, registered: set[str]) -> list[str]:
+    """What the program needs that `registered` (registered_in() of a runner) lacks: "operator NAME" for an operator
+    it calls outside its delegates, "backend NAME" for a delegate's backend; sorted, empty when it would run. The
+    exporter's check before a .pte ships: the runner would refuse it at load with the same names."""
+    spec = source if isinstance(source, ProgramSpec) else read(source)
+    needed = [f"operator {op}" for op in spec.operators] + [f"backend {backend}" for backend in spec.backends]
+    return sorted(set(needed) - registered)
 
 
 def _budget(needed: int, max_memory: int) -> str:

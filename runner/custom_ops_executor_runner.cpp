@@ -17,6 +17,7 @@ using custom_ops_runner::RunOptions;
 using executorch::runtime::Program;
 
 constexpr const char* kUsage = R"(usage: custom_ops_executor_runner --model_path=FILE.pte [options]
+       custom_ops_executor_runner --list_registered   (the operators and backends linked in, one per line)
   --method=NAME             method to run (default: forward)
   --inputs=A.bin,...        one raw little-endian file per tensor input, in the dtype the method declares and in
                             its memory order (its dim order: row-major unless the program declares another, e.g.
@@ -36,6 +37,11 @@ constexpr const char* kUsage = R"(usage: custom_ops_executor_runner --model_path
                             executorch.devtools.Inspector
   --debug_buffer_path=FILE  with --etdump_path: also capture every intermediate output, into FILE
   --debug_buffer_size=BYTES room for those outputs over all executions (default: 64M; suffixes K, M, G)
+Greedy decoding, for a language model whose method takes (tokens int64 [1, T], input_pos int64 [1]) and returns the
+last position's logits (float32 [1, vocab]), keeping its KV cache as state (decoder.py):
+  --prompt=1,17,42          token ids: run at position 0 (prefill), then each argmax is fed back at the next position
+  --new_tokens=N            how many tokens to generate, 1 to 1000000 (--num_executions repeats the generation)
+  --logits_path=FILE        write every step's logits (float32, one row per step) of the last generation
 )";
 
 // A positive byte count (512, 64K, 256M, 2G) for flag `name` into `field`; or the error naming the flag.
@@ -75,6 +81,10 @@ std::optional<std::string> parse_options(int argc, char** argv, std::string& mod
     if (name == "--help" || name == "-h") {
       return std::string();
     }
+    if (name == "--list_registered" && !has_value) {
+      options.list_registered = true;
+      continue;
+    }
     if (!has_value) {
       return "option " + name + " needs a value";
     }
@@ -112,6 +122,23 @@ std::optional<std::string> parse_options(int argc, char** argv, std::string& mod
       if (auto err = parse_byte_count(name, value, "1048576 or 64M", options.debug_buffer_size)) {
         return err;
       }
+    } else if (name == "--prompt") {
+      for (const auto& token : split(value)) {
+        auto id = custom_ops_runner::parse_count(token, INT64_MAX);
+        if (!id) {
+          return "--prompt must be token ids (integers from 0) separated by commas, got '" + value + "'";
+        }
+        options.prompt.push_back(static_cast<int64_t>(*id));
+      }
+    } else if (name == "--new_tokens") {
+      auto n = custom_ops_runner::parse_count(value, custom_ops_runner::kMaxExecutions);
+      if (!n || *n == 0) {
+        return "--new_tokens must be an integer from 1 to " + std::to_string(custom_ops_runner::kMaxExecutions) +
+            ", got '" + value + "'";
+      }
+      options.new_tokens = *n;
+    } else if (name == "--logits_path") {
+      options.logits_path = value;
     } else if (name == "--verification") {
       if (value == "internal_consistency") {
         options.verification = Program::Verification::InternalConsistency;
@@ -124,8 +151,17 @@ std::optional<std::string> parse_options(int argc, char** argv, std::string& mod
       return "unknown option " + name;
     }
   }
+  if (options.list_registered) {
+    return std::nullopt;
+  }
   if (model_path.empty()) {
     return "--model_path is required";
+  }
+  if (options.prompt.empty() != (options.new_tokens == 0)) {
+    return "--prompt and --new_tokens go together (greedy decoding)";
+  }
+  if (!options.logits_path.empty() && options.prompt.empty()) {
+    return "--logits_path needs --prompt and --new_tokens";
   }
   return std::nullopt;
 }
@@ -143,6 +179,10 @@ int main(int argc, char** argv) {
     }
     std::fprintf(stderr, "error: %s\n", err->c_str());
     return 2;
+  }
+  if (options.list_registered) {
+    custom_ops_runner::print_registered();
+    return 0;
   }
   if (!std::ifstream(model_path, std::ios::binary)) {
     std::fprintf(stderr, "error: cannot open model file '%s': %s\n", model_path.c_str(), std::strerror(errno));

@@ -7,12 +7,15 @@
 #include <executorch/extension/memory_allocator/malloc_memory_allocator.h>
 #include <executorch/extension/tensor/tensor.h>
 #include <executorch/runtime/core/exec_aten/util/scalar_type_util.h>
+#include <executorch/runtime/backend/interface.h>
 #include <executorch/runtime/core/hierarchical_allocator.h>
 #include <executorch/runtime/executor/method.h>
+#include <executorch/runtime/kernel/operator_registry.h>
 #include <executorch/runtime/platform/platform.h>
 #include <executorch/runtime/platform/runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cerrno>
 #include <chrono>
 #include <cinttypes>
@@ -217,6 +220,29 @@ std::optional<std::string> preflight(const MethodMeta& meta, const RunOptions& o
     }
   }
   return std::nullopt;
+}
+
+// The delegates the method names that no backend linked into this process serves (ExecuTorch would fail the load with
+// NotFound and a log line), as an error naming each one and how to link it; or nothing.
+std::optional<std::string> missing_backends(const MethodMeta& meta) {
+  std::string missing;
+  for (size_t i = 0; i < meta.num_backends(); ++i) {
+    auto name = meta.get_backend_name(i);
+    if (!name.ok() || *name == nullptr) {
+      return "names a delegate without a backend name; the program is corrupt";
+    }
+    if (executorch::runtime::get_backend_class(*name) == nullptr &&
+        missing.find(std::string(*name) + ",") == std::string::npos) {
+      missing += std::string(*name) + ",";
+    }
+  }
+  if (missing.empty()) {
+    return std::nullopt;
+  }
+  missing.pop_back();
+  return "is delegated to backend(s) this runner does not link: " + missing +
+      ". Link the backend's library into the runner (XnnpackBackend: executorch::backend_xnnpack, the CMake option "
+      "CUSTOM_OPS_RUNNER_XNNPACK=ON) or export without that partitioner";
 }
 
 // Planned memory allocated here, checked and zeroed, instead of by Module (whose std::vector throws bad_alloc).
@@ -448,6 +474,21 @@ std::optional<uint64_t> parse_bytes(const std::string& text) {
   return value ? std::optional<uint64_t>(*value << shift) : std::nullopt;
 }
 
+void print_registered() {
+  std::set<std::string> lines;
+  for (const auto& kernel : executorch::runtime::get_registered_kernels()) {
+    lines.insert(std::string("operator ") + kernel.name_);
+  }
+  for (size_t i = 0; i < executorch::runtime::get_num_registered_backends(); ++i) {
+    if (auto name = executorch::runtime::get_backend_name(i); name.ok() && *name != nullptr) {
+      lines.insert(std::string("backend ") + *name);
+    }
+  }
+  for (const auto& line : lines) {
+    std::printf("%s\n", line.c_str());
+  }
+}
+
 void install_runtime_hooks(bool turn_aborts_into_errors, bool print_log) {
   g_print_log = print_log;
   executorch::runtime::register_pal(executorch::runtime::PalImpl::create(
@@ -584,6 +625,150 @@ struct Profiling {
   }
 };
 
+// ---- Greedy decoding (RunOptions::prompt) ---------------------------------------------------------------------------
+// The method must take (tokens int64 [1, T<=max], input_pos int64 [1]) and return logits float32 [1, vocab]; returns
+// max (the longest sequence the program accepts) and vocab, or the error naming what differs.
+std::optional<std::string> check_decoder_signature(const MethodMeta& meta, int64_t& max_length, int64_t& vocab) {
+  const std::string expected = "; decoding needs a method taking (tokens int64 [1, T], input_pos int64 [1]) and "
+                               "returning the last position's logits (float32 [1, vocab])";
+  if (meta.num_inputs() != 2 || meta.num_outputs() != 1) {
+    return "takes " + std::to_string(meta.num_inputs()) + " input(s) and returns " +
+        std::to_string(meta.num_outputs()) + " output(s)" + expected;
+  }
+  for (size_t i = 0; i < 2; ++i) {
+    auto tag = meta.input_tag(i);
+    auto info = meta.input_tensor_meta(i);
+    if (!tag.ok() || *tag != executorch::runtime::Tag::Tensor || !info.ok() ||
+        info->scalar_type() != ScalarType::Long || info->sizes().size() != (i == 0 ? 2u : 1u) ||
+        info->sizes()[0] != 1) {
+      return "input " + std::to_string(i) + " is not an int64 tensor of shape " + (i == 0 ? "[1, T]" : "[1]") +
+          expected;
+    }
+    if (i == 0) {
+      max_length = info->sizes()[1];
+    }
+  }
+  auto tag = meta.output_tag(0);
+  auto info = meta.output_tensor_meta(0);
+  if (!tag.ok() || *tag != executorch::runtime::Tag::Tensor || !info.ok() ||
+      info->scalar_type() != ScalarType::Float || info->sizes().size() != 2 || info->sizes()[0] != 1 ||
+      info->sizes()[1] <= 0) {
+    return "output 0 is not a float32 tensor of shape [1, vocab]" + expected;
+  }
+  vocab = info->sizes()[1];
+  return std::nullopt;
+}
+
+// One generation: prefill, then new_tokens - 1 decode steps. Appends the tokens; times prefill and decode apart.
+std::optional<std::string> generate(executorch::runtime::Method& method, const RunOptions& options, int64_t vocab,
+                                    std::vector<int64_t>& generated, std::vector<float>& all_logits,
+                                    double& prefill_us, double& decode_us) {
+  std::vector<int64_t> step_tokens = options.prompt;
+  int64_t position = 0;
+  prefill_us = decode_us = 0;
+  for (uint64_t step = 0; step < options.new_tokens; ++step) {
+    auto tokens = executorch::extension::make_tensor_ptr(
+        {1, static_cast<SizesType>(step_tokens.size())}, std::vector<int64_t>(step_tokens));
+    auto input_pos = executorch::extension::make_tensor_ptr({1}, std::vector<int64_t>{position});
+    for (auto [index, tensor] : {std::pair<size_t, const TensorPtr*>{0, &tokens}, {1, &input_pos}}) {
+      if (Error err = method.set_input(EValue(*tensor), index); err != Error::Ok) {
+        return "step " + std::to_string(step) + ": input " + std::to_string(index) + " does not fit method '" +
+            options.method + "': " + describe(err) + logged_errors();
+      }
+    }
+    g_log.errors.clear();
+    const auto start = std::chrono::steady_clock::now();
+    if (Error err = method.execute(); err != Error::Ok) {
+      return "step " + std::to_string(step) + " (position " + std::to_string(position) + ") failed: " +
+          describe(err) + logged_errors();
+    }
+    (step == 0 ? prefill_us : decode_us) +=
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+    const EValue& output = method.get_output(0);
+    if (!output.isTensor() || output.toTensor().scalar_type() != ScalarType::Float ||
+        output.toTensor().numel() != vocab) {
+      return "step " + std::to_string(step) + " returned no float32 logits of " + std::to_string(vocab) + " values";
+    }
+    const float* logits = output.toTensor().const_data_ptr<float>();
+    if (std::any_of(logits, logits + vocab, [](float v) { return std::isnan(v); })) {
+      return "step " + std::to_string(step) + " (position " + std::to_string(position) + ") produced NaN logits";
+    }
+    all_logits.insert(all_logits.end(), logits, logits + vocab);
+    generated.push_back(std::max_element(logits, logits + vocab) - logits);  // the first of equal maxima, as torch
+    position += static_cast<int64_t>(step_tokens.size());
+    step_tokens = {generated.back()};
+  }
+  return std::nullopt;
+}
+
+int decode(executorch::runtime::Method& method, const MethodMeta& meta, const RunOptions& options,
+           Profiling* profiling) {
+  int64_t max_length = 0, vocab = 0;
+  if (auto err = check_decoder_signature(meta, max_length, vocab)) {
+    return fail("method '" + options.method + "' " + *err);
+  }
+  if (options.new_tokens == 0) {
+    return fail("--prompt needs --new_tokens (1 or more)");
+  }
+  // The cache holds the prompt and every generated token but the last (which is never fed back).
+  const uint64_t length = options.prompt.size() + options.new_tokens - 1;
+  if (length > static_cast<uint64_t>(max_length)) {
+    return fail("a prompt of " + std::to_string(options.prompt.size()) + " token(s) and " +
+                std::to_string(options.new_tokens) + " new token(s) need " + std::to_string(length) +
+                " positions; the program holds " + std::to_string(max_length) + ". Shorten one of them");
+  }
+  for (int64_t token : options.prompt) {
+    if (token < 0 || token >= vocab) {
+      return fail("prompt token " + std::to_string(token) + " is outside the vocabulary [0, " +
+                  std::to_string(vocab) + ")");
+    }
+  }
+  std::vector<int64_t> generated;
+  std::vector<float> logits;
+  double prefill_total = 0, decode_total = 0;
+  for (uint64_t run = 0; run < options.num_executions; ++run) {
+    generated.clear();
+    logits.clear();
+    double prefill_us = 0, decode_us = 0;
+    if (auto err = generate(method, options, vocab, generated, logits, prefill_us, decode_us)) {
+      return fail("decoding: " + *err);
+    }
+    prefill_total += prefill_us;
+    decode_total += decode_us;
+    if (options.num_executions > 1 && !options.quiet) {
+      std::printf("Generation %" PRIu64 ": prefill %.3f us, decode %.3f us\n", run + 1, prefill_us, decode_us);
+    }
+  }
+  if (profiling != nullptr) {
+    if (auto err = profiling->write(options)) {
+      return fail(*err);
+    }
+  }
+  if (!options.logits_path.empty()) {
+    File file;
+    if (auto err = open_for_writing(options.logits_path, "logits", file)) {
+      return fail(*err);
+    }
+    if (auto err = write_all(file.get(), logits.data(), logits.size() * sizeof(float), options.logits_path)) {
+      return fail(*err);
+    }
+  }
+  if (options.quiet) {
+    return 0;
+  }
+  const double runs = static_cast<double>(options.num_executions);
+  const double decode_steps = static_cast<double>(options.new_tokens - 1);
+  std::printf("Tokens:");
+  for (int64_t token : generated) {
+    std::printf(" %" PRId64, token);
+  }
+  std::printf("\nPrefill: %zu tokens in %.3f us; decode: %.0f tokens in %.3f us (%.1f tokens/s), averaged over %"
+              PRIu64 " generation(s)\n", options.prompt.size(), prefill_total / runs, decode_steps,
+              decode_total / runs, decode_steps > 0 ? decode_steps * 1e6 * runs / decode_total : 0.0,
+              options.num_executions);
+  return 0;
+}
+
 } // namespace
 
 int run_program(
@@ -622,6 +807,9 @@ int run_program(
   if (!meta.ok()) {
     return fail("cannot read method '" + options.method + "': " + describe(meta.error()) + logged_errors());
   }
+  if (auto err = missing_backends(*meta)) {
+    return fail("method '" + options.method + "' of '" + program_name + "' " + *err);
+  }
   std::vector<size_t> planned_sizes;
   uint64_t planned_total = 0;
   if (auto err = preflight(*meta, options, planned_sizes, planned_total)) {
@@ -652,12 +840,16 @@ int run_program(
       }
       return fail("the program calls operator(s) that no kernel library linked into this runner registers: " +
                   (ops.empty() ? std::string("(see the log above)") : ops) +
-                  ". Add them to the selected root ops (CMake -DCUSTOM_OPS_ROOT_OPS or REGISTER_EXAMPLE_CUSTOM_OP), "
-                  "bind each to a kernel in custom_ops.yaml, and rebuild");
+                  ". A custom op: add it to the selected root ops (CMake -DCUSTOM_OPS_ROOT_OPS or "
+                  "REGISTER_EXAMPLE_CUSTOM_OP), bind it to a kernel in custom_ops.yaml, and rebuild; an ExecuTorch op: "
+                  "link the kernel library that has it (quantized_decomposed::*: executorch::kernels_quantized)");
     }
     return fail("cannot load method '" + options.method + "': " + describe(method.error()) + logged_errors());
   }
 
+  if (!options.prompt.empty()) {
+    return decode(*method, *meta, options, profile ? &profiling : nullptr);
+  }
   std::vector<InputBuffer> buffers;
   std::vector<std::vector<EValue>> input_groups;
   if (auto err = prepare_inputs(options, *meta, planned_total, buffers, input_groups)) {

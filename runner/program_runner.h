@@ -45,6 +45,14 @@ struct RunOptions {
   std::string etdump_path;
   std::string debug_buffer_path;
   uint64_t debug_buffer_size = kDefaultDebugBufferSize;
+  // Greedy decoding, for a language model whose method takes (tokens int64 [1, T], input_pos int64 [1]) and returns
+  // the last position's logits (float32 [1, vocab]), keeping its KV cache as state: the prompt runs at position 0
+  // (prefill), then each step's argmax is fed back at the next position. --num_executions repeats the whole
+  // generation. Empty prompt: the method runs on --inputs instead.
+  std::vector<int64_t> prompt;
+  uint64_t new_tokens = 0;
+  std::string logits_path;  // every step's logits of the last generation, float32, one row after another
+  bool list_registered = false;  // the command line's --list_registered: print_registered() instead of a run
 };
 
 // Runs `options.method` of the program `loader` reads (named `program_name` in messages). Returns 0, or 1 after
@@ -53,6 +61,10 @@ int run_program(
     std::unique_ptr<executorch::runtime::DataLoader> loader,
     const std::string& program_name,
     const RunOptions& options);
+
+// Prints the operators and backends linked into this process, one per line ("operator my_ops::mul3.out",
+// "backend XnnpackBackend"), sorted: what a program may use (flow/program.py's missing_from() reads this).
+void print_registered();
 
 // Parsing for the command line, checked: no sign, no overflow, no trailing junk. nullopt on any of those.
 std::optional<uint64_t> parse_count(const std::string& text, uint64_t max);

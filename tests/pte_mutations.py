@@ -1,7 +1,8 @@
 """Seeded mutations of a valid .pte, for testing that untrusted programs never crash the runtime: byte flips,
 truncations, inserted or deleted byte runs, and structured edits made through executorch's own serializer (sizes,
 dim orders, dtypes, buffer offsets and sizes, value and operator indices), which reach past the flatbuffer's
-structure into what the runtime does with it.
+structure into what the runtime does with it; for a delegated program, also byte flips inside each delegate's payload
+(what the backend parses).
 
     mutations(data, seed, count) -> [(kind, description, bytes)]
     python tests/pte_mutations.py PROGRAM.pte OUT_DIR [--count N] [--seed S]   (writes the mutants as files)
@@ -108,15 +109,55 @@ def structured(program, rng: random.Random) -> tuple[str, object]:
     return what, p
 
 
+def delegate_payloads(data: bytes) -> list[tuple[int, int]]:
+    """The byte ranges (start, end) of the delegates' payloads (e.g. XNNPACK's compiled graph and weights): inline in
+    the flatbuffer, found by their bytes, or in segments, placed by the extended header ("eh00" at byte 8: program
+    size, then the segments' base offset)."""
+    from executorch.exir._serialize._program import deserialize_pte_binary
+    from executorch.exir.schema import DataLocation
+
+    program = deserialize_pte_binary(data)
+    program = getattr(program, "program", program)
+    base = int.from_bytes(data[24:32], "little") if data[8:12] == b"eh00" else None
+    ranges = []
+    for plan in program.execution_plan:
+        for delegate in plan.delegates:
+            where = delegate.processed
+            if where.location == DataLocation.INLINE:
+                payload = bytes(program.backend_delegate_data[where.index].data)
+                start = data.find(payload)
+                if payload and start >= 0:
+                    ranges.append((start, start + len(payload)))
+            elif base is not None:
+                segment = program.segments[where.index]
+                ranges.append((base + segment.offset, base + segment.offset + segment.size))
+    return ranges
+
+
+def payload_flip(data: bytes, rng: random.Random, payloads: list[tuple[int, int]]) -> tuple[str, bytes]:
+    """Flips bytes inside one delegate payload: what the backend itself parses."""
+    start, end = rng.choice(payloads)
+    out = bytearray(data)
+    positions = [rng.randrange(start, end) for _ in range(rng.choice((1, 2, 4, 16)))]
+    for p in positions:
+        out[p] ^= 1 << rng.randrange(8) if rng.random() < 0.7 else rng.randrange(1, 256)
+    return f"flip {len(positions)} payload byte(s) at {positions[:4]}", bytes(out)
+
+
 def mutations(data: bytes, seed: int, count: int) -> list[tuple[str, str, bytes]]:
     """`count` mutants of `data`, the kinds in rotation, reproducible from `seed`."""
     from executorch.exir._serialize._program import deserialize_pte_binary, serialize_pte_binary
 
     rng = random.Random(seed)
     program = deserialize_pte_binary(data)
+    payloads = delegate_payloads(data)
+    kinds = KINDS + ("payload",) if payloads else KINDS  # a delegated program: its payloads too
     out = []
     for i in range(count):
-        kind = KINDS[i % len(KINDS)]
+        kind = kinds[i % len(kinds)]
+        if kind == "payload":
+            out.append((kind, *payload_flip(data, rng, payloads)))
+            continue
         if kind == "structured":
             for _ in range(20):  # some edits do not serialize (e.g. a negative index in an unsigned field)
                 try:

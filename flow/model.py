@@ -1,0 +1,223 @@
+"""The example ops in a real model (decoder.py): export it with its linear layers lowered to XNNPACK (float32, or 8-bit
+dynamically quantized with XNNPACK's quantizer) and the custom ops left on this project's kernels, check the runner
+links everything the program needs, then decode greedily in the C++ runner and in the Python runtime and compare with
+eager PyTorch:
+
+    python -m flow.model --build_dir cmake-out/all_ops [--variants decoder,decoder_q8] [--output_dir DIR]
+
+The eager reference is the same model with the custom ops written as ATen ops (rms_norm's reference and a slice
+assignment into the cache), so no kernel under test computes its own expected values. float32: the same tokens, and
+logits within FLOAT32_TOLERANCE (XNNPACK's GEMMs and the fused norm round differently from ATen's, never more). 8-bit:
+the same tokens as the quantized graph run in eager, logits within QUANTIZED_TOLERANCE (XNNPACK quantizes each
+token's activations itself, with its own rounding).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import torch
+
+from flow import REPO_ROOT
+
+MODEL_MODULE = "decoder"  # the example model: Decoder, Config, PROMPT, NEW_TOKENS, prompt_inputs, dynamic_shapes
+FLOAT32_TOLERANCE = dict(atol=1e-4, rtol=1e-4)
+QUANTIZED_TOLERANCE = dict(atol=0.3, rtol=0.0)  # logits span about +-4
+
+
+@dataclass(frozen=True)
+class Variant:
+    custom_ops: bool = True  # False: rms_norm and the cache update written as ATen ops (the benchmark's baseline)
+    xnnpack: bool = True  # linear layers (and what else XNNPACK takes) lowered to the XNNPACK delegate
+    quantized: bool = False  # 8-bit: int8 weights per channel, activations quantized per token at run time
+
+
+VARIANTS = {
+    "decoder": Variant(),
+    "decoder_q8": Variant(quantized=True),
+    "decoder_aten_ops": Variant(custom_ops=False),
+    "decoder_undelegated": Variant(xnnpack=False),
+    "decoder_q8_aten_ops": Variant(custom_ops=False, quantized=True),
+}
+TESTED = ("decoder", "decoder_q8")  # what `test_custom_ops.sh model` checks; the benchmark times them all
+
+
+def model_module():
+    from flow.declarations import import_repository_module
+
+    return import_repository_module(MODEL_MODULE)
+
+
+def register_ops(build_dir: str) -> None:
+    """Every declared op known to PyTorch, C++ ones from the build's AOT library (the model calls several)."""
+    from flow import declarations, registration
+
+    registration.register_with_pytorch(list(declarations.load().values()),
+                                       aot_library=os.path.join(build_dir, "libcustom_ops_aot_lib.so"))
+
+
+def _quantize(model: torch.nn.Module, inputs, dynamic_shapes) -> torch.nn.Module:
+    """XNNPACK's 8-bit dynamic quantization (what ExecuTorch's LLM export uses for linear layers), calibrated on the
+    prompt; returns the converted graph, which runs in eager as the quantized model's reference."""
+    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
+        XNNPACKQuantizer, get_symmetric_quantization_config)
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    quantizer = XNNPACKQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True, is_dynamic=True))
+    captured = torch.export.export(model, inputs, dynamic_shapes=dynamic_shapes, strict=True).module()
+    prepared = prepare_pt2e(captured, quantizer)
+    prepared(*inputs)
+    return convert_pt2e(prepared)
+
+
+def build(variant: Variant, *, reference: bool = False) -> torch.nn.Module:
+    """The eager model of `variant`, seeded (every variant has the same weights). reference=True: its eager reference,
+    the same model with ATen ops in place of the custom ops."""
+    m = model_module()
+    model = m.Decoder(custom_ops=variant.custom_ops and not reference).eval()
+    if variant.quantized:
+        model = _quantize(model, m.prompt_inputs(), m.dynamic_shapes())
+    return model
+
+
+def export(name: str, output_dir: str, *, etrecord: bool = False) -> str:
+    """Exports VARIANTS[name] to <output_dir>/<name>.pte; returns its path."""
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+
+    from flow.export import export_to_pte
+
+    variant, m = VARIANTS[name], model_module()
+    return export_to_pte(build(variant), m.prompt_inputs(), os.path.join(output_dir, f"{name}.pte"),
+                         dynamic_shapes=m.dynamic_shapes(), etrecord=etrecord,
+                         partitioners=[XnnpackPartitioner()] if variant.xnnpack else ())
+
+
+@dataclass
+class Decoded:
+    tokens: list[int]
+    logits: torch.Tensor  # [steps, vocab], prefill first
+    timing: str = ""  # the runner's line on prefill and decode speed
+
+
+def greedy_decode(step: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], prompt: Sequence[int],
+                  new_tokens: int) -> Decoded:
+    """Greedy decoding with any implementation of the model's forward, step(tokens [1, T], input_pos [1]) -> logits
+    [1, vocab]: the prompt at position 0, then each argmax fed back at the next position."""
+    tokens = torch.tensor([list(prompt)], dtype=torch.int64)
+    position = torch.tensor([0], dtype=torch.int64)
+    generated, logits = [], []
+    for _ in range(new_tokens):
+        out = step(tokens, position)
+        logits.append(out.reshape(-1).clone())  # a runtime may reuse the output's memory in the next step
+        generated.append(int(out.argmax()))
+        position = position + tokens.shape[1]
+        tokens = torch.tensor([[generated[-1]]], dtype=torch.int64)
+    return Decoded(generated, torch.stack(logits))
+
+
+def decode_eager(model: torch.nn.Module, prompt: Sequence[int], new_tokens: int) -> Decoded:
+    with torch.no_grad():
+        return greedy_decode(model, prompt, new_tokens)
+
+
+def decode_runtime(pte: str, prompt: Sequence[int], new_tokens: int) -> Decoded:
+    """In ExecuTorch's Python runtime (the kernel library loaded first: flow.runtime.load_kernel_library)."""
+    from flow.runtime import load_method_checked
+
+    method = load_method_checked(pte)
+    return greedy_decode(lambda tokens, position: method.execute([tokens, position])[0], prompt, new_tokens)
+
+
+def decode_runner(runner: str, pte: str, prompt: Sequence[int], new_tokens: int, *, generations: int = 1,
+                  extra_args: Sequence[str] = (), emulator: Sequence[str] = ()) -> Decoded:
+    """In the C++ runner's decode loop (--prompt/--new_tokens), `generations` times; the last generation's tokens."""
+    from flow.runner import RunnerError
+
+    with tempfile.TemporaryDirectory() as tmp:
+        logits_path = os.path.join(tmp, "logits.bin")
+        proc = subprocess.run(
+            [*emulator, runner, f"--model_path={pte}", f"--prompt={','.join(map(str, prompt))}",
+             f"--new_tokens={new_tokens}", f"--num_executions={generations}", f"--logits_path={logits_path}",
+             *extra_args], capture_output=True, text=True, timeout=600)
+        if proc.returncode != 0:
+            raise RunnerError(f"runner exited {proc.returncode}:\n{proc.stderr}{proc.stdout}")
+        with open(logits_path, "rb") as f:
+            logits = torch.frombuffer(bytearray(f.read()), dtype=torch.float32).reshape(new_tokens, -1)
+    tokens = re.search(r"^Tokens:(.*)$", proc.stdout, re.M)
+    timing = re.search(r"^Prefill: .*$", proc.stdout, re.M)
+    return Decoded([int(t) for t in tokens.group(1).split()], logits, timing.group(0) if timing else "")
+
+
+def difference(actual: Decoded, expected: Decoded, tolerance: dict) -> str | None:
+    """None when `actual` has the expected tokens and logits within `tolerance`; else what differs first."""
+    if actual.tokens != expected.tokens:
+        step = next(i for i, (a, e) in enumerate(zip(actual.tokens + [None], expected.tokens)) if a != e)
+        return f"tokens differ from step {step}: {actual.tokens} where eager gives {expected.tokens}"
+    try:
+        torch.testing.assert_close(actual.logits, expected.logits, **tolerance)
+    except AssertionError as err:
+        return f"logits differ beyond {tolerance}: {err}"
+    return None
+
+
+def tolerance_of(name: str) -> dict:
+    return QUANTIZED_TOLERANCE if VARIANTS[name].quantized else FLOAT32_TOLERANCE
+
+
+def check_variant(name: str, pte: str, runner: str, *, new_tokens: int | None = None) -> list[str]:
+    """Decodes `pte` (VARIANTS[name]) in the runner (twice: the second generation starts over on the same caches) and
+    in the Python runtime, compared with eager; returns the runner's timing line. Raises AssertionError on a
+    difference."""
+    from flow.program import missing_from, registered_in
+
+    m = model_module()
+    new_tokens = new_tokens or m.NEW_TOKENS
+    if missing := missing_from(pte, registered_in(runner)):
+        raise AssertionError(f"{runner} cannot run {pte}: it lacks {', '.join(missing)}")
+    expected = decode_eager(build(VARIANTS[name], reference=True), m.PROMPT, new_tokens)
+    results = {"runner": decode_runner(runner, pte, m.PROMPT, new_tokens, generations=2),
+               "Python runtime": decode_runtime(pte, m.PROMPT, new_tokens)}
+    for where, decoded in results.items():
+        if (problem := difference(decoded, expected, tolerance_of(name))) is not None:
+            raise AssertionError(f"{name}.pte in the {where}: {problem}")
+    return [f"{name}: {expected.tokens} in the runner, the Python runtime and eager", results["runner"].timing]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description="Exports the example decoder, decodes it in the runner and the "
+                                                 "Python runtime, and compares with eager PyTorch")
+    parser.add_argument("--build_dir", required=True,
+                        help="the CMake build with every op: its runner, kernel library and AOT library")
+    parser.add_argument("--variants", default=",".join(TESTED), help=f"of {', '.join(VARIANTS)}")
+    parser.add_argument("--output_dir", default=REPO_ROOT)
+    args = parser.parse_args()
+    from flow.runtime import load_kernel_library
+
+    names = args.variants.split(",")
+    if unknown := [n for n in names if n not in VARIANTS]:
+        print(f"error: unknown variant(s) {', '.join(unknown)}; known: {', '.join(VARIANTS)}", file=sys.stderr)
+        return 2
+    register_ops(args.build_dir)
+    load_kernel_library(os.path.join(args.build_dir, "libcustom_ops_lib.so"))
+    runner = os.path.join(args.build_dir, "custom_ops_executor_runner")
+    for name in names:
+        pte = export(name, args.output_dir)
+        print(f"Exported {os.path.relpath(pte)}")
+        try:
+            for line in check_variant(name, pte, runner):
+                print(line)
+        except AssertionError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

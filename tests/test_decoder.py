@@ -1,0 +1,174 @@
+"""The example ops in a real model (decoder.py, flow/model.py): linear layers lowered to XNNPACK, rms_norm and
+update_cache on this project's kernels, greedy decoding token by token in the runner and the Python runtime against
+eager PyTorch with ATen ops in place of the custom ops; a runner without a backend or operator the program needs
+refuses it with one line naming what is missing, and so does the exporter's check; mutants of the delegated program
+(its XNNPACK payload included) end in one error line, never a crash."""
+
+import os
+import signal
+import subprocess
+
+import pytest
+import torch
+
+from flow import model
+from flow.program import missing_from, read, registered_in
+from helpers import run_in_fresh_python, run_runner
+from pte_mutations import mutations
+
+PROMPT = model.model_module().PROMPT
+NEW_TOKENS = 12
+
+
+@pytest.fixture(scope="module")
+def programs(aot_ops, python_ops, tmp_path_factory) -> dict[str, str]:
+    directory = str(tmp_path_factory.mktemp("decoder"))
+    return {name: model.export(name, directory) for name in model.TESTED}
+
+
+@pytest.fixture(scope="module")
+def expected() -> dict[str, model.Decoded]:
+    """Eager PyTorch with ATen ops in place of the custom ops (quantized the same way for decoder_q8)."""
+    return {name: model.decode_eager(model.build(model.VARIANTS[name], reference=True), PROMPT, NEW_TOKENS)
+            for name in model.TESTED}
+
+
+def decode(where, pte, combined_build, load_method):
+    if where == "runner":  # twice: the second generation starts over at position 0 on the caches the first filled
+        return model.decode_runner(combined_build.runner, pte, PROMPT, NEW_TOKENS, generations=2)
+    method = load_method(pte)
+    step = lambda tokens, position: method.execute([tokens, position])[0]  # noqa: E731
+    model.greedy_decode(step, PROMPT, NEW_TOKENS)
+    return model.greedy_decode(step, PROMPT, NEW_TOKENS)
+
+
+@pytest.mark.parametrize("where", ["runner", "Python runtime"])
+@pytest.mark.parametrize("name", model.TESTED)
+def test_greedy_decoding_matches_eager(name, where, programs, expected, combined_build, load_method):
+    decoded = decode(where, programs[name], combined_build, load_method)
+    assert model.difference(decoded, expected[name], model.tolerance_of(name)) is None
+    assert len(set(decoded.tokens)) > 3  # the sequence carries information: a stuck model would not pass for right
+
+
+def test_the_comparison_sees_a_wrong_cache_position(programs, expected, load_method):
+    """A decode loop one position off (the cache written one row late, attention reading a stale row) is caught."""
+    method = load_method(programs["decoder"])
+    off = model.greedy_decode(lambda t, p: method.execute([t, p + 1])[0], PROMPT, NEW_TOKENS)
+    assert model.difference(off, expected["decoder"], model.FLOAT32_TOLERANCE) is not None
+
+
+@pytest.mark.parametrize("name", model.TESTED)
+def test_the_custom_ops_stay_on_their_kernels_and_the_linears_go_to_xnnpack(name, programs):
+    program = read(programs[name])
+    assert {"my_ops::rms_norm.out", "my_ops::update_cache.out"} <= set(program.operators)
+    assert program.backends == ["XnnpackBackend"]
+    undelegated_matmuls = [op for op in program.operators if op.split("::")[1].split(".")[0] in ("mm", "addmm", "linear")]
+    assert undelegated_matmuls == []
+
+
+def test_the_exporters_check_names_what_a_runner_lacks(programs, combined_build, mul3_build):
+    assert missing_from(programs["decoder"], registered_in(combined_build.runner)) == []
+    missing = missing_from(programs["decoder"], registered_in(mul3_build.runner))
+    assert missing == ["operator my_ops::rms_norm.out", "operator my_ops::update_cache.out"]
+    proc = run_runner(mul3_build.runner, f"--model_path={programs['decoder']}", f"--prompt={PROMPT[0]}",
+                      "--new_tokens=1")
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    assert proc.returncode == 1 and len(errors) == 1
+    assert "my_ops::rms_norm.out" in errors[0] and "my_ops::update_cache.out" in errors[0]
+
+
+def test_a_runner_without_xnnpack_refuses_the_delegated_program_naming_the_backend(programs):
+    from conftest import cmake_build
+
+    build = cmake_build("no_xnnpack", "CUSTOM_OPS_RUNNER_XNNPACK=OFF", "CUSTOM_OPS_BUILD_AOT_LIBRARY=OFF")
+    assert missing_from(programs["decoder"], registered_in(build.runner)) == ["backend XnnpackBackend"]
+    proc = run_runner(build.runner, f"--model_path={programs['decoder']}", f"--prompt={PROMPT[0]}", "--new_tokens=1")
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    assert proc.returncode == 1 and len(errors) == 1, proc.stderr
+    assert "delegated to backend(s) this runner does not link: XnnpackBackend" in errors[0]
+    assert "CUSTOM_OPS_RUNNER_XNNPACK=ON" in errors[0]
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--prompt=1,2", "--new_tokens=200"), "need 201 positions; the program holds 128"),
+    (("--prompt=1,256", "--new_tokens=2"), "prompt token 256 is outside the vocabulary [0, 256)"),
+    (("--prompt=1,-2", "--new_tokens=2"), "--prompt must be token ids"),
+    (("--prompt=1,2",), "--prompt and --new_tokens go together"),
+])
+def test_bad_decoding_arguments_are_one_error_line(args, message, programs, combined_build):
+    proc = run_runner(combined_build.runner, f"--model_path={programs['decoder']}", *args)
+    assert proc.returncode in (1, 2) and message in proc.stderr, proc.stderr[-1500:]
+    assert len([line for line in proc.stderr.splitlines() if line.startswith("error: ")]) == 1
+
+
+def test_decoding_a_program_that_is_no_decoder_is_one_error_line(mul3_pte, combined_build):
+    proc = run_runner(combined_build.runner, f"--model_path={mul3_pte}", "--prompt=1", "--new_tokens=1")
+    assert proc.returncode == 1 and "decoding needs a method taking (tokens int64 [1, T], input_pos" in proc.stderr
+
+
+MUTANTS = 200
+
+
+@pytest.fixture(scope="module")
+def decoder_mutants(programs, tmp_path_factory) -> list[tuple[str, str]]:
+    directory = tmp_path_factory.mktemp("decoder_mutants")
+    with open(programs["decoder"], "rb") as f:
+        data = f.read()
+    files = []
+    for i, (kind, what, mutant) in enumerate(mutations(data, seed=7, count=MUTANTS)):
+        path = directory / f"{i:04d}_{kind}.pte"
+        path.write_bytes(mutant)
+        files.append((str(path), what))
+    return files
+
+
+def test_mutants_of_the_delegated_program_through_the_runner(decoder_mutants, combined_build):
+    assert any("_payload" in path for path, _ in decoder_mutants)
+    problems, counts = [], {}
+    for path, what in decoder_mutants:
+        try:
+            proc = run_runner(combined_build.runner, f"--model_path={path}", "--prompt=1,2,3", "--new_tokens=2",
+                              timeout=30)
+            errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+            if proc.returncode < 0:
+                result = f"signal {signal.Signals(-proc.returncode).name}"
+            elif proc.returncode == 0 or (proc.returncode == 1 and len(errors) == 1):
+                result = "ok" if proc.returncode == 0 else "clean"
+            else:
+                result = f"exit {proc.returncode} with {len(errors)} error lines"
+        except subprocess.TimeoutExpired:
+            result = "hang (30 s)"
+        counts[result] = counts.get(result, 0) + 1
+        if result not in ("ok", "clean"):
+            problems.append(f"{os.path.basename(path)} ({what}): {result}")
+    assert problems == [], f"{counts}\n" + "\n".join(problems[:20])
+    assert counts.get("clean", 0) > MUTANTS // 4
+
+
+PYTHON_RUNTIME = """
+import torch
+import update_cache  # the kernel-call check needs the schemas of the ops the program calls
+from flow.runtime import load_kernel_library, load_method_checked
+load_kernel_library({kernel_lib!r})
+result = []
+for path in {paths!r}:
+    with open({progress!r}, "w") as f:
+        f.write(path)
+    try:
+        method = load_method_checked(path)
+        method.execute([torch.tensor([[1, 2, 3]]), torch.tensor([0])])
+        result.append("ok")
+    except Exception:
+        result.append("error")
+"""
+
+
+def test_mutants_of_the_delegated_program_through_the_python_runtime(decoder_mutants, combined_build, tmp_path):
+    progress = tmp_path / "progress"
+    code = PYTHON_RUNTIME.format(kernel_lib=combined_build.kernel_lib, paths=[p for p, _ in decoder_mutants],
+                                 progress=str(progress))
+    try:
+        results = run_in_fresh_python(code, timeout=600)
+    except AssertionError as err:
+        pytest.fail(f"the Python runtime died on {progress.read_text()}: {str(err)[-1500:]}")
+    assert results.count("error") > MUTANTS // 4
