@@ -5,7 +5,8 @@
 #   custom_ops_kernels<sfx>           the selected ops' runtime kernels
 #   custom_ops_lib<sfx>               their generated registration, linked whole with the kernels (none for ops
 #                                     whose source registers them: runtime_registration "executorch_library")
-#   custom_ops_executor_runner<sfx>   the runner: custom ops + ExecuTorch's optimized aten kernels
+#   custom_ops_executor_runner<sfx>   the runner: custom ops + ExecuTorch's optimized aten kernels, the XNNPACK
+#                                     delegate and the quantized kernels (as CMake's default)
 #   custom_ops_aot_lib<sfx>           ops registered from C++: their PyTorch registration, kernels in ATen mode and
 #                                     codegen's schemas (build its [shared] sub-target: libcustom_ops_aot_lib.so)
 load(":custom_ops.bzl", "CUSTOM_OPS")
@@ -54,6 +55,16 @@ def wheel_libraries():
     _wheel_library(
         name = "executorch_kernels_optimized",
         libraries = ["executorch_kernels_optimized"],
+        exported_deps = [":executorch"],
+    )
+    _wheel_library(
+        name = "executorch_backend_xnnpack",
+        libraries = ["executorch_backend_xnnpack"],
+        exported_deps = [":executorch"],
+    )
+    _wheel_library(
+        name = "executorch_kernels_quantized",
+        libraries = ["executorch_kernels_quantized"],
         exported_deps = [":executorch"],
     )
     _wheel_library(
@@ -109,7 +120,13 @@ def _define_example(suffix, ops):
         headers = ["runner/program_runner.h"],
         compiler_flags = ["-O3"],
         link_style = "static",
-        deps = [registration, ":executorch_kernels_optimized", ":executorch_etdump"],
+        deps = [
+            registration,
+            ":executorch_kernels_optimized",
+            ":executorch_backend_xnnpack",
+            ":executorch_kernels_quantized",
+            ":executorch_etdump",
+        ],
         visibility = ["PUBLIC"],
     )
     cpp_ops = [name for name in ops if CUSTOM_OPS[name]["registered_from"] == "cpp"]

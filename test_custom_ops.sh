@@ -16,7 +16,8 @@
 #   bash test_custom_ops.sh test [ARGS]       the whole test suite (pytest; ARGS go to pytest)
 #   bash test_custom_ops.sh doctor            versions and the paths the build will use
 #   bash test_custom_ops.sh bench [ARGS]      the kernels vs ExecuTorch's aten::mul.out and memcpy (benchmark/);
-#                                             bench rms_norm: rms_norm vs the same math in ATen ops
+#                                             bench rms_norm: rms_norm vs the same math in ATen ops;
+#                                             bench decoder: decoder.py's tokens/s, custom vs ATen ops, XNNPACK, 8-bit
 set -euo pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -307,9 +308,10 @@ mode_bench() {
   ensure_venv
   use_venv
   cmake_build "${BUILD_ROOT}/bench" -DCUSTOM_OPS_BUILD_BENCHMARK=ON >/dev/null
-  if [[ "${1:-}" == rms_norm ]]; then
+  if [[ "${1:-}" == rms_norm || "${1:-}" == decoder ]]; then
+    local which="$1"
     shift
-    "${PYTHON}" "${REPO_ROOT}/benchmark/rms_norm.py" --build_dir "${BUILD_ROOT}/bench" "$@"
+    "${PYTHON}" "${REPO_ROOT}/benchmark/${which}.py" --build_dir "${BUILD_ROOT}/bench" "$@"
   else
     "${PYTHON}" "${REPO_ROOT}/benchmark/benchmark.py" --build_dir "${BUILD_ROOT}/bench" "$@"
   fi

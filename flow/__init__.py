@@ -11,6 +11,7 @@ level are data to it):
     compare        what "bit for bit" means here (and the tolerance otherwise)
     verify         the verifier: runner and Python runtime against the reference    python -m flow.verify --pte X.pte
     profile        ETDump + ETRecord + Inspector, every op of every execution checked   python -m flow.profile
+    model          the ops in a real model (decoder.py): XNNPACK export, greedy decoding vs eager   python -m flow.model
     dtypes         the dtype table: ExecuTorch's scalar types and the elementwise kernels' dtypes
     torch_compat, vmap_rules   the ops' PyTorch side that the my_ops wheel carries too (they import only torch)
 

@@ -104,6 +104,8 @@ class Decoded:
     tokens: list[int]
     logits: torch.Tensor  # [steps, vocab], prefill first
     timing: str = ""  # the runner's line on prefill and decode speed
+    prefill_us: float = 0.0  # the runner's averages over its generations
+    decode_tokens_per_s: float = 0.0
 
 
 def greedy_decode(step: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], prompt: Sequence[int],
@@ -151,8 +153,9 @@ def decode_runner(runner: str, pte: str, prompt: Sequence[int], new_tokens: int,
         with open(logits_path, "rb") as f:
             logits = torch.frombuffer(bytearray(f.read()), dtype=torch.float32).reshape(new_tokens, -1)
     tokens = re.search(r"^Tokens:(.*)$", proc.stdout, re.M)
-    timing = re.search(r"^Prefill: .*$", proc.stdout, re.M)
-    return Decoded([int(t) for t in tokens.group(1).split()], logits, timing.group(0) if timing else "")
+    timing = re.search(r"^Prefill: \d+ tokens in ([\d.]+) us; decode: .*\(([\d.]+) tokens/s\)", proc.stdout, re.M)
+    return Decoded([int(t) for t in tokens.group(1).split()], logits, timing.group(0), float(timing.group(1)),
+                   float(timing.group(2)))
 
 
 def difference(actual: Decoded, expected: Decoded, tolerance: dict) -> str | None:
