@@ -807,9 +807,6 @@ int run_program(
   if (!meta.ok()) {
     return fail("cannot read method '" + options.method + "': " + describe(meta.error()) + logged_errors());
   }
-  if (auto err = missing_backends(*meta)) {
-    return fail("method '" + options.method + "' of '" + program_name + "' " + *err);
-  }
   std::vector<size_t> planned_sizes;
   uint64_t planned_total = 0;
   if (auto err = preflight(*meta, options, planned_sizes, planned_total)) {
@@ -833,6 +830,13 @@ int run_program(
     return fail("cannot load method '" + options.method + "': ExecuTorch failed part of it" + logged_errors());
   }
   if (!method.ok()) {
+    // Only after the runtime's own checks of the delegates: MethodMeta's backend names are unchecked (the fuzzer
+    // found a corrupt program whose name pointer is invalid), and loading rejects such a program first.
+    if (method.error() == Error::NotFound) {
+      if (auto err = missing_backends(*meta)) {
+        return fail("method '" + options.method + "' of '" + program_name + "' " + *err);
+      }
+    }
     if (method.error() == Error::OperatorMissing) {
       std::string ops;
       for (const auto& op : g_log.missing_operators) {
