@@ -12,7 +12,10 @@ on the same fields (the runner reads them through MethodMeta, this through execu
   5. every operator name fits ExecuTorch's 100-byte buffer (the runner: no error logged while the method loads);
   6. (Python only) every kernel call passes the kinds of values its operator's PyTorch schema declares: ExecuTorch's
      own kernels unbox unchecked and would abort the interpreter (the runner has no schemas for them; its last-resort
-     abort hook turns that abort into an error line, and this project's kernels check their own arguments).
+     abort hook turns that abort into an error line, and this project's kernels check their own arguments);
+  7. (Python only) every XNNPACK payload carries XNNPACK's flatbuffer identifier (XN00 or XN01): the backend logs a
+     wrong one verbatim, and the Python runtime's log, decoding those bytes as UTF-8, ends the interpreter (a pybind11
+     exception where none may be thrown); the runner's log hook makes them printable instead.
 """
 
 from __future__ import annotations
@@ -76,6 +79,7 @@ class MethodSpec:
     operators: tuple[str, ...]
     kernel_calls: tuple[tuple[int, tuple[str, ...]], ...] = ()  # (operator index, each argument value's kind)
     backends: tuple[str, ...] = ()  # the delegates' backend ids, e.g. ("XnnpackBackend",)
+    payload_problems: tuple[str, ...] = ()  # what is wrong with the delegates' payloads (check 7)
 
 
 @dataclass(frozen=True)
@@ -127,6 +131,7 @@ def read(source: str | os.PathLike | bytes) -> ProgramSpec:
     except Exception as err:  # noqa: BLE001  (any parse failure means a corrupt program)
         raise ProgramError(f"not a readable ExecuTorch program: {type(err).__name__}: {err}") from None
     program = getattr(program, "program", program)  # newer versions wrap the Program with its data segments
+    segment_base = int.from_bytes(data[24:32], "little") if data[8:12] == b"eh00" else None  # extended header
     methods = {}
     for plan in program.execution_plan:
         operators = tuple(f"{op.name}.{op.overload}" if op.overload else op.name for op in plan.operators)
@@ -138,8 +143,38 @@ def read(source: str | os.PathLike | bytes) -> ProgramSpec:
             inputs=tuple(_value_spec(plan.values, i) for i in plan.inputs),
             outputs=tuple(_value_spec(plan.values, i) for i in plan.outputs),
             planned_buffer_sizes=tuple(plan.non_const_buffer_sizes), operators=operators, kernel_calls=calls,
-            backends=tuple(delegate.id for delegate in plan.delegates))
+            backends=tuple(delegate.id for delegate in plan.delegates),
+            payload_problems=tuple(problem for i, delegate in enumerate(plan.delegates)
+                                   if (problem := _payload_problem(i, delegate, program, data, segment_base))))
     return ProgramSpec(methods)
+
+
+XNNPACK_IDENTIFIERS = (b"XN00", b"XN01")  # what XNNPACK's runtime accepts (XNNCompiler.cpp)
+
+
+def _payload_problem(index: int, delegate, program, data: bytes, segment_base: int | None) -> str | None:
+    """Check 7 on one delegate: its payload (inline, or in a segment the extended header places) read as XNNPACK
+    reads it: an optional XH00 header (bytes 4..8) whose bytes 10..14 give the flatbuffer's offset, then the
+    flatbuffer, whose identifier is its bytes 4..8."""
+    from executorch.exir.schema import DataLocation
+
+    if delegate.id != "XnnpackBackend":
+        return None
+    where = delegate.processed
+    if where.location == DataLocation.INLINE:
+        entries = program.backend_delegate_data
+        payload = bytes(entries[where.index].data) if 0 <= where.index < len(entries) else b""
+    elif segment_base is not None and 0 <= where.index < len(program.segments):
+        segment = program.segments[where.index]
+        payload = data[segment_base + segment.offset:segment_base + segment.offset + segment.size]
+    else:
+        return None  # the runtime finds no payload either, and says so
+    start = int.from_bytes(payload[10:14], "little") if payload[4:8] == b"XH00" else 0
+    identifier = payload[start + 4:start + 8]
+    if identifier not in XNNPACK_IDENTIFIERS:
+        return (f"delegate {index} (XnnpackBackend): its payload's flatbuffer identifier is {identifier!r}, not one of "
+                f"{', '.join(i.decode() for i in XNNPACK_IDENTIFIERS)}; the payload is corrupt")
+    return None
 
 
 # The value kinds a kernel argument of each PyTorch schema type must have (types not listed are not checked).
@@ -185,11 +220,11 @@ def operators_in_program(path: str | os.PathLike) -> list[str]:
     return read(path).operators
 
 
-def registered_in(runner: str | os.PathLike, emulator=()) -> set[str]:
+def registered_in(runner: str | os.PathLike) -> set[str]:
     """What a runner binary links in: {"operator my_ops::mul3.out", "backend XnnpackBackend", ...}."""
     import subprocess
 
-    listed = subprocess.run([*emulator, os.fspath(runner), "--list_registered"], capture_output=True, text=True)
+    listed = subprocess.run([os.fspath(runner), "--list_registered"], capture_output=True, text=True)
     if listed.returncode != 0:
         raise RuntimeError(f"{runner} --list_registered failed: {listed.stderr.strip()}")
     return set(listed.stdout.splitlines())
@@ -228,6 +263,8 @@ def check(source: str | os.PathLike | bytes | ProgramSpec, method: str = "forwar
                                f"most {OPERATOR_NAME_LIMIT - 1}")
     if (problem := kernel_call_problem(spec)) is not None:
         raise ProgramError(problem)
+    if spec.payload_problems:
+        raise ProgramError(spec.payload_problems[0])
     for kind, values in (("input", spec.inputs), ("output", spec.outputs)):
         for i, value in enumerate(values):
             if value.kind == "missing":

@@ -54,11 +54,21 @@ int fail(const std::string& message) {
 // ---- ExecuTorch's log: printed, and the details the final error line repeats remembered ---------------------------
 struct LogDetails {
   std::set<std::string> missing_operators;
+  std::set<std::string> missing_backends;
   std::vector<std::string> errors;
 };
 LogDetails g_log;
 std::string g_program_name = "<no program>";
 bool g_print_log = true;
+
+// What `text` holds between `prefix` at its start and `suffix` at its end, or "".
+std::string between(const std::string& text, const std::string& prefix, const std::string& suffix) {
+  if (text.size() <= prefix.size() + suffix.size() || text.compare(0, prefix.size(), prefix) != 0 ||
+      text.compare(text.size() - suffix.size(), suffix.size(), suffix) != 0) {
+    return "";
+  }
+  return text.substr(prefix.size(), text.size() - prefix.size() - suffix.size());
+}
 
 void log_hook(
     et_timestamp_t /*timestamp*/,
@@ -88,9 +98,19 @@ void log_hook(
     const size_t name = rest.find("] ");
     rest = name == std::string::npos ? rest : rest.substr(name + 2);
     g_log.missing_operators.insert(rest.empty() ? "(an operator with no name)" : rest);
+  } else if (const std::string backend = between(text, "Backend ", " is not registered."); !backend.empty()) {
+    g_log.missing_backends.insert(backend);  // the runtime's line for a delegate whose backend is not linked
   } else if (level == kError && g_log.errors.size() < 8) {
     g_log.errors.push_back(text);
   }
+}
+
+std::string joined(const std::set<std::string>& names) {
+  std::string text;
+  for (const auto& name : names) {
+    text += (text.empty() ? "" : ", ") + name;
+  }
+  return text;
 }
 
 std::string logged_errors() {
@@ -220,29 +240,6 @@ std::optional<std::string> preflight(const MethodMeta& meta, const RunOptions& o
     }
   }
   return std::nullopt;
-}
-
-// The delegates the method names that no backend linked into this process serves (ExecuTorch would fail the load with
-// NotFound and a log line), as an error naming each one and how to link it; or nothing.
-std::optional<std::string> missing_backends(const MethodMeta& meta) {
-  std::string missing;
-  for (size_t i = 0; i < meta.num_backends(); ++i) {
-    auto name = meta.get_backend_name(i);
-    if (!name.ok() || *name == nullptr) {
-      return "names a delegate without a backend name; the program is corrupt";
-    }
-    if (executorch::runtime::get_backend_class(*name) == nullptr &&
-        missing.find(std::string(*name) + ",") == std::string::npos) {
-      missing += std::string(*name) + ",";
-    }
-  }
-  if (missing.empty()) {
-    return std::nullopt;
-  }
-  missing.pop_back();
-  return "is delegated to backend(s) this runner does not link: " + missing +
-      ". Link the backend's library into the runner (XnnpackBackend: executorch::backend_xnnpack, the CMake option "
-      "CUSTOM_OPS_RUNNER_XNNPACK=ON) or export without that partitioner";
 }
 
 // Planned memory allocated here, checked and zeroed, instead of by Module (whose std::vector throws bad_alloc).
@@ -830,18 +827,16 @@ int run_program(
     return fail("cannot load method '" + options.method + "': ExecuTorch failed part of it" + logged_errors());
   }
   if (!method.ok()) {
-    // Only after the runtime's own checks of the delegates: MethodMeta's backend names are unchecked (the fuzzer
-    // found a corrupt program whose name pointer is invalid), and loading rejects such a program first.
-    if (method.error() == Error::NotFound) {
-      if (auto err = missing_backends(*meta)) {
-        return fail("method '" + options.method + "' of '" + program_name + "' " + *err);
-      }
+    // Named from the runtime's log, as missing operators are: it reads a delegate's backend name only once it has
+    // checked the entry (MethodMeta's accessor does not; the fuzzer found a corrupt name pointer through it).
+    if (!g_log.missing_backends.empty()) {
+      return fail("method '" + options.method + "' of '" + program_name + "' is delegated to backend(s) this runner "
+                  "does not link: " + joined(g_log.missing_backends) + ". Link the backend's library into the runner "
+                  "(XnnpackBackend: executorch::backend_xnnpack, the CMake option CUSTOM_OPS_RUNNER_XNNPACK=ON) or "
+                  "export without that partitioner");
     }
     if (method.error() == Error::OperatorMissing) {
-      std::string ops;
-      for (const auto& op : g_log.missing_operators) {
-        ops += (ops.empty() ? "" : ", ") + op;
-      }
+      const std::string ops = joined(g_log.missing_operators);
       return fail("the program calls operator(s) that no kernel library linked into this runner registers: " +
                   (ops.empty() ? std::string("(see the log above)") : ops) +
                   ". A custom op: add it to the selected root ops (CMake -DCUSTOM_OPS_ROOT_OPS or "
