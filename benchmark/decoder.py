@@ -27,7 +27,6 @@ COMPARISONS = [
     ("XNNPACK vs undelegated", "decoder", "decoder_undelegated", 3.0),
     ("8-bit vs float32", "decoder_q8", "decoder", None),
 ]
-VARIANTS = ["decoder", "decoder_aten_ops", "decoder_undelegated", "decoder_q8"]
 
 
 def main() -> int:
@@ -37,18 +36,19 @@ def main() -> int:
     parser.add_argument("--build_dir", default=os.path.join(REPO_ROOT, "cmake-out", "bench"))
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
+    variants = list(model.VARIANTS)
     model.register_ops(args.build_dir)
     runner = os.path.join(args.build_dir, "custom_ops_executor_runner")
     out_dir = os.path.join(args.build_dir, "programs")
     os.makedirs(out_dir, exist_ok=True)
-    programs = {name: model.export(name, out_dir) for name in VARIANTS}
+    programs = {name: model.export(name, out_dir) for name in variants}
     prompt = model.model_module().PROMPT
 
-    prefill = {name: [] for name in VARIANTS}
-    decode = {name: [] for name in VARIANTS}
+    prefill = {name: [] for name in variants}
+    decode = {name: [] for name in variants}
     tokens = {}
     for _ in range(args.rounds):
-        for name in VARIANTS:
+        for name in variants:
             result = model.decode_runner(runner, programs[name], prompt, NEW_TOKENS, generations=GENERATIONS)
             prefill[name].append(result.prefill_us)
             decode[name].append(result.decode_tokens_per_s)
@@ -57,7 +57,7 @@ def main() -> int:
     print(f"decoder.py ({len(prompt)}-token prompt, {NEW_TOKENS} new tokens, {GENERATIONS} generations per round, "
           f"{args.rounds} rounds): medians, min-max over rounds")
     print(f"{'variant':>20} | {'prefill us':>19} | {'decode tokens/s':>21}")
-    for name in VARIANTS:
+    for name in variants:
         print(f"{name:>20} | {statistics.median(prefill[name]):>8.0f} ({spread(prefill[name]):>9}) | "
               f"{statistics.median(decode[name]):>8.0f} ({spread(decode[name]):>11})")
     failures = []

@@ -44,7 +44,6 @@ VARIANTS = {
     "decoder_q8": Variant(quantized=True),
     "decoder_aten_ops": Variant(custom_ops=False),
     "decoder_undelegated": Variant(xnnpack=False),
-    "decoder_q8_aten_ops": Variant(custom_ops=False, quantized=True),
 }
 TESTED = ("decoder", "decoder_q8")  # what `test_custom_ops.sh model` checks; the benchmark times them all
 
@@ -103,7 +102,6 @@ def export(name: str, output_dir: str, *, etrecord: bool = False) -> str:
 class Decoded:
     tokens: list[int]
     logits: torch.Tensor  # [steps, vocab], prefill first
-    timing: str = ""  # the runner's line on prefill and decode speed
     prefill_us: float = 0.0  # the runner's averages over its generations
     decode_tokens_per_s: float = 0.0
 
@@ -129,33 +127,35 @@ def decode_eager(model: torch.nn.Module, prompt: Sequence[int], new_tokens: int)
         return greedy_decode(model, prompt, new_tokens)
 
 
-def decode_runtime(pte: str, prompt: Sequence[int], new_tokens: int) -> Decoded:
-    """In ExecuTorch's Python runtime (the kernel library loaded first: flow.runtime.load_kernel_library)."""
+def decode_runtime(pte: str, prompt: Sequence[int], new_tokens: int, *, generations: int = 1) -> Decoded:
+    """In ExecuTorch's Python runtime (the kernel library loaded first: flow.runtime.load_kernel_library),
+    `generations` times on the same method (each starts over at position 0 on the caches the last one filled); the
+    last generation."""
     from flow.runtime import load_method_checked
 
     method = load_method_checked(pte)
-    return greedy_decode(lambda tokens, position: method.execute([tokens, position])[0], prompt, new_tokens)
+    for _ in range(generations):
+        decoded = greedy_decode(lambda tokens, position: method.execute([tokens, position])[0], prompt, new_tokens)
+    return decoded
 
 
-def decode_runner(runner: str, pte: str, prompt: Sequence[int], new_tokens: int, *, generations: int = 1,
-                  extra_args: Sequence[str] = (), emulator: Sequence[str] = ()) -> Decoded:
-    """In the C++ runner's decode loop (--prompt/--new_tokens), `generations` times; the last generation's tokens."""
+def decode_runner(runner: str, pte: str, prompt: Sequence[int], new_tokens: int, *, generations: int = 1) -> Decoded:
+    """In the C++ runner's decode loop (--prompt/--new_tokens), `generations` times; the last generation."""
     from flow.runner import RunnerError
 
     with tempfile.TemporaryDirectory() as tmp:
         logits_path = os.path.join(tmp, "logits.bin")
         proc = subprocess.run(
-            [*emulator, runner, f"--model_path={pte}", f"--prompt={','.join(map(str, prompt))}",
-             f"--new_tokens={new_tokens}", f"--num_executions={generations}", f"--logits_path={logits_path}",
-             *extra_args], capture_output=True, text=True, timeout=600)
+            [runner, f"--model_path={pte}", f"--prompt={','.join(map(str, prompt))}", f"--new_tokens={new_tokens}",
+             f"--num_executions={generations}", f"--logits_path={logits_path}"],
+            capture_output=True, text=True, timeout=600)
         if proc.returncode != 0:
             raise RunnerError(f"runner exited {proc.returncode}:\n{proc.stderr}{proc.stdout}")
         with open(logits_path, "rb") as f:
             logits = torch.frombuffer(bytearray(f.read()), dtype=torch.float32).reshape(new_tokens, -1)
     tokens = re.search(r"^Tokens:(.*)$", proc.stdout, re.M)
     timing = re.search(r"^Prefill: \d+ tokens in ([\d.]+) us; decode: .*\(([\d.]+) tokens/s\)", proc.stdout, re.M)
-    return Decoded([int(t) for t in tokens.group(1).split()], logits, timing.group(0), float(timing.group(1)),
-                   float(timing.group(2)))
+    return Decoded([int(t) for t in tokens.group(1).split()], logits, float(timing.group(1)), float(timing.group(2)))
 
 
 def difference(actual: Decoded, expected: Decoded, tolerance: dict) -> str | None:
@@ -174,23 +174,25 @@ def tolerance_of(name: str) -> dict:
     return QUANTIZED_TOLERANCE if VARIANTS[name].quantized else FLOAT32_TOLERANCE
 
 
-def check_variant(name: str, pte: str, runner: str, *, new_tokens: int | None = None) -> list[str]:
-    """Decodes `pte` (VARIANTS[name]) in the runner (twice: the second generation starts over on the same caches) and
-    in the Python runtime, compared with eager; returns the runner's timing line. Raises AssertionError on a
+def check_variant(name: str, pte: str, runner: str) -> list[str]:
+    """Decodes `pte` (VARIANTS[name]) twice in the runner and twice in the Python runtime (the second generation starts
+    over on the caches the first filled), compared with eager; returns what to print. Raises AssertionError on a
     difference."""
     from flow.program import missing_from, registered_in
 
     m = model_module()
-    new_tokens = new_tokens or m.NEW_TOKENS
     if missing := missing_from(pte, registered_in(runner)):
         raise AssertionError(f"{runner} cannot run {pte}: it lacks {', '.join(missing)}")
-    expected = decode_eager(build(VARIANTS[name], reference=True), m.PROMPT, new_tokens)
-    results = {"runner": decode_runner(runner, pte, m.PROMPT, new_tokens, generations=2),
-               "Python runtime": decode_runtime(pte, m.PROMPT, new_tokens)}
+    expected = decode_eager(build(VARIANTS[name], reference=True), m.PROMPT, m.NEW_TOKENS)
+    results = {"runner": decode_runner(runner, pte, m.PROMPT, m.NEW_TOKENS, generations=2),
+               "Python runtime": decode_runtime(pte, m.PROMPT, m.NEW_TOKENS, generations=2)}
     for where, decoded in results.items():
         if (problem := difference(decoded, expected, tolerance_of(name))) is not None:
             raise AssertionError(f"{name}.pte in the {where}: {problem}")
-    return [f"{name}: {expected.tokens} in the runner, the Python runtime and eager", results["runner"].timing]
+    speed = results["runner"]
+    return [f"{name}: {expected.tokens} in the runner, the Python runtime and eager",
+            f"runner: prefill of {len(m.PROMPT)} tokens {speed.prefill_us:.0f} us, decode "
+            f"{speed.decode_tokens_per_s:.0f} tokens/s"]
 
 
 def main() -> int:

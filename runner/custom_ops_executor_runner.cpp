@@ -56,7 +56,9 @@ std::optional<std::string> parse_byte_count(const std::string& name, const std::
 }
 
 // Returns an error message ("" for --help), or nothing when the arguments parsed.
-std::optional<std::string> parse_options(int argc, char** argv, std::string& model_path, RunOptions& options) {
+// list_registered: --list_registered was given (no program is run).
+std::optional<std::string> parse_options(int argc, char** argv, std::string& model_path, RunOptions& options,
+                                         bool& list_registered) {
   auto split = [](const std::string& text) {
     std::vector<std::string> parts;
     size_t start = 0;
@@ -82,7 +84,7 @@ std::optional<std::string> parse_options(int argc, char** argv, std::string& mod
       return std::string();
     }
     if (name == "--list_registered" && !has_value) {
-      options.list_registered = true;
+      list_registered = true;
       continue;
     }
     if (!has_value) {
@@ -151,7 +153,7 @@ std::optional<std::string> parse_options(int argc, char** argv, std::string& mod
       return "unknown option " + name;
     }
   }
-  if (options.list_registered) {
+  if (list_registered) {
     return std::nullopt;
   }
   if (model_path.empty()) {
@@ -172,7 +174,8 @@ int main(int argc, char** argv) {
   custom_ops_runner::install_runtime_hooks(/*turn_aborts_into_errors=*/true);
   std::string model_path;
   RunOptions options;
-  if (auto err = parse_options(argc, argv, model_path, options)) {
+  bool list_registered = false;
+  if (auto err = parse_options(argc, argv, model_path, options, list_registered)) {
     std::fputs(kUsage, err->empty() ? stdout : stderr);
     if (err->empty()) {
       return 0;
@@ -180,7 +183,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "error: %s\n", err->c_str());
     return 2;
   }
-  if (options.list_registered) {
+  if (list_registered) {
     custom_ops_runner::print_registered();
     return 0;
   }

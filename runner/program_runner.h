@@ -52,7 +52,6 @@ struct RunOptions {
   std::vector<int64_t> prompt;
   uint64_t new_tokens = 0;
   std::string logits_path;  // every step's logits of the last generation, float32, one row after another
-  bool list_registered = false;  // the command line's --list_registered: print_registered() instead of a run
 };
 
 // Runs `options.method` of the program `loader` reads (named `program_name` in messages). Returns 0, or 1 after

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
 import textwrap
@@ -123,3 +125,28 @@ def registered_operators(kernel_lib: str) -> list[str]:
         from executorch.runtime import Runtime
         result = sorted(Runtime.get().operator_registry.operator_names)
     """)
+
+
+# The runner's last-resort line when ExecuTorch itself aborts (ET_CHECK) or throws: one error line, but a finding.
+ABORT_HOOK = ("ExecuTorch stopped on a failed internal check", "an exception escaped ExecuTorch")
+
+
+def outcome(proc, values_known: bool = True) -> str:
+    """'ok', 'clean' (one error line, exit 1), or what went wrong. values_known: the program has no constant data, so
+    a run that succeeds must print the unmutated program's values (ones in, 3 out); a mutant of a program with
+    weights may change them and still be a valid program."""
+    if proc.returncode < 0:
+        return f"signal {signal.Signals(-proc.returncode).name}"
+    if "Sanitizer" in proc.stderr or proc.returncode == 86:
+        return "sanitizer report: " + next(l for l in proc.stderr.splitlines() if "Sanitizer" in l)
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    if proc.returncode == 1:
+        if len(errors) != 1:
+            return f"exit 1 with {len(errors)} error lines"
+        return "abort hook" if any(h in errors[0] for h in ABORT_HOOK) else "clean"
+    if proc.returncode != 0:
+        return f"exit {proc.returncode}"
+    values = [float(v) for printed in re.findall(r"values: \[([^\]]*)\]", proc.stdout)
+              for v in printed.replace("...", "").split(",") if v.strip()]
+    wrong = [v for v in values if not (v in (0.0, 1.0, 3.0))] if values_known else []
+    return "ok" if not wrong else f"exit 0 with wrong values {wrong[:4]}"

@@ -19,9 +19,11 @@ KINDS = ("flip", "truncate", "splice", "structured")
 HUGE = [2**31 - 1, 2**31, 2**32 + 2, 2**40, 2**62, -1, -(2**31)]
 
 
-def flip(data: bytes, rng: random.Random) -> tuple[str, bytes]:
+def flip(data: bytes, rng: random.Random, within: tuple[int, int] | None = None) -> tuple[str, bytes]:
+    """Flips bytes anywhere, or in the range `within` (start, end)."""
     out = bytearray(data)
-    positions = [rng.randrange(len(out)) for _ in range(rng.choice((1, 1, 2, 4, 16)))]
+    start, end = within or (0, len(out))
+    positions = [rng.randrange(start, end) for _ in range(rng.choice((1, 1, 2, 4, 16)))]
     for p in positions:
         out[p] ^= 1 << rng.randrange(8) if rng.random() < 0.7 else rng.randrange(1, 256)
     return f"flip {len(positions)} byte(s) at {positions[:4]}", bytes(out)
@@ -109,39 +111,21 @@ def structured(program, rng: random.Random) -> tuple[str, object]:
     return what, p
 
 
-def delegate_payloads(data: bytes) -> list[tuple[int, int]]:
-    """The byte ranges (start, end) of the delegates' payloads (e.g. XNNPACK's compiled graph and weights): inline in
-    the flatbuffer, found by their bytes, or in segments, placed by the extended header ("eh00" at byte 8: program
-    size, then the segments' base offset)."""
-    from executorch.exir._serialize._program import deserialize_pte_binary
+def delegate_payloads(data: bytes, program) -> list[tuple[int, int]]:
+    """The byte ranges (start, end) in `data` of the delegates' payloads stored inline (e.g. XNNPACK's compiled graph
+    and weights), found by their bytes; `program` is `data` deserialized."""
     from executorch.exir.schema import DataLocation
 
-    program = deserialize_pte_binary(data)
     program = getattr(program, "program", program)
-    base = int.from_bytes(data[24:32], "little") if data[8:12] == b"eh00" else None
     ranges = []
     for plan in program.execution_plan:
         for delegate in plan.delegates:
-            where = delegate.processed
-            if where.location == DataLocation.INLINE:
-                payload = bytes(program.backend_delegate_data[where.index].data)
+            if delegate.processed.location == DataLocation.INLINE:
+                payload = bytes(program.backend_delegate_data[delegate.processed.index].data)
                 start = data.find(payload)
                 if payload and start >= 0:
                     ranges.append((start, start + len(payload)))
-            elif base is not None:
-                segment = program.segments[where.index]
-                ranges.append((base + segment.offset, base + segment.offset + segment.size))
     return ranges
-
-
-def payload_flip(data: bytes, rng: random.Random, payloads: list[tuple[int, int]]) -> tuple[str, bytes]:
-    """Flips bytes inside one delegate payload: what the backend itself parses."""
-    start, end = rng.choice(payloads)
-    out = bytearray(data)
-    positions = [rng.randrange(start, end) for _ in range(rng.choice((1, 2, 4, 16)))]
-    for p in positions:
-        out[p] ^= 1 << rng.randrange(8) if rng.random() < 0.7 else rng.randrange(1, 256)
-    return f"flip {len(positions)} payload byte(s) at {positions[:4]}", bytes(out)
 
 
 def mutations(data: bytes, seed: int, count: int) -> list[tuple[str, str, bytes]]:
@@ -150,13 +134,14 @@ def mutations(data: bytes, seed: int, count: int) -> list[tuple[str, str, bytes]
 
     rng = random.Random(seed)
     program = deserialize_pte_binary(data)
-    payloads = delegate_payloads(data)
-    kinds = KINDS + ("payload",) if payloads else KINDS  # a delegated program: its payloads too
+    payloads = delegate_payloads(data, program)
+    kinds = KINDS + ("payload",) if payloads else KINDS  # a delegated program: flips inside its payloads too
     out = []
     for i in range(count):
         kind = kinds[i % len(kinds)]
         if kind == "payload":
-            out.append((kind, *payload_flip(data, rng, payloads)))
+            what, mutant = flip(data, rng, within=rng.choice(payloads))
+            out.append((kind, f"{what} (in a delegate payload)", mutant))
             continue
         if kind == "structured":
             for _ in range(20):  # some edits do not serialize (e.g. a negative index in an unsigned field)

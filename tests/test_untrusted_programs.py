@@ -11,20 +11,17 @@ gave. None of them may reach ExecuTorch's own abort (ET_CHECK), which the runner
 class is stopped before that, by verification, the pre-flight or the kernels' checks."""
 
 import os
-import re
-import signal
 import subprocess
 
 import pytest
 
-from helpers import run_flow, run_in_fresh_python, run_runner
+from helpers import outcome, run_flow, run_in_fresh_python, run_runner
 import regression_inputs
 from pte_mutations import mutations
 from pte_surgery import edit_plan, replace_kernel_argument, rewrite_output_tensor
 
 COUNT = 1000  # 250 of each kind
 REGRESSIONS = regression_inputs.names()  # the fuzzer's past findings (tests/fuzz_regressions/*.hex)
-ABORT_HOOK = ("ExecuTorch stopped on a failed internal check", "an exception escaped ExecuTorch")
 
 
 @pytest.fixture(scope="module")
@@ -51,27 +48,6 @@ def mutant_files(mul3_pte, declared, aot_ops, python_ops, tmp_path_factory):
             path.write_bytes(mutant)
             files.append((str(path), what))
     return files
-
-
-def outcome(proc, values_known: bool = True) -> str:
-    """'ok', 'clean' (one error line, exit 1), or what went wrong. values_known: the program has no constant data, so
-    a run that succeeds must print the unmutated program's values (ones in, 3 out); a mutant of a program with
-    weights may change them and still be a valid program."""
-    if proc.returncode < 0:
-        return f"signal {signal.Signals(-proc.returncode).name}"
-    if "Sanitizer" in proc.stderr or proc.returncode == 86:
-        return "sanitizer report: " + next(l for l in proc.stderr.splitlines() if "Sanitizer" in l)
-    errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
-    if proc.returncode == 1:
-        if len(errors) != 1:
-            return f"exit 1 with {len(errors)} error lines"
-        return "abort hook" if any(h in errors[0] for h in ABORT_HOOK) else "clean"
-    if proc.returncode != 0:
-        return f"exit {proc.returncode}"
-    values = [float(v) for printed in re.findall(r"values: \[([^\]]*)\]", proc.stdout)
-              for v in printed.replace("...", "").split(",") if v.strip()]
-    wrong = [v for v in values if not (v in (0.0, 1.0, 3.0))] if values_known else []
-    return "ok" if not wrong else f"exit 0 with wrong values {wrong[:4]}"
 
 
 def test_a_mutant_of_every_kind_exists(mutant_files):
