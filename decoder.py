@@ -26,7 +26,7 @@ class Config:
     layers: int = 2
     heads: int = 4
     hidden: int = 352  # the MLP's width, ~8/3 * dim as in Llama
-    max_seq: int = 128
+    max_seq: int = 256  # cache positions: a prompt and its generated tokens together
     eps: float = 1e-5
 
     @property
@@ -53,7 +53,9 @@ class Attention(torch.nn.Module):
         self.config = config
         self.custom_ops = custom_ops
         self.wq, self.wk, self.wv, self.wo = (torch.nn.Linear(config.dim, config.dim, bias=False) for _ in range(4))
-        cache_shape = (1, config.max_seq, config.heads, config.head_dim)  # [batch, position, head, head_dim]
+        # [head, position, head_dim]: each head's filled positions are one contiguous block, read without a copy
+        # of the whole cache (update_cache writes along dimension 1, whatever the others are).
+        cache_shape = (config.heads, config.max_seq, config.head_dim)
         self.register_buffer("k_cache", torch.zeros(cache_shape), persistent=False)
         self.register_buffer("v_cache", torch.zeros(cache_shape), persistent=False)
 
@@ -63,16 +65,23 @@ class Attention(torch.nn.Module):
         else:  # what a model without the op writes: a slice assignment (functionalized into a copy of the cache)
             cache[:, start:start + value.shape[1]] = value
 
+    def _heads(self, x: torch.Tensor) -> torch.Tensor:
+        """[1, T, dim] -> [heads, T, head_dim]"""
+        return x.view(x.shape[1], self.config.heads, self.config.head_dim).transpose(0, 1)
+
     def forward(self, x: torch.Tensor, start: int, mask: torch.Tensor) -> torch.Tensor:
         c = self.config
         length = x.shape[1]
-        q = self.wq(x).view(1, length, c.heads, c.head_dim)
-        self._write(self.wk(x).view(1, length, c.heads, c.head_dim), self.k_cache, start)
-        self._write(self.wv(x).view(1, length, c.heads, c.head_dim), self.v_cache, start)
-        # Every cached position is read; the mask hides those after each query's own.
-        scores = q.transpose(1, 2) @ self.k_cache.permute(0, 2, 3, 1) / math.sqrt(c.head_dim)  # [1, H, T, max_seq]
-        attention = torch.softmax(scores + mask, dim=-1) @ self.v_cache.transpose(1, 2)  # [1, H, T, head_dim]
-        return self.wo(attention.transpose(1, 2).reshape(1, length, c.dim))
+        self._write(self._heads(self.wk(x)), self.k_cache, start)
+        self._write(self._heads(self.wv(x)), self.v_cache, start)
+        # Only the filled positions are read (a decode step's work grows with the tokens so far, not the cache's
+        # size). Scores are kept as [heads, position, query], so neither cache is ever transposed.
+        end = start + length
+        keys, values = self.k_cache[:, :end], self.v_cache[:, :end]  # [H, end, head_dim]
+        scores = torch.bmm(keys, self._heads(self.wq(x)).transpose(1, 2)) / math.sqrt(c.head_dim)  # [H, end, T]
+        weights = torch.softmax(scores + mask[:end], dim=1)
+        attention = torch.bmm(weights.transpose(1, 2), values)  # [H, T, head_dim]
+        return self.wo(attention.transpose(0, 1).reshape(1, length, c.dim))
 
 
 class Block(torch.nn.Module):
@@ -114,7 +123,7 @@ class Decoder(torch.nn.Module):
         torch._check(start + length <= self.config.max_seq)
         positions = torch.arange(self.config.max_seq)
         queries = start + torch.arange(length)
-        mask = torch.where(positions[None, :] <= queries[:, None], 0.0, float("-inf"))
+        mask = torch.where(positions[:, None] <= queries[None, :], 0.0, float("-inf"))  # [position, query]
         x = self.embedding(tokens)
         for block in self.blocks:
             x = block(x, start, mask)

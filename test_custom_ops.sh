@@ -9,7 +9,8 @@
 #                                             (tests/buck2_graph.py), then exit 3 saying buck2 itself did not run
 #   bash test_custom_ops.sh aarch64 [NAME...] the flows cross-compiled for 64-bit ARM, run under qemu-aarch64
 #   bash test_custom_ops.sh profile [NAME]    ETDump + ETRecord + Inspector: per-op times in a program calling every op
-#                                             (or NAME's example), every op of every execution checked
+#                                             (or NAME's example; NAME decoder or decoder_q8: the model, decoding,
+#                                             XNNPACK's ops included), every op of every execution checked
 #   bash test_custom_ops.sh model [ARGS]      the ops in a real model: decoder.py (XNNPACK-lowered, float32 and 8-bit)
 #                                             decoded token by token in the runner and the Python runtime vs eager
 #   bash test_custom_ops.sh wheel             the my_ops wheel (setup.py: C++ AOT ops + Python registrations) in dist/
@@ -252,9 +253,14 @@ machine's AOT library (cmake-out/all_ops)"
 mode_profile() {
   ensure_venv
   use_venv
-  [[ $# -le 1 ]] || die "profile takes at most one op name"
+  [[ $# -le 1 ]] || die "profile takes at most one op or model name"
   local op=() build_dir="${BUILD_ROOT}/all_ops" line
-  if [[ $# -eq 1 ]]; then  # that op's example, in the op's own build (the one `cmake NAME` makes)
+  if [[ $# -eq 1 ]] && "${PYTHON}" -c 'import sys; from flow.model import VARIANTS; sys.exit(sys.argv[1] not in VARIANTS)' \
+      "$1" 2>/dev/null; then  # a variant of the example model, decoding, in the build with every op
+    op=(--model "$1")
+    step "Build every declared op's kernels, the runner and the AOT library (cmake-out/all_ops)"
+    cmake_build "${build_dir}" >/dev/null
+  elif [[ $# -eq 1 ]]; then  # that op's example, in the op's own build (the one `cmake NAME` makes)
     IFS=$'\t' read -r -a line <<< "$(selected_ops "$1")"
     op=(--op "${line[1]}")
     build_dir="${BUILD_ROOT}/${line[2]}"

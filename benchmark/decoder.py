@@ -20,7 +20,7 @@ sys.path.insert(0, REPO_ROOT)
 from benchmark import spread  # noqa: E402  (benchmark/benchmark.py)
 
 NEW_TOKENS = 96
-GENERATIONS = 5
+GENERATIONS = 3
 # (what, faster variant, baseline, goal): the ratio of decode tokens/s, per issue 19
 COMPARISONS = [
     ("custom ops vs ATen ops", "decoder", "decoder_aten_ops", 1.3),
@@ -34,14 +34,15 @@ def main() -> int:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--build_dir", default=os.path.join(REPO_ROOT, "cmake-out", "bench"))
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument("--max_seq", type=int, help="cache positions (default: decoder.py's Config)")
     args = parser.parse_args()
     variants = list(model.VARIANTS)
     model.register_ops(args.build_dir)
     runner = os.path.join(args.build_dir, "custom_ops_executor_runner")
     out_dir = os.path.join(args.build_dir, "programs")
     os.makedirs(out_dir, exist_ok=True)
-    programs = {name: model.export(name, out_dir) for name in variants}
+    programs = {name: model.export(name, out_dir, max_seq=args.max_seq) for name in variants}
     prompt = model.model_module().PROMPT
 
     prefill = {name: [] for name in variants}
@@ -54,8 +55,8 @@ def main() -> int:
             decode[name].append(result.decode_tokens_per_s)
             tokens[name] = result.tokens
 
-    print(f"decoder.py ({len(prompt)}-token prompt, {NEW_TOKENS} new tokens, {GENERATIONS} generations per round, "
-          f"{args.rounds} rounds): medians, min-max over rounds")
+    print(f"decoder.py ({len(prompt)}-token prompt, {NEW_TOKENS} new tokens, {model.config(args.max_seq).max_seq} cache "
+          f"positions, {GENERATIONS} generations per round, {args.rounds} rounds): medians, min-max over rounds")
     print(f"{'variant':>20} | {'prefill us':>19} | {'decode tokens/s':>21}")
     for name in variants:
         print(f"{name:>20} | {statistics.median(prefill[name]):>8.0f} ({spread(prefill[name]):>9}) | "

@@ -76,25 +76,33 @@ def _quantize(model: torch.nn.Module, inputs, dynamic_shapes) -> torch.nn.Module
     return convert_pt2e(prepared)
 
 
-def build(variant: Variant, *, reference: bool = False) -> torch.nn.Module:
+def config(max_seq: int | None = None):
+    """The model's Config, with another number of cache positions if given."""
+    m = model_module()
+    return m.Config() if max_seq is None else m.Config(max_seq=max_seq)
+
+
+def build(variant: Variant, *, reference: bool = False, max_seq: int | None = None) -> torch.nn.Module:
     """The eager model of `variant`, seeded (every variant has the same weights). reference=True: its eager reference,
     the same model with ATen ops in place of the custom ops."""
     m = model_module()
-    model = m.Decoder(custom_ops=variant.custom_ops and not reference).eval()
+    # No gradients: an inference model, and the quantizer's folded weights would otherwise be non-leaf tensors the
+    # ETRecord cannot copy.
+    model = m.Decoder(config(max_seq), custom_ops=variant.custom_ops and not reference).eval().requires_grad_(False)
     if variant.quantized:
-        model = _quantize(model, m.prompt_inputs(), m.dynamic_shapes())
+        model = _quantize(model, m.prompt_inputs(), m.dynamic_shapes(config(max_seq)))
     return model
 
 
-def export(name: str, output_dir: str, *, etrecord: bool = False) -> str:
+def export(name: str, output_dir: str, *, etrecord: bool = False, max_seq: int | None = None) -> str:
     """Exports VARIANTS[name] to <output_dir>/<name>.pte; returns its path."""
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 
     from flow.export import export_to_pte
 
     variant, m = VARIANTS[name], model_module()
-    return export_to_pte(build(variant), m.prompt_inputs(), os.path.join(output_dir, f"{name}.pte"),
-                         dynamic_shapes=m.dynamic_shapes(), etrecord=etrecord,
+    return export_to_pte(build(variant, max_seq=max_seq), m.prompt_inputs(), os.path.join(output_dir, f"{name}.pte"),
+                         dynamic_shapes=m.dynamic_shapes(config(max_seq)), etrecord=etrecord,
                          partitioners=[XnnpackPartitioner()] if variant.xnnpack else ())
 
 

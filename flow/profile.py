@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -100,29 +101,51 @@ def graph_op_name(target) -> str:
     return op._schema.name.split("::")[-1] if op is not None else str(target)
 
 
-def run_with_etdump(runner: str, pte: str, inputs, out_dir: str, num_executions: int) -> tuple[str, str]:
-    from flow.runner import tensor_to_file
-
-    base = os.path.join(out_dir, os.path.splitext(os.path.basename(pte))[0])
-    etdump, debug_buffer = base + ".etdump", base + ".debug.bin"
-    files = []
-    for i, t in enumerate(inputs):
-        files.append(f"{base}.input{i}.bin")
-        tensor_to_file(t, files[-1])
-    cmd = [runner, f"--model_path={pte}", f"--inputs={','.join(files)}", f"--num_executions={num_executions}",
-           f"--etdump_path={etdump}", f"--debug_buffer_path={debug_buffer}"]
+def run_with_etdump(runner: str, pte: str, out_dir: str, run_args: list[str], suffix: str = "",
+                    debug_buffer: bool = True) -> tuple[str, str | None, str]:
+    """Runs `pte` in the runner with `run_args` (its inputs and executions, or a decode loop), an ETDump and a debug
+    buffer; returns the ETDump's and the buffer's paths and the runner's output."""
+    base = os.path.join(out_dir, os.path.splitext(os.path.basename(pte))[0] + suffix)
+    etdump, buffer = base + ".etdump", (base + ".debug.bin" if debug_buffer else None)
+    cmd = [runner, f"--model_path={pte}", *run_args, f"--etdump_path={etdump}"]
+    cmd += [f"--debug_buffer_path={buffer}"] if buffer else []
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     if proc.returncode != 0:
         raise RuntimeError(f"the runner failed ({proc.returncode}): {proc.stderr.strip() or proc.stdout.strip()}")
-    return etdump, debug_buffer
+    return etdump, buffer, proc.stdout
+
+
+def input_args(inputs, num_executions: int, out_dir: str, name: str) -> list[str]:
+    """The runner's arguments for `num_executions` executions on `inputs` (written to files in out_dir)."""
+    from flow.runner import tensor_to_file
+
+    files = []
+    for i, t in enumerate(inputs):
+        files.append(os.path.join(out_dir, f"{name}.input{i}.bin"))
+        tensor_to_file(t, files[-1])
+    return [f"--inputs={','.join(files)}", f"--num_executions={num_executions}"]
+
+
+# The runtime's events around the kernels: a delegate's call (the ops it reports, and its own overhead) and a whole
+# execution.
+WHOLE = {"DELEGATE_CALL": "(whole delegate call)", "Method::execute": "(whole execution)"}
 
 
 def op_times(inspector) -> list[OpTimes]:
-    """The operator calls of the Execute block(s), in execution order, with their times over the executions."""
+    """The operator calls of the Execute block(s), in execution order, with their times over the executions: each
+    kernel call, and each op a delegate reports inside its call (graph op: the backend's name)."""
     rows = []
     for block in inspector.event_blocks:
         for event in block.events:
-            if event.perf_data is None or not event.name.startswith("native_call_"):
+            if event.perf_data is None:
+                continue
+            if event.is_delegated_op:
+                rows.append(OpTimes(event.name, event.delegate_backend_name or "delegate", list(event.perf_data.raw)))
+                continue
+            if event.name in WHOLE:
+                rows.append(OpTimes(event.name, WHOLE[event.name], list(event.perf_data.raw)))
+                continue
+            if not event.name.startswith("native_call_"):
                 continue
             name = kernel_name(event.name)
             # A kernel EXIR re-inplaced (a mutating op such as update_cache) has lost its debug handle: no graph op.
@@ -140,6 +163,25 @@ def print_times(rows: list[OpTimes], num_executions: int) -> None:
         print(f"{row.name:<18} {row.graph_op:<30} {len(t):>5} {average:>9.2f} {median:>10.2f} {t[0]:>9.2f} {t[-1]:>9.2f}")
 
 
+def print_step_times(rows: list[OpTimes]) -> None:
+    """A decoding run's table: each kernel and each delegated op summed over its calls in one execution, for the
+    prefill (the first execution) and the median decode step (the others); the largest decode cost first."""
+    totals: dict[tuple[str, str], tuple[int, list[float]]] = {}
+    for row in rows:
+        calls, times = totals.get((row.name, row.graph_op), (0, [0.0] * len(row.microseconds)))
+        totals[(row.name, row.graph_op)] = (calls + 1, [a + b for a, b in zip(times, row.microseconds)])
+    steps = min((len(times) - 1 for _, times in totals.values()), default=0)
+    if steps < 1:
+        raise ValueError("a decoding profile needs a prefill and at least one decode step (--new_tokens >= 2)")
+    table = sorted(((name, where, calls, times[0], statistics.median(times[1:]))
+                    for (name, where), (calls, times) in totals.items()), key=lambda r: -r[4])
+    print(f"\nTime per execution, each kernel and each delegated op summed over its calls (ETDump of the runner's "
+          f"decode loop: the prefill, then the median of {steps} decode steps):")
+    print(f"{'kernel or delegated op':<42} {'runs in':<30} {'calls':>5} {'prefill us':>11} {'decode us':>10}")
+    for name, where, calls, prefill, decode in table:
+        print(f"{name:<42} {where:<30} {calls:>5} {prefill:>11.2f} {decode:>10.2f}")
+
+
 # ---- Every execution's intermediate outputs, from the ETDump and its debug buffer ----------------------------------
 def _tensor_from_debug_buffer(tensor, buffer: bytes) -> torch.Tensor:
     from flow.dtypes import from_scalar_type
@@ -155,8 +197,9 @@ def _tensor_from_debug_buffer(tensor, buffer: bytes) -> torch.Tensor:
 
 
 def outputs_per_execution(etdump: str, debug_buffer: str, etrecord, method: str = "forward"):
-    """For each execution, in order: {(debug handle, op name): (kernel name, [output tensors])} of every kernel call
-    (an op with several outputs logs each)."""
+    """For each execution, in order: {(debug handle, op name): [(kernel name, [output tensors]), ...]} of every kernel
+    call, in the order of the calls (an op with several outputs logs each), and {(DELEGATE, debug handles): [output
+    tensors]} of every delegate call."""
     from executorch.devtools.etdump.serialize import deserialize_from_etdump_flatcc
 
     with open(etdump, "rb") as f:
@@ -182,29 +225,58 @@ def outputs_per_execution(etdump: str, debug_buffer: str, etrecord, method: str 
         for instruction, tensor in outputs.items():
             name = names.get(instruction)
             handles = handle_map.get(str(instruction))
-            if name is None or not handles:
+            if not handles:
+                continue
+            if name is None:  # a delegate's call: its outputs, under the handles of every node it runs
+                found[DELEGATE, tuple(handles) if isinstance(handles, list) else (handles,)] = tensor
                 continue
             handle = handles if isinstance(handles, int) else handles[0]
             kernel = kernel_name(name)
-            found[(handle, kernel.split(".")[0])] = (kernel, tensor)
+            # EXIR can give several nodes one debug handle (a where's two scalars, split out of it): in order.
+            found.setdefault((handle, kernel.split(".")[0]), []).append((kernel, tensor))
         if found:
             executions.append(found)
     return executions
 
 
+DELEGATE = "delegate"
+
+
+def delegate_outputs(module: torch.fx.GraphModule, runtime_outputs) -> dict[str, torch.Tensor]:
+    """The runtime's value of each edge-graph node whose value leaves a delegate (the delegate's outputs, in graph
+    order, which is the order the lowered call returns them), by node name; a delegate whose outputs do not match
+    those nodes in shape feeds nothing (its consumers then get the reference's values)."""
+    values = {}
+    for key, tensors in runtime_outputs.items():
+        if key[0] != DELEGATE:
+            continue
+        inside = {n for n in module.graph.nodes if n.meta.get("debug_handle") in key[1]}
+        leaving = [n for n in module.graph.nodes if n in inside and any(u not in inside for u in n.users)]
+        shapes = [tuple(n.meta["val"].shape) if isinstance(n.meta.get("val"), torch.Tensor) else None for n in leaving]
+        outputs = tensors[len(tensors) - len(leaving):]  # the call's arguments are logged: its inputs, then outputs
+        if leaving and len(outputs) == len(leaving) and all(s == tuple(t.shape) for s, t in zip(shapes, outputs)):
+            values.update((n.name, t) for n, t in zip(leaving, outputs))
+    return values
+
+
 class RuntimeFedInterpreter(ReferenceInterpreter):
     """Runs the edge graph with the references, but hands every node the runtime's value of its inputs: each op's
-    reference result is then compared with the runtime's output of that same op on the same inputs."""
+    reference result is then compared with the runtime's output of that same op on the same inputs. A delegate's ops
+    run as their references too, and what leaves the delegate is the runtime's value."""
 
     def __init__(self, module, reference_functions, runtime_outputs):
         super().__init__(module, reference_functions)
-        self.runtime_outputs = runtime_outputs
+        self.runtime_outputs = {key: list(calls) for key, calls in runtime_outputs.items()}  # each taken once
+        self.delegated = delegate_outputs(module, runtime_outputs)
         self.pairs: list[tuple[str, str | None, torch.Tensor, torch.Tensor]] = []
 
     def run_node(self, node):
         expected = super().run_node(node)
+        if node.name in self.delegated:
+            return self.delegated[node.name]
         handle = node.meta.get("debug_handle")
-        found = self.runtime_outputs.get((handle, graph_op_name(node.target))) if isinstance(handle, int) else None
+        calls = self.runtime_outputs.get((handle, graph_op_name(node.target))) if isinstance(handle, int) else None
+        found = calls.pop(0) if calls else None
         several = isinstance(expected, (tuple, list))
         wanted = list(expected) if several else [expected]
         if found is None or len(found[1]) != len(wanted) or not all(isinstance(t, torch.Tensor) for t in wanted):
@@ -216,13 +288,15 @@ class RuntimeFedInterpreter(ReferenceInterpreter):
         return type(expected)(runtime) if several else runtime[0]
 
 
-def check_executions(executions, etrecord, inputs, declared_ops) -> list[OpCheck]:
-    """Each op's runtime output against its reference on the runtime's inputs, for every execution in order."""
+def check_executions(executions, etrecord, runs, declared_ops) -> list[OpCheck]:
+    """Each op's runtime output against its reference on the runtime's inputs, for every execution in order; runs:
+    the method's inputs of each execution. One module runs them all, so state the program keeps (a cache) carries
+    from one to the next as in the runtime."""
     exact_ops = {op.name for op in declared_ops if op.bit_exact}
     functions = references(declared_ops)
     module = etrecord.edge_dialect_program.module()
     checks = []
-    for number, runtime_outputs in enumerate(executions, start=1):
+    for number, (runtime_outputs, inputs) in enumerate(zip(executions, runs), start=1):
         interpreter = RuntimeFedInterpreter(module, functions, runtime_outputs)
         with torch.no_grad():
             interpreter.run(*inputs)
@@ -264,22 +338,51 @@ def print_checks(checks: list[OpCheck], num_executions: int) -> OpCheck | None:
     return None
 
 
-def profile(pte: str, inputs, runner: str, out_dir: str, declared_ops, num_executions: int) -> int:
-    """Runs `pte` (exported with its ETRecord) num_executions times with an ETDump, prints the per-op table and the
-    checks; returns the exit code."""
+def profile(pte: str, runs, runner: str, out_dir: str, declared_ops, run_args: list[str], decoding: bool = False) -> int:
+    """Runs `pte` (exported with its ETRecord) in the runner with `run_args` and an ETDump, prints the per-op table
+    (per decode step when `decoding`) and checks every execution's ops; runs: the inputs of each execution. Returns the
+    exit code."""
     from executorch.devtools import Inspector, parse_etrecord
     from executorch.devtools.inspector import TimeScale
 
     from flow.export import etrecord_path
 
-    etdump, debug_buffer = run_with_etdump(runner, pte, inputs, out_dir, num_executions)
-    print(f"Ran it {num_executions} times: ETDump {etdump}, debug buffer {debug_buffer}")
+    etdump, debug_buffer, _ = run_with_etdump(runner, pte, out_dir, run_args)
+    print(f"Ran it {len(runs)} times: ETDump {etdump}, debug buffer {debug_buffer}")
     etrecord = parse_etrecord(etrecord_path(pte))
-    # Timing only: Inspector keeps one execution's intermediate outputs, so they are read per execution below.
-    inspector = Inspector(etdump_path=etdump, etrecord=etrecord, target_time_scale=TimeScale.US)
-    print_times(op_times(inspector), num_executions)
+    if decoding:
+        # Inspector requires every execution's intermediate outputs to be equal, which a decode loop's are not: the
+        # times come from a second run without them.
+        timed, _, _ = run_with_etdump(runner, pte, out_dir, run_args, suffix=".timing", debug_buffer=False)
+        print_step_times(op_times(Inspector(etdump_path=timed, etrecord=etrecord, target_time_scale=TimeScale.US)))
+    else:  # Timing only: Inspector keeps one execution's intermediate outputs, so they are read per execution below.
+        inspector = Inspector(etdump_path=etdump, etrecord=etrecord, target_time_scale=TimeScale.US)
+        print_times(op_times(inspector), len(runs))
     executions = outputs_per_execution(etdump, debug_buffer, etrecord)
-    return 1 if print_checks(check_executions(executions, etrecord, inputs, declared_ops), num_executions) else 0
+    return 1 if print_checks(check_executions(executions, etrecord, runs, declared_ops), len(runs)) else 0
+
+
+def decoding_runs(prompt, tokens) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """The inputs of each execution of a greedy decode loop that generated `tokens`: the prompt at position 0, then
+    each generated token but the last at the next position."""
+    runs = [(torch.tensor([list(prompt)]), torch.tensor([0]))]
+    for i, token in enumerate(tokens[:-1]):
+        runs.append((torch.tensor([[token]]), torch.tensor([len(prompt) + i])))
+    return runs
+
+
+def profile_model(name: str, runner: str, out_dir: str, declared_ops, new_tokens: int) -> int:
+    """flow.model's variant `name` exported with its ETRecord and decoded once in the runner with an ETDump."""
+    from flow import model
+
+    pte = model.export(name, out_dir, etrecord=True)
+    print(f"Exported {pte} with its ETRecord")
+    prompt = model.model_module().PROMPT
+    # A first run without the ETDump learns the tokens, hence each execution's inputs, which the checks replay.
+    decoded = model.decode_runner(runner, pte, prompt, new_tokens)
+    print(f"Generated tokens: {' '.join(map(str, decoded.tokens))}")
+    run_args = [f"--prompt={','.join(map(str, prompt))}", f"--new_tokens={new_tokens}"]
+    return profile(pte, decoding_runs(prompt, decoded.tokens), runner, out_dir, declared_ops, run_args, decoding=True)
 
 
 def main() -> int:
@@ -292,7 +395,9 @@ def main() -> int:
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--op", help="profile this declared op's example program instead of the MLP")
     which.add_argument("--pte", help="profile this program (exported with its .etrecord beside it)")
+    which.add_argument("--model", help="profile this variant of the example model (flow/model.py), decoding")
     parser.add_argument("--num_executions", type=int, default=20)
+    parser.add_argument("--new_tokens", type=int, default=16, help="with --model: tokens to generate")
     parser.add_argument("--output_dir", help="where the .pte, .etrecord, .etdump go (default: <build_dir>/profile)")
     args = parser.parse_args()
     out_dir = args.output_dir or os.path.join(args.build_dir, "profile")
@@ -300,6 +405,12 @@ def main() -> int:
     aot_library = os.path.join(args.build_dir, "libcustom_ops_aot_lib.so")
     try:
         declared = declarations.load()
+        runner = os.path.join(args.build_dir, "custom_ops_executor_runner")
+        if args.model:
+            from flow import model
+
+            model.register_ops(args.build_dir)
+            return profile_model(args.model, runner, out_dir, list(declared.values()), args.new_tokens)
         if args.pte:
             pte = args.pte
             method = program.read(pte).method("forward")
@@ -319,8 +430,8 @@ def main() -> int:
                 inputs, name = (torch.randn(4, 32), *model.example_inputs), "every_op"
             pte = export_to_pte(model, inputs, os.path.join(out_dir, f"{name}.pte"), etrecord=True)
             print(f"Exported {pte} with its ETRecord {etrecord_path(pte)}")
-        runner = os.path.join(args.build_dir, "custom_ops_executor_runner")
-        return profile(pte, inputs, runner, out_dir, ops, args.num_executions)
+        run_args = input_args(inputs, args.num_executions, out_dir, os.path.splitext(os.path.basename(pte))[0])
+        return profile(pte, [inputs] * args.num_executions, runner, out_dir, ops, run_args)
     except (declarations.DeclarationError, VerificationError, OSError, RuntimeError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

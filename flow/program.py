@@ -13,9 +13,12 @@ on the same fields (the runner reads them through MethodMeta, this through execu
   6. (Python only) every kernel call passes the kinds of values its operator's PyTorch schema declares: ExecuTorch's
      own kernels unbox unchecked and would abort the interpreter (the runner has no schemas for them; its last-resort
      abort hook turns that abort into an error line, and this project's kernels check their own arguments);
-  7. (Python only) every XNNPACK payload carries XNNPACK's flatbuffer identifier (XN00 or XN01): the backend logs a
-     wrong one verbatim, and the Python runtime's log, decoding those bytes as UTF-8, ends the interpreter (a pybind11
-     exception where none may be thrown); the runner's log hook makes them printable instead.
+  7. every delegate entry has its backend id, data and compile specs (ExecuTorch's BackendDelegate::Init reads them
+     unchecked), and every XNNPACK payload is one XNNPACK can read safely (flow/xnnpack_payload.py; the runner:
+     runner/xnnpack_payload.cpp): every constant tensor's dims fit the bytes stored for it (XNNPACK's compiler trusts
+     them and reads past the weights otherwise), and (Python only) its flatbuffer identifier is XN00 or XN01: the
+     backend logs a wrong one verbatim, and the Python runtime's log, decoding those bytes as UTF-8, ends the
+     interpreter (a pybind11 exception where none may be thrown); the runner's log hook makes them printable instead.
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass
+
+from flow import xnnpack_payload
 
 DEFAULT_MAX_MEMORY = 1 << 30  # as the runner's --max_memory default
 OPERATOR_NAME_LIMIT = 100  # ExecuTorch's buffer for "name.overload", terminator included (method.cpp)
@@ -132,6 +137,13 @@ def read(source: str | os.PathLike | bytes) -> ProgramSpec:
         raise ProgramError(f"not a readable ExecuTorch program: {type(err).__name__}: {err}") from None
     program = getattr(program, "program", program)  # newer versions wrap the Program with its data segments
     segment_base = int.from_bytes(data[24:32], "little") if data[8:12] == b"eh00" else None  # extended header
+    try:
+        return _read_methods(program, data, segment_base)
+    except (TypeError, AttributeError) as err:  # a field the schema makes optional is absent
+        raise ProgramError(f"not a readable ExecuTorch program: a required field is missing ({err})") from None
+
+
+def _read_methods(program, data: bytes, segment_base: int | None) -> ProgramSpec:
     methods = {}
     for plan in program.execution_plan:
         operators = tuple(f"{op.name}.{op.overload}" if op.overload else op.name for op in plan.operators)
@@ -149,15 +161,15 @@ def read(source: str | os.PathLike | bytes) -> ProgramSpec:
     return ProgramSpec(methods)
 
 
-XNNPACK_IDENTIFIERS = (b"XN00", b"XN01")  # what XNNPACK's runtime accepts (XNNCompiler.cpp)
-
-
 def _payload_problem(index: int, delegate, program, data: bytes, segment_base: int | None) -> str | None:
-    """Check 7 on one delegate: its payload (inline, or in a segment the extended header places) read as XNNPACK
-    reads it: an optional XH00 header (bytes 4..8) whose bytes 10..14 give the flatbuffer's offset, then the
-    flatbuffer, whose identifier is its bytes 4..8."""
+    """Check 7 on one delegate: an entry ExecuTorch can read (its BackendDelegate::Init dereferences these fields
+    unchecked), and an XNNPACK payload, inline or in a segment the extended header places, that XNNPACK can."""
     from executorch.exir.schema import DataLocation
 
+    if delegate.id is None or delegate.processed is None or delegate.compile_specs is None or any(
+            spec.key is None or spec.value is None for spec in delegate.compile_specs):
+        return (f"delegate {index} lacks its backend id, its data or its compile specs (or a spec's key or value); "
+                "the program is corrupt")
     if delegate.id != "XnnpackBackend":
         return None
     where = delegate.processed
@@ -169,11 +181,8 @@ def _payload_problem(index: int, delegate, program, data: bytes, segment_base: i
         payload = data[segment_base + segment.offset:segment_base + segment.offset + segment.size]
     else:
         return None  # the runtime finds no payload either, and says so
-    start = int.from_bytes(payload[10:14], "little") if payload[4:8] == b"XH00" else 0
-    identifier = payload[start + 4:start + 8]
-    if identifier not in XNNPACK_IDENTIFIERS:
-        return (f"delegate {index} (XnnpackBackend): its payload's flatbuffer identifier is {identifier!r}, not one of "
-                f"{', '.join(i.decode() for i in XNNPACK_IDENTIFIERS)}; the payload is corrupt")
+    if (problem := xnnpack_payload.problem(payload)) is not None:
+        return f"delegate {index} (XnnpackBackend): {problem}; the payload is corrupt"
     return None
 
 

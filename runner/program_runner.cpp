@@ -1,6 +1,7 @@
 // See program_runner.h. Order matters here: nothing the program declares is allocated or dereferenced before it has
 // been checked (verification, then MethodMeta's checked accessors, then the memory budget).
 #include "program_runner.h"
+#include "xnnpack_payload.h"
 
 #include <executorch/devtools/etdump/etdump_flatcc.h>
 
@@ -622,6 +623,24 @@ struct Profiling {
   }
 };
 
+// The delegates' payloads, read before a backend trusts them (xnnpack_payload.h). The program was verified already, so
+// its whole file is read once more here.
+std::optional<std::string> check_delegate_payloads(const executorch::runtime::DataLoader& loader) {
+  auto size = loader.size();
+  if (!size.ok()) {
+    return std::nullopt;  // Program::load read it; nothing to add
+  }
+  auto file = loader.load(0, *size, executorch::runtime::DataLoader::SegmentInfo(
+                                        executorch::runtime::DataLoader::SegmentInfo::Type::Program));
+  if (!file.ok()) {
+    return "cannot be read whole to check its delegates: " + describe(file.error());
+  }
+  if (auto problem = check_delegates(static_cast<const uint8_t*>(file->data()), file->size())) {
+    return "has a delegate the runtime cannot read safely: " + *problem;
+  }
+  return std::nullopt;
+}
+
 // ---- Greedy decoding (RunOptions::prompt) ---------------------------------------------------------------------------
 // The method must take (tokens int64 [1, T<=max], input_pos int64 [1]) and return logits float32 [1, vocab]; returns
 // max (the longest sequence the program accepts) and vocab, or the error naming what differs.
@@ -803,6 +822,9 @@ int run_program(
   auto meta = program->method_meta(options.method.c_str());
   if (!meta.ok()) {
     return fail("cannot read method '" + options.method + "': " + describe(meta.error()) + logged_errors());
+  }
+  if (auto err = check_delegate_payloads(*loader)) {
+    return fail("'" + program_name + "' " + *err + ". Re-export it");
   }
   std::vector<size_t> planned_sizes;
   uint64_t planned_total = 0;

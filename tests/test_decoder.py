@@ -13,10 +13,11 @@ import torch
 from flow import model
 from flow.program import missing_from, read, registered_in
 from helpers import outcome, run_in_fresh_python, run_runner
-from pte_mutations import mutations
+from pte_mutations import delegate_payloads, mutations
 
 PROMPT = model.model_module().PROMPT
 NEW_TOKENS = 12
+MAX_SEQ = model.config().max_seq
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +85,7 @@ def test_a_runner_without_xnnpack_refuses_the_delegated_program_naming_the_backe
 
 
 @pytest.mark.parametrize("args, message", [
-    (("--prompt=1,2", "--new_tokens=200"), "need 201 positions; the program holds 128"),
+    (("--prompt=1,2", f"--new_tokens={MAX_SEQ}"), f"need {MAX_SEQ + 1} positions; the program holds {MAX_SEQ}"),
     (("--prompt=1,256", "--new_tokens=2"), "prompt token 256 is outside the vocabulary [0, 256)"),
     (("--prompt=1,-2", "--new_tokens=2"), "--prompt must be token ids"),
     (("--prompt=1,2",), "--prompt and --new_tokens go together"),
@@ -98,6 +99,48 @@ def test_bad_decoding_arguments_are_one_error_line(args, message, programs, comb
 def test_decoding_a_program_that_is_no_decoder_is_one_error_line(mul3_pte, combined_build):
     proc = run_runner(combined_build.runner, f"--model_path={mul3_pte}", "--prompt=1", "--new_tokens=1")
     assert proc.returncode == 1 and "decoding needs a method taking (tokens int64 [1, T], input_pos" in proc.stderr
+
+
+def enlarge_a_constant_dim(data: bytes) -> bytes:
+    """`data` with the first constant tensor of its first XNNPACK payload (a weight) made 8193 times wider than the
+    bytes stored for it: what a flipped byte did to decoder.pte, which XNNPACK then read past."""
+    import struct
+
+    from executorch.exir._serialize._program import deserialize_pte_binary
+
+    from flow.xnnpack_payload import FlatReader
+
+    start, end = delegate_payloads(data, deserialize_pte_binary(data))[0]
+    payload = data[start:end]
+    graph_start = struct.unpack_from("<I", payload, 10)[0] if payload[4:8] == b"XH00" else 0
+    r = FlatReader(payload[graph_start:])
+    values, count = r.vector(r.target(0), 2, 4)
+    for i in range(count):
+        value = r.target(values + 4 + 4 * i)
+        tensor = r.child(value, 1)
+        tensor = r.child(tensor, 0) if r.scalar(value, 0, "B") == 2 else tensor  # a quantized one's tensor_value
+        if r.scalar(tensor, 3, "I"):  # constant_buffer_idx: a constant
+            dims, _ = r.vector(tensor, 2, 4)
+            at = start + graph_start + dims + 8  # its second dim
+            wider = struct.unpack_from("<I", data, at)[0] * 8193
+            return data[:at] + struct.pack("<I", wider) + data[at + 4:]
+    raise AssertionError("no constant tensor in the first XNNPACK payload")
+
+
+@pytest.mark.parametrize("name", model.TESTED)
+def test_a_weight_dim_past_its_stored_bytes_is_refused_before_xnnpack_reads_it(name, programs, combined_build,
+                                                                              tmp_path):
+    from flow.program import ProgramError, check
+
+    with open(programs[name], "rb") as f:
+        bad = tmp_path / "wide_weight.pte"
+        bad.write_bytes(enlarge_a_constant_dim(f.read()))
+    proc = run_runner(combined_build.runner, f"--model_path={bad}", "--prompt=1,2", "--new_tokens=2")
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    assert proc.returncode == 1 and len(errors) == 1, proc.stderr[-2000:]
+    assert "has a delegate the runtime cannot read safely" in errors[0] and "but its constant data holds" in errors[0]
+    with pytest.raises(ProgramError, match="but its constant data holds"):
+        check(str(bad))
 
 
 MUTANTS = 200

@@ -138,3 +138,52 @@ def test_profile_checks_every_execution_of_a_multi_op_program(program, execution
         assert f"{kernel:<24} ok       max |diff| 0 (bit for bit; {calls * executions} calls in {executions} " \
                "executions)" in checked, checked
     assert "every op of every execution matches its reference" in proc.stdout
+
+
+@pytest.fixture(scope="module")
+def profiled_decoder(combined_build, aot_ops, python_ops, tmp_path_factory):
+    """`profile decoder_q8`, decoding 4 tokens: the 8-bit model, whose XNNPACK outputs differ most from eager."""
+    out = tmp_path_factory.mktemp("profiled_decoder")
+    proc = run_flow("profile", "--build_dir", combined_build.build_dir, "--model", "decoder_q8", "--new_tokens", "4",
+                    "--output_dir", str(out))
+    return proc, out
+
+
+def test_profile_of_the_model_times_xnnpacks_ops_and_the_custom_ops_per_decode_step(profiled_decoder):
+    proc, _ = profiled_decoder
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    table = proc.stdout.split("Time per execution")[1].split("Intermediate outputs")[0]
+    rows = [line.split() for line in table.splitlines() if line.strip()]
+    assert any(row[0] == "Fully" and "XnnpackBackend" in row for row in rows), table  # an op inside the delegate
+    assert any(row[0] == "DELEGATE_CALL" for row in rows), table
+    calls = {row[0]: int(row[-3]) for row in rows if row[0].endswith(".out")}
+    assert calls["rms_norm.out"] == 5 and calls["update_cache.out"] == 4, table  # per execution: 5 norms, 2 caches x 2
+    checked = proc.stdout.split("Intermediate outputs")[1]
+    assert re.search(r"rms_norm\.out +ok .*; 20 calls in 4 executions",
+                     checked), checked
+    assert "every op of every execution matches its reference" in proc.stdout
+
+
+def test_the_models_op_checks_pin_a_wrong_custom_op_output_to_its_execution(profiled_decoder):
+    """The check behind the table, on the decoder's own ETDump: the unaltered outputs pass (delegate outputs fed in,
+    the caches carried from one execution to the next); one rms_norm output of the third execution made 1e-3 off is
+    named with that execution."""
+    from executorch.devtools import parse_etrecord
+
+    from flow import declarations, model
+    from flow.profile import check_executions, decoding_runs, outputs_per_execution
+
+    proc, out = profiled_decoder
+    tokens = [int(t) for t in re.search(r"^Generated tokens:(.*)$", proc.stdout, re.M).group(1).split()]
+    runs = decoding_runs(model.model_module().PROMPT, tokens)
+    etrecord = parse_etrecord(str(out / "decoder_q8.etrecord"))
+    executions = outputs_per_execution(str(out / "decoder_q8.etdump"), str(out / "decoder_q8.debug.bin"), etrecord)
+    ops = list(declarations.load().values())
+    assert len(executions) == len(runs) == 4
+    assert [c for c in check_executions(executions, etrecord, runs, ops) if c.problem] == []
+
+    norms = [key for key in executions[2] if key[1] == "rms_norm"]
+    kernel, tensors = executions[2][norms[1]][0]
+    executions[2][norms[1]][0] = (kernel, [tensors[0] + 1e-3])
+    failed = [c for c in check_executions(executions, etrecord, runs, ops) if c.problem]
+    assert [(c.name, c.execution) for c in failed][:1] == [("rms_norm.out", 3)]
