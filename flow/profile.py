@@ -198,8 +198,8 @@ def _tensor_from_debug_buffer(tensor, buffer: bytes) -> torch.Tensor:
 
 def outputs_per_execution(etdump: str, debug_buffer: str, etrecord, method: str = "forward"):
     """For each execution, in order: {(debug handle, op name): [(kernel name, [output tensors]), ...]} of every kernel
-    call, in the order of the calls (an op with several outputs logs each), and {(DELEGATE, debug handles): [output
-    tensors]} of every delegate call."""
+    call, in the order of the calls (an op with several outputs logs each), and {(DELEGATE, debug handles): [its
+    inputs, then its outputs]} of every delegate call."""
     from executorch.devtools.etdump.serialize import deserialize_from_etdump_flatcc
 
     with open(etdump, "rb") as f:
@@ -244,18 +244,17 @@ DELEGATE = "delegate"
 
 def delegate_outputs(module: torch.fx.GraphModule, runtime_outputs) -> dict[str, torch.Tensor]:
     """The runtime's value of each edge-graph node whose value leaves a delegate (the delegate's outputs, in graph
-    order, which is the order the lowered call returns them), by node name; a delegate whose outputs do not match
-    those nodes in shape feeds nothing (its consumers then get the reference's values)."""
+    order, which is the order the lowered call returns them), by node name. The interpreter takes one only where its
+    shape is the node's in this execution, so a delegate whose outputs do not line up feeds nothing (its consumers
+    then get the reference's values)."""
     values = {}
-    for key, tensors in runtime_outputs.items():
+    for key, logged in runtime_outputs.items():
         if key[0] != DELEGATE:
             continue
         inside = {n for n in module.graph.nodes if n.meta.get("debug_handle") in key[1]}
         leaving = [n for n in module.graph.nodes if n in inside and any(u not in inside for u in n.users)]
-        shapes = [tuple(n.meta["val"].shape) if isinstance(n.meta.get("val"), torch.Tensor) else None for n in leaving]
-        outputs = tensors[len(tensors) - len(leaving):]  # the call's arguments are logged: its inputs, then outputs
-        if leaving and len(outputs) == len(leaving) and all(s == tuple(t.shape) for s, t in zip(shapes, outputs)):
-            values.update((n.name, t) for n, t in zip(leaving, outputs))
+        if leaving and len(logged) >= len(leaving):  # the call's arguments are logged: its inputs, then outputs
+            values.update((n.name, t) for n, t in zip(leaving, logged[len(logged) - len(leaving):]))
     return values
 
 
@@ -272,8 +271,9 @@ class RuntimeFedInterpreter(ReferenceInterpreter):
 
     def run_node(self, node):
         expected = super().run_node(node)
-        if node.name in self.delegated:
-            return self.delegated[node.name]
+        fed = self.delegated.get(node.name)
+        if fed is not None and isinstance(expected, torch.Tensor) and fed.shape == expected.shape:
+            return fed
         handle = node.meta.get("debug_handle")
         calls = self.runtime_outputs.get((handle, graph_op_name(node.target))) if isinstance(handle, int) else None
         found = calls.pop(0) if calls else None
