@@ -161,9 +161,13 @@ def decode_runner(runner: str, pte: str, prompt: Sequence[int], new_tokens: int,
             raise RunnerError(f"runner exited {proc.returncode}:\n{proc.stderr}{proc.stdout}")
         with open(logits_path, "rb") as f:
             logits = torch.frombuffer(bytearray(f.read()), dtype=torch.float32).reshape(new_tokens, -1)
-    tokens = re.search(r"^Tokens:(.*)$", proc.stdout, re.M)
     timing = re.search(r"^Prefill: \d+ tokens in ([\d.]+) us; decode: .*\(([\d.]+) tokens/s\)", proc.stdout, re.M)
-    return Decoded([int(t) for t in tokens.group(1).split()], logits, float(timing.group(1)), float(timing.group(2)))
+    return Decoded(printed_tokens(proc.stdout), logits, float(timing.group(1)), float(timing.group(2)))
+
+
+def printed_tokens(runner_output: str) -> list[int]:
+    """The tokens the runner's decode loop printed (its "Tokens:" line)."""
+    return [int(t) for t in re.search(r"^Tokens:(.*)$", runner_output, re.M).group(1).split()]
 
 
 def difference(actual: Decoded, expected: Decoded, tolerance: dict) -> str | None:

@@ -24,6 +24,7 @@ import statistics
 import subprocess
 import sys
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
@@ -338,16 +339,18 @@ def print_checks(checks: list[OpCheck], num_executions: int) -> OpCheck | None:
     return None
 
 
-def profile(pte: str, runs, runner: str, out_dir: str, declared_ops, run_args: list[str], decoding: bool = False) -> int:
+def profile(pte: str, runner: str, out_dir: str, declared_ops, run_args: list[str], runs_of: Callable[[str], list],
+            decoding: bool = False) -> int:
     """Runs `pte` (exported with its ETRecord) in the runner with `run_args` and an ETDump, prints the per-op table
-    (per decode step when `decoding`) and checks every execution's ops; runs: the inputs of each execution. Returns the
-    exit code."""
+    (per decode step when `decoding`) and checks every execution's ops; runs_of: the inputs of each execution, from
+    what the runner printed. Returns the exit code."""
     from executorch.devtools import Inspector, parse_etrecord
     from executorch.devtools.inspector import TimeScale
 
     from flow.export import etrecord_path
 
-    etdump, debug_buffer, _ = run_with_etdump(runner, pte, out_dir, run_args)
+    etdump, debug_buffer, output = run_with_etdump(runner, pte, out_dir, run_args)
+    runs = runs_of(output)
     print(f"Ran it {len(runs)} times: ETDump {etdump}, debug buffer {debug_buffer}")
     etrecord = parse_etrecord(etrecord_path(pte))
     if decoding:
@@ -378,11 +381,14 @@ def profile_model(name: str, runner: str, out_dir: str, declared_ops, new_tokens
     pte = model.export(name, out_dir, etrecord=True)
     print(f"Exported {pte} with its ETRecord")
     prompt = model.model_module().PROMPT
-    # A first run without the ETDump learns the tokens, hence each execution's inputs, which the checks replay.
-    decoded = model.decode_runner(runner, pte, prompt, new_tokens)
-    print(f"Generated tokens: {' '.join(map(str, decoded.tokens))}")
+
+    def runs_of(output: str):  # the executions replayed are those of the run recorded: its own tokens
+        tokens = model.printed_tokens(output)
+        print(f"Generated tokens: {' '.join(map(str, tokens))}")
+        return decoding_runs(prompt, tokens)
+
     run_args = [f"--prompt={','.join(map(str, prompt))}", f"--new_tokens={new_tokens}"]
-    return profile(pte, decoding_runs(prompt, decoded.tokens), runner, out_dir, declared_ops, run_args, decoding=True)
+    return profile(pte, runner, out_dir, declared_ops, run_args, runs_of, decoding=True)
 
 
 def main() -> int:
@@ -431,7 +437,7 @@ def main() -> int:
             pte = export_to_pte(model, inputs, os.path.join(out_dir, f"{name}.pte"), etrecord=True)
             print(f"Exported {pte} with its ETRecord {etrecord_path(pte)}")
         run_args = input_args(inputs, args.num_executions, out_dir, os.path.splitext(os.path.basename(pte))[0])
-        return profile(pte, [inputs] * args.num_executions, runner, out_dir, ops, run_args)
+        return profile(pte, runner, out_dir, ops, run_args, lambda _: [inputs] * args.num_executions)
     except (declarations.DeclarationError, VerificationError, OSError, RuntimeError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

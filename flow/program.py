@@ -84,7 +84,7 @@ class MethodSpec:
     operators: tuple[str, ...]
     kernel_calls: tuple[tuple[int, tuple[str, ...]], ...] = ()  # (operator index, each argument value's kind)
     backends: tuple[str, ...] = ()  # the delegates' backend ids, e.g. ("XnnpackBackend",)
-    payload_problems: tuple[str, ...] = ()  # what is wrong with the delegates' payloads (check 7)
+    delegate_problems: tuple[str, ...] = ()  # what is wrong with the delegates' entries or payloads (check 7)
 
 
 @dataclass(frozen=True)
@@ -156,12 +156,12 @@ def _read_methods(program, data: bytes, segment_base: int | None) -> ProgramSpec
             outputs=tuple(_value_spec(plan.values, i) for i in plan.outputs),
             planned_buffer_sizes=tuple(plan.non_const_buffer_sizes), operators=operators, kernel_calls=calls,
             backends=tuple(delegate.id for delegate in plan.delegates),
-            payload_problems=tuple(problem for i, delegate in enumerate(plan.delegates)
-                                   if (problem := _payload_problem(i, delegate, program, data, segment_base))))
+            delegate_problems=tuple(problem for i, delegate in enumerate(plan.delegates)
+                                   if (problem := _delegate_problem(i, delegate, program, data, segment_base))))
     return ProgramSpec(methods)
 
 
-def _payload_problem(index: int, delegate, program, data: bytes, segment_base: int | None) -> str | None:
+def _delegate_problem(index: int, delegate, program, data: bytes, segment_base: int | None) -> str | None:
     """Check 7 on one delegate: an entry ExecuTorch can read (its BackendDelegate::Init dereferences these fields
     unchecked), and an XNNPACK payload, inline or in a segment the extended header places, that XNNPACK can."""
     from executorch.exir.schema import DataLocation
@@ -272,8 +272,8 @@ def check(source: str | os.PathLike | bytes | ProgramSpec, method: str = "forwar
                                f"most {OPERATOR_NAME_LIMIT - 1}")
     if (problem := kernel_call_problem(spec)) is not None:
         raise ProgramError(problem)
-    if spec.payload_problems:
-        raise ProgramError(spec.payload_problems[0])
+    if spec.delegate_problems:
+        raise ProgramError(spec.delegate_problems[0])
     for kind, values in (("input", spec.inputs), ("output", spec.outputs)):
         for i, value in enumerate(values):
             if value.kind == "missing":

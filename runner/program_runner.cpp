@@ -623,9 +623,9 @@ struct Profiling {
   }
 };
 
-// The delegates' payloads, read before a backend trusts them (xnnpack_payload.h). The program was verified already, so
-// its whole file is read once more here.
-std::optional<std::string> check_delegate_payloads(const executorch::runtime::DataLoader& loader) {
+// The delegates' entries and payloads, read before the runtime and a backend trust them (xnnpack_payload.h). The
+// program was verified already; a delegated one's whole file is read once more here.
+std::optional<std::string> check_delegates_in_file(const executorch::runtime::DataLoader& loader) {
   auto size = loader.size();
   if (!size.ok()) {
     return std::nullopt;  // Program::load read it; nothing to add
@@ -823,7 +823,7 @@ int run_program(
   if (!meta.ok()) {
     return fail("cannot read method '" + options.method + "': " + describe(meta.error()) + logged_errors());
   }
-  if (auto err = check_delegate_payloads(*loader)) {
+  if (auto err = meta->num_backends() == 0 ? std::nullopt : check_delegates_in_file(*loader)) {
     return fail("'" + program_name + "' " + *err + ". Re-export it");
   }
   std::vector<size_t> planned_sizes;
