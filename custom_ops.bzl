@@ -8,6 +8,9 @@
 #   python_module    "python" ops: the module that registers it (importing it must register it and do nothing else)
 #   aot_sources      "cpp" ops: the C++ sources of its PyTorch registration
 #   cuda_sources     "cpp" ops, optional: CUDA kernels, built only with a CUDA build of torch
+#   without_python_sources  "python" ops, optional: the op's schema and CPU kernel registered from C++, for a process
+#                    without Python (AOTInductor's C++ runner); built with its kernel_sources in ATen mode into
+#                    libcustom_ops_without_python.so (-DCUSTOM_OPS_BUILD_AOTI=ON), never loaded beside its module
 #   kernel_sources   its out variant's kernel: compiled for the ExecuTorch runtime and, for "cpp" ops, in ATen mode
 #                    into the AOT library too
 #   elementwise      True: one input, output shaped and laid out like it (gives "cpp" ops the batched vmap rule)
@@ -28,6 +31,7 @@ CUSTOM_OPS = {
         "registered_from": "python",
         "python_module": "custom_ops_1",
         "kernel_sources": ["custom_ops_1_out.cpp"],
+        "without_python_sources": ["custom_ops_1_without_python.cpp"],
         "elementwise": True,
         "bit_exact": True,
         "reference": "custom_ops_1.mul3_reference",
@@ -57,6 +61,7 @@ CUSTOM_OPS = {
         "registered_from": "python",
         "python_module": "update_cache",
         "kernel_sources": ["update_cache_out.cpp"],
+        "without_python_sources": ["update_cache_without_python.cpp"],
         "runtime_registration": "executorch_library",
         "bit_exact": True,
         "reference": "update_cache.update_cache_reference",
@@ -67,6 +72,7 @@ CUSTOM_OPS = {
         "registered_from": "python",
         "python_module": "quantize_rows",
         "kernel_sources": ["quantize_rows_out.cpp"],
+        "without_python_sources": ["quantize_rows_without_python.cpp"],
         "bit_exact": True,
         "reference": "quantize_rows.quantize_rows_reference",
         "example_program": "quantize_rows",

@@ -1,7 +1,8 @@
-// The ExecuTorch runtime kernel of my_ops::quantize_rows.out (quantize_rows.py registers the op with PyTorch): per row
-// of the last dimension, scale = max|x| / (2^(bits-1) - 1) and values = round_half_even(x / scale) as int8, two
-// outputs of different dtypes and shapes. Bit for bit the ATen reference: the same float operations in the same order
-// (Half and BFloat16 widen exactly to float first).
+// The kernel of my_ops::quantize_rows.out (quantize_rows.py registers the op with PyTorch): per row of the last
+// dimension, scale = max|x| / (2^(bits-1) - 1) and values = round_half_even(x / scale) as int8, two outputs of
+// different dtypes and shapes. Bit for bit the ATen reference: the same float operations in the same order (Half and
+// BFloat16 widen exactly to float first). ExecuTorch mode: the runtime kernel; ATen mode (-DUSE_ATEN_LIB): the CPU
+// kernel quantize_rows_without_python.cpp registers for processes without Python (AOTInductor's C++ runner).
 #include <atomic>
 #include <cmath>
 
@@ -46,8 +47,47 @@ bool quantize_rows(const T* in, int8_t* values, float* scales, int64_t first, in
   return finite;
 }
 
+// Every row of the contiguous input, on the thread pool; returns whether all were finite.
+bool quantize_all(const Tensor& input, Tensor& values, Tensor& scales, int bits, bool& all_rows_ran) {
+  const int64_t cols = input.size(input.dim() - 1);
+  const int64_t row_count = input.numel() / cols;
+  std::atomic<bool> finite{true};
+  contract::FloatingDtypes::visit(input.scalar_type(), [&](auto tag) {
+    using T = decltype(tag);
+    const T* x = input.const_data_ptr<T>();
+    int8_t* v = values.mutable_data_ptr<int8_t>();
+    float* s = scales.mutable_data_ptr<float>();
+    all_rows_ran = rows::for_each_row(row_count, cols * static_cast<int64_t>(sizeof(T)), [&](int64_t first, int64_t end) {
+      if (!quantize_rows(x, v, s, first, end, cols, bits)) {
+        finite.store(false, std::memory_order_relaxed);
+      }
+    });
+  });
+  return finite.load();
+}
+
 } // namespace
 
+#ifdef USE_ATEN_LIB
+std::tuple<at::Tensor&, at::Tensor&> quantize_rows_out_impl(const at::Tensor& input, int64_t bits, at::Tensor& values,
+                                                            at::Tensor& scales) {
+  contract::check_dtype<contract::FloatingDtypes>(input, kOp, "input");
+  contract::check_dtype<contract::DtypeSet<ScalarType::Char>>(values, kOp, "values");
+  contract::check_dtype<contract::DtypeSet<ScalarType::Float>>(scales, kOp, "scales");
+  TORCH_CHECK(bits >= 2 && bits <= 8, kOp, ": bits must be 2 to 8, got ", bits);
+  TORCH_CHECK(input.dim() >= 1 && input.size(-1) > 0, kOp, ": input needs a non-empty last dimension (the rows "
+              "quantized), got shape ", input.sizes());
+  const at::Tensor x = input.contiguous();
+  contract::resize_output(values, x.sym_sizes(), kOp);
+  contract::resize_output(scales, x.sym_sizes().slice(0, x.dim() - 1), kOp);
+  TORCH_CHECK(values.is_contiguous() && scales.is_contiguous(), kOp, ": values and scales must be contiguous");
+  contract::check_memory(kOp, {{values, "values"}, {scales, "scales"}}, {{x, "input"}});
+  bool all_rows_ran = true;  // ATen's pool throws when it fails
+  TORCH_CHECK(quantize_all(x, values, scales, static_cast<int>(bits), all_rows_ran), kOp,
+              ": the input holds NaN or infinity, which has no quantized value");
+  return {values, scales};
+}
+#else
 std::tuple<executorch::aten::Tensor&, executorch::aten::Tensor&> quantize_rows_out_impl(
     executorch::runtime::KernelRuntimeContext& ctx,
     const executorch::aten::Tensor& input,
@@ -72,26 +112,14 @@ std::tuple<executorch::aten::Tensor&, executorch::aten::Tensor&> quantize_rows_o
       !contract::check_memory(ctx, kOp, {{values, "values"}, {scales, "scales"}}, {{input, "input"}})) {
     return result;
   }
-  const int64_t cols = input.size(input.dim() - 1);
-  const int64_t row_count = input.numel() / cols;
-  std::atomic<bool> finite{true};
   bool all_rows_ran = true;
-  contract::FloatingDtypes::visit(input.scalar_type(), [&](auto tag) {
-    using T = decltype(tag);
-    const T* x = input.const_data_ptr<T>();
-    int8_t* v = values.mutable_data_ptr<int8_t>();
-    float* s = scales.mutable_data_ptr<float>();
-    all_rows_ran = rows::for_each_row(row_count, cols * static_cast<int64_t>(sizeof(T)), [&](int64_t first, int64_t end) {
-      if (!quantize_rows(x, v, s, first, end, cols, static_cast<int>(bits))) {
-        finite.store(false, std::memory_order_relaxed);
-      }
-    });
-  });
+  const bool finite = quantize_all(input, values, scales, static_cast<int>(bits), all_rows_ran);
   ET_KERNEL_CHECK_MSG(ctx, all_rows_ran, Internal, result, "%s: the threadpool did not run all of the rows", kOp);
-  ET_KERNEL_CHECK_MSG(ctx, finite.load(), InvalidArgument, result,
+  ET_KERNEL_CHECK_MSG(ctx, finite, InvalidArgument, result,
                       "%s: the input holds NaN or infinity, which has no quantized value", kOp);
   return result;
 }
+#endif
 
 } // namespace native
 } // namespace custom

@@ -5,8 +5,9 @@
 #       at configure time: checks the selection against custom_ops.yaml and custom_ops.bzl (a mistake is a configure
 #       error naming the fix), writes the selection yamls into the build directory and sets CUSTOM_OPS_SELECTED,
 #       CUSTOM_OPS_BY_CODEGEN (those registered by codegen; the others' sources register themselves),
-#       CUSTOM_OPS_KERNEL_SOURCES, CUSTOM_OPS_AOT_SOURCES (empty unless a selected op is registered from C++) and
-#       CUSTOM_OPS_CUDA_SOURCES. Editing the yaml, the declarations or the model file re-runs it.
+#       CUSTOM_OPS_KERNEL_SOURCES, CUSTOM_OPS_AOT_SOURCES (empty unless a selected op is registered from C++),
+#       CUSTOM_OPS_CUDA_SOURCES and CUSTOM_OPS_WITHOUT_PYTHON_SOURCES (the C++ registration and ATen-mode kernels of
+#       the selected ops registered from Python, for processes without Python). Editing the yaml, the declarations or the model file re-runs it.
 #   generate_kernel_bindings(OUTPUT_DIR <dir> SELECTION <yaml> [ATEN] SOURCES_VAR <var>)
 #       at build time: the registration sources for the ExecuTorch runtime, or (ATEN) the schemas and CPU
 #       registration for the PyTorch AOT library.
@@ -45,7 +46,7 @@ function(plan_custom_ops)
     "${CUSTOM_OPS_REPO_ROOT}/custom_ops.yaml" "${CUSTOM_OPS_REPO_ROOT}/custom_ops.bzl")
   include("${CMAKE_CURRENT_BINARY_DIR}/custom_ops_plan.cmake")
   foreach(var CUSTOM_OPS_SELECTED CUSTOM_OPS_BY_CODEGEN CUSTOM_OPS_KERNEL_SOURCES CUSTOM_OPS_AOT_SOURCES
-          CUSTOM_OPS_CUDA_SOURCES)
+          CUSTOM_OPS_CUDA_SOURCES CUSTOM_OPS_WITHOUT_PYTHON_SOURCES)
     set(${var} "${${var}}" PARENT_SCOPE)
   endforeach()
 endfunction()

@@ -81,7 +81,8 @@ def checked_declarations(check_sources: bool = True) -> dict[str, declarations.D
             raise SelectionError(f"custom_ops.yaml binds {op.out_name}, which custom_ops.bzl registers with "
                                  "EXECUTORCH_LIBRARY (runtime_registration 'executorch_library'): it would be "
                                  "registered twice; remove the yaml entry, or the runtime_registration field")
-        for source in (*op.kernel_sources, *op.aot_sources, *op.cuda_sources) if check_sources else ():
+        sources = (*op.kernel_sources, *op.aot_sources, *op.cuda_sources, *op.without_python_sources)
+        for source in sources if check_sources else ():
             if not os.path.isfile(os.path.join(REPO_ROOT, source)):
                 raise SelectionError(f"custom_ops.bzl: {op.name} names {source}, which does not exist")
         if check_sources:
@@ -277,6 +278,10 @@ def plan(build_dir: str, *, root_ops=None, model_file=None, example=None) -> Non
     cpp = [op for op in chosen if op.from_cpp]
     if cpp:
         write_selection(os.path.join(build_dir, "aot_selected_operators.yaml"), [op.out_name for op in cpp])
+    # The C++ registration of the selected Python-registered ops and their kernels (ATen mode), for processes without
+    # Python (AOTInductor's runner).
+    without_python = [s for op in chosen if op.without_python_sources for s in (*op.without_python_sources,
+                                                                              *op.kernel_sources)]
     lines = [
         "# Written by codegen/run_codegen.py plan: the selected ops and what to build for them.",
         f'set(CUSTOM_OPS_SELECTED "{";".join(op.name for op in chosen)}")',
@@ -284,6 +289,7 @@ def plan(build_dir: str, *, root_ops=None, model_file=None, example=None) -> Non
         f'set(CUSTOM_OPS_KERNEL_SOURCES "{cmake_list(s for op in chosen for s in op.kernel_sources)}")',
         f'set(CUSTOM_OPS_AOT_SOURCES "{cmake_list(s for op in cpp for s in (*op.aot_sources, *op.kernel_sources))}")',
         f'set(CUSTOM_OPS_CUDA_SOURCES "{cmake_list(s for op in cpp for s in op.cuda_sources)}")',
+        f'set(CUSTOM_OPS_WITHOUT_PYTHON_SOURCES "{cmake_list(without_python)}")',
     ]
     with open(os.path.join(build_dir, "custom_ops_plan.cmake"), "w") as f:
         f.write("\n".join(lines) + "\n")

@@ -39,6 +39,7 @@ class DeclaredOp:
     python_module: str | None = None
     aot_sources: tuple[str, ...] = ()
     cuda_sources: tuple[str, ...] = ()
+    without_python_sources: tuple[str, ...] = ()  # "python" ops: C++ schema + CPU kernel for processes without Python
     elementwise: bool = False
     bit_exact: bool = False
 
@@ -162,6 +163,9 @@ def _check(name: str, entry: object, path: str) -> DeclaredOp:
         raise DeclarationError(f"{where}: registered_from 'python' needs python_module (the module that registers it)")
     if origin == "cpp" and not entry.get("aot_sources"):
         raise DeclarationError(f"{where}: registered_from 'cpp' needs aot_sources (its TORCH_LIBRARY_FRAGMENT sources)")
+    if entry.get("without_python_sources") and origin != "python":
+        raise DeclarationError(f"{where}: without_python_sources is for ops registered from Python; an op registered "
+                               "from C++ has its aot_sources in every process")
     if origin not in ("python", "cpp"):
         raise DeclarationError(f"{where}: registered_from must be 'python' or 'cpp', got {origin!r}")
     if ("example_inputs" in entry) == ("example_model" in entry):
@@ -188,7 +192,7 @@ def _check(name: str, entry: object, path: str) -> DeclaredOp:
         raise DeclarationError(f"{where}: reference must be 'module.function', a function computing the op with ATen "
                                f"ops; got {entry['reference']!r}")
     values = {**entry, "example_inputs": tuple(inputs)}
-    for key in ("kernel_sources", "aot_sources", "cuda_sources"):
+    for key in ("kernel_sources", "aot_sources", "cuda_sources", "without_python_sources"):
         values[key] = tuple(entry.get(key, ()))
     return DeclaredOp(name=name, **values)
 

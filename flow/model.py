@@ -149,12 +149,18 @@ def decode_runtime(pte: str, prompt: Sequence[int], new_tokens: int, *, generati
 
 def decode_runner(runner: str, pte: str, prompt: Sequence[int], new_tokens: int, *, generations: int = 1) -> Decoded:
     """In the C++ runner's decode loop (--prompt/--new_tokens), `generations` times; the last generation."""
+    return decode_command([runner, f"--model_path={pte}"], prompt, new_tokens, generations=generations)
+
+
+def decode_command(command: Sequence[str], prompt: Sequence[int], new_tokens: int, *, generations: int = 1) -> Decoded:
+    """decode_runner for any runner with the same decoding flags and output (custom_ops_aoti_runner too): `command`
+    is the runner and the flags that name the model."""
     from flow.runner import RunnerError
 
     with tempfile.TemporaryDirectory() as tmp:
         logits_path = os.path.join(tmp, "logits.bin")
         proc = subprocess.run(
-            [runner, f"--model_path={pte}", f"--prompt={','.join(map(str, prompt))}", f"--new_tokens={new_tokens}",
+            [*command, f"--prompt={','.join(map(str, prompt))}", f"--new_tokens={new_tokens}",
              f"--num_executions={generations}", f"--logits_path={logits_path}"],
             capture_output=True, text=True, timeout=600)
         if proc.returncode != 0:

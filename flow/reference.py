@@ -59,8 +59,12 @@ def reference_runs(pt2_path: str, runs, declared_ops) -> list[list]:
     mutated buffer) carries from one to the next, as in the runtime. The outputs of each, flattened and cloned."""
     if not os.path.isfile(pt2_path):
         raise FileNotFoundError(pt2_path)
-    module = torch.export.load(pt2_path).module()
-    interpreter = ReferenceInterpreter(module, references(declared_ops))
+    return program_reference_runs(torch.export.load(pt2_path), runs, declared_ops)
+
+
+def program_reference_runs(exported: torch.export.ExportedProgram, runs, declared_ops) -> list[list]:
+    """reference_runs of an ExportedProgram in memory."""
+    interpreter = ReferenceInterpreter(exported.module(), references(declared_ops))
     results = []
     with torch.no_grad():
         for inputs in runs:

@@ -56,27 +56,39 @@ def run_pte(
     emulator: a command that runs the runner, for one built for another architecture (e.g. qemu-aarch64 -L ...).
     """
     with tempfile.TemporaryDirectory() as tmp:
-        input_flags = []  # one --inputs per execution's group
-        for g, group in enumerate([inputs, *later_inputs]):
-            files = [os.path.join(tmp, f"input{g}_{i}.bin") for i in range(len(group))]
-            for t, path in zip(group, files):
-                tensor_to_file(t, path)
-            input_flags.append(f"--inputs={','.join(files)}")
         out_files = [os.path.join(tmp, f"output{i}.bin") for i in range(len(expected_like))]
-        cmd = [*emulator, runner, f"--model_path={pte_path}", *input_flags,
+        cmd = [*emulator, runner, f"--model_path={pte_path}", *input_flags(tmp, [inputs, *later_inputs]),
                f"--outputs={','.join(out_files)}", f"--num_executions={num_executions}"]
         if pass_shapes:
             cmd.append("--input_shapes=" + ",".join("x".join(map(str, t.shape)) for t in inputs))
-        proc = subprocess.run([*cmd, *extra_args], capture_output=True, text=True, timeout=300)
-        if proc.returncode != 0:
-            raise RunnerError(f"runner exited {proc.returncode}:\n{proc.stderr}{proc.stdout}")
-        outputs = []
-        for path, like, (shape, order) in zip(out_files, expected_like, _printed_outputs(proc.stdout)):
-            with open(path, "rb") as f:
-                data = bytearray(f.read())
-            flat = torch.frombuffer(data, dtype=like.dtype) if data else torch.empty(0, dtype=like.dtype)
-            order = order or list(range(len(shape)))
-            # The bytes are in memory order: view them with that order's shape, then put the dimensions back.
-            in_memory = flat.reshape([shape[d] for d in order])
-            outputs.append(in_memory.permute([order.index(d) for d in range(len(shape))]))
-        return outputs
+        return run_and_read_outputs([*cmd, *extra_args], out_files, expected_like)
+
+
+def input_flags(directory: str, groups: Sequence[Sequence[torch.Tensor]]) -> list[str]:
+    """Writes each execution's inputs into `directory`; one --inputs flag per execution's group."""
+    flags = []
+    for g, group in enumerate(groups):
+        files = [os.path.join(directory, f"input{g}_{i}.bin") for i in range(len(group))]
+        for t, path in zip(group, files):
+            tensor_to_file(t, path)
+        flags.append(f"--inputs={','.join(files)}")
+    return flags
+
+
+def run_and_read_outputs(cmd: Sequence[str], out_files: Sequence[str],
+                         expected_like: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """Runs a runner command that writes its outputs to `out_files` and prints their shapes; reads them back with the
+    dtypes of `expected_like`."""
+    proc = subprocess.run(list(cmd), capture_output=True, text=True, timeout=300)
+    if proc.returncode != 0:
+        raise RunnerError(f"runner exited {proc.returncode}:\n{proc.stderr}{proc.stdout}")
+    outputs = []
+    for path, like, (shape, order) in zip(out_files, expected_like, _printed_outputs(proc.stdout)):
+        with open(path, "rb") as f:
+            data = bytearray(f.read())
+        flat = torch.frombuffer(data, dtype=like.dtype) if data else torch.empty(0, dtype=like.dtype)
+        order = order or list(range(len(shape)))
+        # The bytes are in memory order: view them with that order's shape, then put the dimensions back.
+        in_memory = flat.reshape([shape[d] for d in order])
+        outputs.append(in_memory.permute([order.index(d) for d in range(len(shape))]))
+    return outputs

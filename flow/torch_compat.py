@@ -1,18 +1,22 @@
-"""A workaround for a bug in the pinned torch (2.13.0) that these ops would otherwise hit, narrowed to this project's
+"""Workarounds for two bugs in the pinned torch (2.13.0) that these ops would otherwise hit, narrowed to this project's
 op namespaces. flow.registration and the my_ops package call apply("my_ops") once the ops are registered; importing
 this module costs nothing, and it imports only the standard library and torch (the my_ops wheel carries a copy).
 
-The bug: Inductor lowers a functional custom op to its `Tag.out` overload and calls it with `out=buf`, whatever the
-schema names the out argument (ours: `output`, the upstream example's schema), so `torch.compile` of mul3/mul4 fails
-with "missing value for argument 'output'". pytorch/pytorch#175117 fixes it upstream.
+Both bugs are in Inductor's lowering of a functional custom op with one output to its `Tag.out` overload:
+  1. it calls the out overload with `out=buf`, whatever the schema names the out argument (ours: `output`, the
+     upstream example's schema), so `torch.compile` of mul3/mul4 fails with "missing value for argument 'output'"
+     (pytorch/pytorch#175117 fixes it upstream);
+  2. with dynamic shapes it builds the output buffer's layout from the fake output's SymInt sizes, which its layout
+     refuses (an AssertionError in FixedLayout; pytorch/pytorch#185503), so torch.compile(dynamic=True) and
+     AOTInductor fail on any of our single-output ops in a model with a dynamic dimension (decoder.py's rms_norm).
 
-The workaround: for ops in the namespaces given to apply() whose single out argument is not named `out`, Inductor is
-told there is no out variant, so it calls the functional op as a plain fallback kernel: correct, only without
-output-buffer reuse. Other libraries' ops, and multi-output out variants (whose lowering names its arguments), are
-untouched. Whether the bug is present is decided by behaviour: the first time Inductor asks about one of our ops, a
-subprocess compiles a probe op with an out argument named `result` (about 5 s, once per process). On a torch without
-`torch._library._out_variant` there is nothing to patch and apply() does nothing. One patch per process, whichever
-copy of this module applies it first: the namespaces live on the patched function itself.
+The workaround: for ops in the namespaces given to apply() that one of the bugs would hit, Inductor is told there is
+no out variant, so it calls the functional op as a plain fallback kernel: correct, only without output-buffer reuse.
+Other libraries' ops, and multi-output out variants (whose lowering names its arguments and never takes this path),
+are untouched. Whether each bug is present is decided by behaviour: the first time Inductor asks about one of our ops,
+a subprocess compiles two probe ops (about 6 s, once per process). On a torch without `torch._library._out_variant`
+there is nothing to patch and apply() does nothing. One patch per process, whichever copy of this module applies it
+first: the namespaces live on the patched function itself.
 """
 
 from __future__ import annotations
@@ -27,33 +31,58 @@ log = logging.getLogger(__name__)
 _PROBE = r"""
 import torch
 lib = torch.library.Library("_torch_compat_probe", "DEF")
-lib.define("scale(Tensor x) -> Tensor")
-lib.define("scale.out(Tensor x, *, Tensor(a!) result) -> Tensor(a!)", tags=(torch.Tag.out,))
-torch.library.impl(lib, "scale", "CompositeExplicitAutograd")(lambda x: x * 2)
-torch.library.impl(lib, "scale.out", "CompositeExplicitAutograd")(lambda x, *, result: torch.mul(x, 2, out=result))
-torch.library.register_fake("_torch_compat_probe::scale", lib=lib)(torch.empty_like)
+for name, out in (("scale", "result"), ("twice", "out")):
+    lib.define(f"{name}(Tensor x) -> Tensor")
+    lib.define(f"{name}.out(Tensor x, *, Tensor(a!) {out}) -> Tensor(a!)", tags=(torch.Tag.out,))
+    torch.library.impl(lib, name, "CompositeExplicitAutograd")(lambda x: x * 2)
+    torch.library.impl(lib, f"{name}.out", "CompositeExplicitAutograd")(
+        lambda x, **out: torch.mul(x, 2, out=next(iter(out.values()))))
+    torch.library.register_fake(f"_torch_compat_probe::{name}", lib=lib)(torch.empty_like)
 torch._inductor.config.force_disable_caches = True  # a cached graph from another torch would hide the answer
-try:
-    y = torch.compile(torch.ops._torch_compat_probe.scale.default, fullgraph=True)(torch.ones(3))
-    print("PROBE:" + ("works" if y.tolist() == [2.0, 2.0, 2.0] else "wrong result"))
-except Exception as err:
-    print("PROBE:" + ("bug" if "missing value for argument 'result'" in str(err) else f"error {err!r}"))
+ops = torch.ops._torch_compat_probe
+probes = {  # bug name: (function, inputs, the error message that means the bug)
+    "out_kwarg": (lambda x: ops.scale.default(x), [torch.ones(3)], "missing value for argument 'result'"),
+    "dynamic_shapes": (lambda x: ops.twice.default(x + 1), [torch.ones(3), torch.ones(5)], "FixedLayout"),
+}
+for bug, (fn, inputs, signature) in probes.items():
+    try:
+        compiled = torch.compile(fn, fullgraph=True, dynamic=bug == "dynamic_shapes")
+        ok = all(compiled(x).tolist() == fn(x).tolist() for x in inputs)
+        print(f"PROBE:{bug}:" + ("works" if ok else "wrong result"))
+    except Exception as err:
+        import traceback
+        print(f"PROBE:{bug}:" + ("bug" if signature in traceback.format_exc() else f"error {err!r}"))
 """
+BUGS = ("out_kwarg", "dynamic_shapes")
 
 
 @functools.cache
-def inductor_hardcodes_out_kwarg() -> bool:
-    """True when this torch's Inductor calls out variants with `out=` regardless of the argument's name."""
+def _probe() -> dict[str, bool]:
+    """Which of BUGS this torch's Inductor has."""
     try:
         proc = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=600)
-        verdict = next((line[len("PROBE:"):] for line in proc.stdout.splitlines() if line.startswith("PROBE:")), None)
+        verdicts = dict(line[len("PROBE:"):].split(":", 1) for line in proc.stdout.splitlines()
+                        if line.startswith("PROBE:"))
     except (OSError, subprocess.SubprocessError) as err:
-        verdict = f"probe did not run: {err}"
-    if verdict not in ("works", "bug"):
-        # The fallback kernel is always correct, so an inconclusive probe keeps the workaround on.
-        log.warning("torch_compat: Inductor out-variant probe inconclusive (%s); keeping the workaround", verdict)
-        return True
-    return verdict == "bug"
+        verdicts = {bug: f"probe did not run: {err}" for bug in BUGS}
+    found = {}
+    for bug in BUGS:
+        verdict = verdicts.get(bug, "no answer")
+        if verdict not in ("works", "bug"):
+            # The fallback kernel is always correct, so an inconclusive probe keeps the workaround on.
+            log.warning("torch_compat: Inductor probe %s inconclusive (%s); keeping the workaround", bug, verdict)
+        found[bug] = verdict != "works"
+    return found
+
+
+def inductor_hardcodes_out_kwarg() -> bool:
+    """True when this torch's Inductor calls out variants with `out=` regardless of the argument's name (bug 1)."""
+    return _probe()["out_kwarg"]
+
+
+def inductor_fails_dynamic_out_lowering() -> bool:
+    """True when this torch's Inductor cannot lower a custom op to its out variant under dynamic shapes (bug 2)."""
+    return _probe()["dynamic_shapes"]
 
 
 def apply(namespace: str) -> None:
@@ -77,8 +106,7 @@ def apply(namespace: str) -> None:
             candidate is not None
             and op.namespace in to_out_variant.custom_ops_namespaces
             and len(names := out_variant.get_out_arg_names(candidate)) == 1
-            and names != ["out"]
-            and inductor_hardcodes_out_kwarg()
+            and ((names != ["out"] and inductor_hardcodes_out_kwarg()) or inductor_fails_dynamic_out_lowering())
         ):
             return None
         return candidate

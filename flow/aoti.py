@@ -1,0 +1,182 @@
+"""AOTInductor, PyTorch's other way to run an exported model without Python, beside ExecuTorch: packages each declared
+op's example program and the example decoder with torch._inductor.aoti_compile_and_package (CPU), runs every package
+in custom_ops_aoti_runner (runner/aoti_runner.cpp: C++, no Python) and checks it against the same eager references
+the ExecuTorch flow uses. Then it checks that a package whose op library is missing fails with one clear error line.
+
+    python -m flow.aoti --build_dir cmake-out/aoti      (a CMake build with -DCUSTOM_OPS_BUILD_AOTI=ON)
+
+How custom ops reach the package: Inductor compiles everything else into the package's shared library and calls each
+custom op through AOTInductor's proxy executor, which finds it in PyTorch's dispatcher when the package loads. So the
+runner loads the libraries that register them (--op_library), as Python would import them: libcustom_ops_aot_lib.so
+for ops registered from C++, libcustom_ops_without_python.so for the C++ kernels of ops registered from Python (each
+declared op's without_python_sources). Packaging takes seconds to a minute per program, so packages are cached under
+cmake-out/aoti/packages/, named by a hash of every source that can change them (package_path()).
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import hashlib
+import os
+import subprocess
+import sys
+import tempfile
+from typing import Sequence
+
+import torch
+
+from flow import REPO_ROOT
+
+PACKAGE_DIR = os.path.join(REPO_ROOT, "cmake-out", "aoti", "packages")
+RUNNER = "custom_ops_aoti_runner"
+OP_LIBRARIES = ("libcustom_ops_aot_lib.so", "libcustom_ops_without_python.so")
+MODEL = "decoder"  # the float32 decoder (flow.model.VARIANTS): the package compared with decoder.pte
+STATELESS_EXECUTIONS = 3  # as the ExecuTorch verifier: an execution that spoils the next one's inputs shows
+
+
+def source_hash() -> str:
+    """A hash of what a package depends on: torch's version, the declarations, every Python module and C++ source at
+    the repository's top level (models, ops, their kernels) and the flow package itself."""
+    digest = hashlib.sha256(torch.__version__.encode())
+    files = sorted({*glob.glob(os.path.join(REPO_ROOT, "*.py")), *glob.glob(os.path.join(REPO_ROOT, "*.cpp")),
+                    *glob.glob(os.path.join(REPO_ROOT, "flow", "*.py")), os.path.join(REPO_ROOT, "custom_ops.bzl")})
+    for path in files:
+        digest.update(os.path.relpath(path, REPO_ROOT).encode())
+        with open(path, "rb") as f:
+            digest.update(f.read())
+    return digest.hexdigest()[:16]
+
+
+def package_path(name: str) -> str:
+    return os.path.join(PACKAGE_DIR, f"{name}-{source_hash()}.pt2")
+
+
+def package(name: str, exported: torch.export.ExportedProgram) -> str:
+    """The AOTInductor package of `exported`, made once per source hash; returns its path."""
+    from flow.export import written_whole
+
+    path = package_path(name)
+    if not os.path.isfile(path):
+        os.makedirs(PACKAGE_DIR, exist_ok=True)
+        with tempfile.TemporaryDirectory() as tmp:  # packaged aside, then moved in whole
+            made = torch._inductor.aoti_compile_and_package(exported, package_path=os.path.join(tmp, "p.pt2"))
+            with open(made, "rb") as f:
+                data = f.read()
+        written_whole(path, lambda f: f.write(data))
+    return path
+
+
+def runner_command(build_dir: str, package_file: str, op_libraries: Sequence[str] | None = None) -> list[str]:
+    """The runner and the flags naming the package and the op libraries (default: both of the build's)."""
+    libraries = [os.path.join(build_dir, lib) for lib in OP_LIBRARIES] if op_libraries is None else op_libraries
+    command = [os.path.join(build_dir, RUNNER), f"--package={package_file}"]
+    return command + ([f"--op_library={','.join(libraries)}"] if libraries else [])
+
+
+def input_spec(t: torch.Tensor) -> str:
+    return f"{str(t.dtype).removeprefix('torch.')}:{'x'.join(map(str, t.shape))}"
+
+
+def run_package(command: Sequence[str], runs: Sequence[Sequence[torch.Tensor]], expected_like: Sequence[torch.Tensor],
+                num_executions: int) -> list[torch.Tensor]:
+    """The outputs of the last of `num_executions` executions; execution N takes runs[N % len(runs)]."""
+    from flow.runner import input_flags, run_and_read_outputs
+
+    runs = [[t.contiguous() for t in run] for run in runs]
+    with tempfile.TemporaryDirectory() as tmp:
+        out_files = [os.path.join(tmp, f"output{i}.bin") for i in range(len(expected_like))]
+        return run_and_read_outputs(
+            [*command, *input_flags(tmp, runs), f"--input_specs={','.join(map(input_spec, runs[0]))}",
+             f"--outputs={','.join(out_files)}", f"--num_executions={num_executions}"], out_files, expected_like)
+
+
+def check_example(op, build_dir: str) -> str:
+    """Packages `op`'s example program, runs it in the C++ runner and compares with the op's reference (bit for bit
+    where declared bit_exact), executed several times (a stateful example: its executions in order). Returns what to
+    print; AssertionError on a difference."""
+    from flow import compare
+    from flow.export import example_of
+    from flow.reference import program_reference_runs
+
+    model, runs = example_of(op)
+    exported = torch.export.export(model, runs[0], strict=True)
+    path = package(op.example_program, exported)
+    expected = program_reference_runs(exported, runs, [op])
+    stateful = len(runs) > 1
+    problems = []
+    for n in [len(runs)] if stateful else sorted({1, STATELESS_EXECUTIONS}):
+        actual = run_package(runner_command(build_dir, path), runs, expected[-1], n)
+        problems += [f"execution {n}: {p}" for p in compare.mismatches(actual, expected[-1], exact=op.bit_exact)]
+    if problems:
+        raise AssertionError(f"{op.example_program} (AOTInductor) differs from {op.name}'s reference: "
+                             + "; ".join(problems))
+    how = "bit for bit" if op.bit_exact else "within dtype tolerance"
+    return f"{op.example_program}: {os.path.relpath(path)} matches {op.short_name}'s reference {how}"
+
+
+def export_model(max_seq: int | None = None) -> torch.export.ExportedProgram:
+    """The float32 decoder with the custom ops, exported with the dynamic prompt length (as for ExecuTorch)."""
+    from flow import model
+
+    m = model.model_module()
+    return torch.export.export(model.build(model.VARIANTS[MODEL], max_seq=max_seq), m.prompt_inputs(),
+                               dynamic_shapes=m.dynamic_shapes(model.config(max_seq)), strict=True)
+
+
+def model_package() -> str:
+    return package(MODEL, export_model())
+
+
+def check_model(build_dir: str) -> list[str]:
+    """Decodes the decoder's package twice in the C++ runner (the second generation starts over on the caches the
+    first filled) and compares with eager, as flow.model does for the .pte."""
+    from flow import model
+
+    m = model.model_module()
+    path = model_package()
+    expected = model.decode_eager(model.build(model.VARIANTS[MODEL], reference=True), m.PROMPT, m.NEW_TOKENS)
+    decoded = model.decode_command(runner_command(build_dir, path), m.PROMPT, m.NEW_TOKENS, generations=2)
+    if (problem := model.difference(decoded, expected, model.FLOAT32_TOLERANCE)) is not None:
+        raise AssertionError(f"{os.path.relpath(path)} in {RUNNER}: {problem}")
+    return [f"{MODEL}: {expected.tokens} in {RUNNER} and eager",
+            f"{RUNNER}: prefill of {len(m.PROMPT)} tokens {decoded.prefill_us:.0f} us, decode "
+            f"{decoded.decode_tokens_per_s:.0f} tokens/s"]
+
+
+def missing_library_error(build_dir: str, package_file: str, op_libraries: Sequence[str]) -> str:
+    """The runner's error line for `package_file` loaded with only `op_libraries`; AssertionError unless it fails
+    cleanly (exit code 1, one error line) naming an op and the --op_library fix."""
+    command = runner_command(build_dir, package_file, op_libraries)
+    proc = subprocess.run([*command, "--prompt=1", "--new_tokens=1"], capture_output=True, text=True, timeout=300)
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    if proc.returncode != 1 or len(errors) != 1 or "my_ops::" not in errors[0] or "--op_library" not in errors[0]:
+        raise AssertionError(f"{RUNNER} without {', '.join(sorted(set(OP_LIBRARIES) - set(map(os.path.basename, op_libraries))))} "
+                             f"should fail with one error line naming the op and --op_library; it exited "
+                             f"{proc.returncode}:\n{proc.stderr}")
+    return errors[0]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--build_dir", required=True,
+                        help=f"a CMake build with every op and -DCUSTOM_OPS_BUILD_AOTI=ON: {RUNNER} and the op libraries")
+    args = parser.parse_args()
+    from flow import declarations, model
+
+    model.register_ops(args.build_dir)
+    try:
+        for op in declarations.load().values():
+            print(check_example(op, args.build_dir))
+        for line in check_model(args.build_dir):
+            print(line)
+        line = missing_library_error(args.build_dir, model_package(), [])
+        print(f"without its op libraries the runner refuses the package: {line}")
+    except (AssertionError, RuntimeError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,348 @@
+// AOTInductor's side of the comparison with ExecuTorch (flow/aoti.py, docs/aoti.md): loads a package written by
+// torch._inductor.aoti_compile_and_package and runs it from C++, without Python. Custom ops reach the package's
+// code through AOTInductor's proxy executor, which looks each one up in PyTorch's dispatcher when the package loads:
+// the libraries that register them are loaded here first (--op_library), as Python would import them. Every failure
+// is one "error:" line naming the problem and the fix, exit code 1 (2 for a bad command line).
+#include <dlfcn.h>
+
+#include <ATen/ATen.h>
+#include <torch/csrc/inductor/aoti_package/model_package_loader.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cinttypes>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+constexpr const char* kUsage = R"(usage: custom_ops_aoti_runner --package=FILE.pt2 [options]
+  --op_library=A.so,...     load these libraries first (RTLD_GLOBAL), in order: they register the custom ops the
+                            package calls (libcustom_ops_aot_lib.so: ops registered from C++;
+                            libcustom_ops_without_python.so: C++ kernels of the ops registered from Python)
+  --inputs=A.bin,...        one raw little-endian file per input, row-major. Repeated, one list per execution:
+                            execution N takes list N modulo their count (state across executions, e.g. a cache)
+  --input_specs=float32:2x3,int64:1   each input's dtype and shape (a 0-d tensor: "float32:")
+  --outputs=O.bin,...       write each output's raw bytes (row-major) to these files
+  --num_executions=N        run N times, 1 to 1000000 (default: 1); outputs are the last run's
+Greedy decoding, for a package whose model takes (tokens int64 [1, T], input_pos int64 [1]) and returns the last
+position's logits (float32 [1, vocab]), keeping its KV cache as state (decoder.py):
+  --prompt=1,17,42          token ids: run at position 0 (prefill), then each argmax is fed back at the next position
+  --new_tokens=N            how many tokens to generate, 1 to 1000000 (--num_executions repeats the generation)
+  --logits_path=FILE        write every step's logits (float32, one row per step) of the last generation
+)";
+constexpr uint64_t kMaxCount = 1000000;
+
+struct Options {
+  std::string package;
+  std::vector<std::string> op_libraries;
+  std::vector<std::vector<std::string>> inputs;
+  std::vector<std::string> input_specs;
+  std::vector<std::string> outputs;
+  uint64_t num_executions = 1;
+  std::vector<int64_t> prompt;
+  uint64_t new_tokens = 0;
+  std::string logits_path;
+};
+
+int fail(const std::string& message, int code = 1) {
+  std::fprintf(stderr, "error: %s\n", message.c_str());
+  return code;
+}
+
+std::vector<std::string> split(const std::string& text, char sep) {
+  std::vector<std::string> parts;
+  std::stringstream stream(text);
+  for (std::string part; std::getline(stream, part, sep);) {
+    parts.push_back(part);
+  }
+  return parts;
+}
+
+std::optional<uint64_t> parse_count(const std::string& text) {
+  if (text.empty() || text.size() > 7 || text.find_first_not_of("0123456789") != std::string::npos) {
+    return std::nullopt;
+  }
+  const uint64_t value = std::stoull(text);
+  return value >= 1 && value <= kMaxCount ? std::optional<uint64_t>(value) : std::nullopt;
+}
+
+// Returns an error message ("" for --help), or nothing when the arguments parsed.
+std::optional<std::string> parse_options(int argc, char** argv, Options& options) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      return "";
+    }
+    const size_t eq = arg.find('=');
+    if (arg.rfind("--", 0) != 0 || eq == std::string::npos) {
+      return "unexpected argument '" + arg + "': options are --name=value";
+    }
+    const std::string name = arg.substr(0, eq), value = arg.substr(eq + 1);
+    if (name == "--package") {
+      options.package = value;
+    } else if (name == "--op_library") {
+      for (const auto& path : split(value, ',')) {
+        options.op_libraries.push_back(path);
+      }
+    } else if (name == "--inputs") {
+      options.inputs.push_back(split(value, ','));
+    } else if (name == "--input_specs") {
+      options.input_specs = split(value, ',');
+    } else if (name == "--outputs") {
+      options.outputs = split(value, ',');
+    } else if (name == "--num_executions" || name == "--new_tokens") {
+      auto count = parse_count(value);
+      if (!count) {
+        return name + " must be an integer from 1 to " + std::to_string(kMaxCount) + ", got '" + value + "'";
+      }
+      (name == "--num_executions" ? options.num_executions : options.new_tokens) = *count;
+    } else if (name == "--prompt") {
+      for (const auto& token : split(value, ',')) {
+        if (token.empty() || token.size() > 9 || token.find_first_not_of("0123456789") != std::string::npos) {
+          return "--prompt must be token ids (integers from 0) separated by commas, got '" + value + "'";
+        }
+        options.prompt.push_back(std::stoll(token));
+      }
+    } else if (name == "--logits_path") {
+      options.logits_path = value;
+    } else {
+      return "unknown option " + name;
+    }
+  }
+  if (options.package.empty()) {
+    return "--package is required";
+  }
+  if (!options.inputs.empty() && options.inputs.front().size() != options.input_specs.size()) {
+    return "--inputs names " + std::to_string(options.inputs.front().size()) + " file(s) but --input_specs gives " +
+        std::to_string(options.input_specs.size()) + " spec(s); give one spec per input";
+  }
+  if (options.prompt.empty() != (options.new_tokens == 0)) {
+    return "--prompt and --new_tokens go together";
+  }
+  return std::nullopt;
+}
+
+std::optional<at::ScalarType> dtype_named(const std::string& name) {
+  static const std::pair<const char*, at::ScalarType> kDtypes[] = {
+      {"float32", at::kFloat}, {"float64", at::kDouble}, {"float16", at::kHalf}, {"bfloat16", at::kBFloat16},
+      {"uint8", at::kByte},    {"int8", at::kChar},      {"int16", at::kShort},  {"int32", at::kInt},
+      {"int64", at::kLong},    {"bool", at::kBool}};
+  for (const auto& [known, dtype] : kDtypes) {
+    if (name == known) {
+      return dtype;
+    }
+  }
+  return std::nullopt;
+}
+
+// "float32:2x3" -> an empty tensor of that dtype and shape, or the error naming the spec.
+std::optional<std::string> tensor_for_spec(const std::string& spec, at::Tensor& tensor) {
+  const size_t colon = spec.find(':');
+  auto dtype = dtype_named(spec.substr(0, colon));
+  if (colon == std::string::npos || !dtype) {
+    return "input spec '" + spec + "' is not DTYPE:SHAPE such as float32:2x3 (dtypes: float32, float64, float16, "
+           "bfloat16, uint8, int8, int16, int32, int64, bool)";
+  }
+  std::vector<int64_t> shape;
+  const std::string dims = spec.substr(colon + 1);
+  for (const auto& dim : dims.empty() ? std::vector<std::string>{} : split(dims, 'x')) {
+    if (dim.empty() || dim.size() > 9 || dim.find_first_not_of("0123456789") != std::string::npos) {
+      return "input spec '" + spec + "' has a dimension '" + dim + "' that is not an integer from 0";
+    }
+    shape.push_back(std::stoll(dim));
+  }
+  tensor = at::empty(shape, at::TensorOptions().dtype(*dtype));
+  return std::nullopt;
+}
+
+std::optional<std::string> read_inputs(const Options& options, const std::vector<std::string>& files,
+                                       std::vector<at::Tensor>& inputs) {
+  inputs.clear();
+  for (size_t i = 0; i < files.size(); ++i) {
+    at::Tensor tensor;
+    if (auto err = tensor_for_spec(options.input_specs[i], tensor)) {
+      return err;
+    }
+    std::ifstream file(files[i], std::ios::binary | std::ios::ate);
+    if (!file) {
+      return "cannot open input file '" + files[i] + "'";
+    }
+    const auto size = static_cast<uint64_t>(file.tellg());
+    if (size != tensor.nbytes()) {
+      return "input file '" + files[i] + "' holds " + std::to_string(size) + " bytes; " + options.input_specs[i] +
+          " needs " + std::to_string(tensor.nbytes());
+    }
+    file.seekg(0);
+    file.read(static_cast<char*>(tensor.data_ptr()), static_cast<std::streamsize>(size));
+    inputs.push_back(tensor);
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> write_file(const std::string& path, const void* data, size_t size, const char* what) {
+  std::ofstream file(path, std::ios::binary);
+  if (!file.write(static_cast<const char*>(data), static_cast<std::streamsize>(size))) {
+    return std::string("cannot write ") + what + " to '" + path + "'";
+  }
+  return std::nullopt;
+}
+
+std::string shape_of(const at::Tensor& tensor) {
+  std::string text;
+  for (int64_t d = 0; d < tensor.dim(); ++d) {
+    text += (d ? ", " : "") + std::to_string(tensor.size(d));
+  }
+  return text;
+}
+
+// The package's model, loaded after the op libraries. A custom op that no loaded library registers fails the load
+// (the proxy executor resolves every op up front): that error gets the fix added.
+std::optional<std::string> load(const Options& options,
+                                std::unique_ptr<torch::inductor::AOTIModelPackageLoader>& loader) {
+  for (const auto& path : options.op_libraries) {
+    if (dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL) == nullptr) {
+      return "cannot load op library '" + path + "': " + dlerror();
+    }
+  }
+  try {
+    loader = std::make_unique<torch::inductor::AOTIModelPackageLoader>(options.package);
+  } catch (const std::exception& err) {
+    std::string message = err.what();
+    message = message.substr(0, message.find('\n'));
+    const std::string missing = "Could not find schema for ";
+    if (message.rfind(missing, 0) == 0) {
+      std::string op = message.substr(missing.size());
+      op = op.substr(0, op.find_last_not_of(". ") + 1);
+      return "the package '" + options.package + "' calls " + op + " but no loaded library registers it. Pass --op_library with the library that does: " +
+          "libcustom_ops_aot_lib.so (ops registered from C++) or libcustom_ops_without_python.so (the C++ kernels " +
+          "of ops registered from Python), built by `bash test_custom_ops.sh aoti`";
+    }
+    return "cannot load the package '" + options.package + "': " + message;
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> run_inputs(torch::inductor::AOTIModelPackageLoader& loader, const Options& options) {
+  std::vector<at::Tensor> inputs, outputs;
+  double total_us = 0;
+  for (uint64_t run = 0; run < options.num_executions; ++run) {
+    if (!options.inputs.empty()) {
+      if (auto err = read_inputs(options, options.inputs[run % options.inputs.size()], inputs)) {
+        return err;
+      }
+    }
+    const auto start = std::chrono::steady_clock::now();
+    outputs = loader.run(inputs);
+    total_us += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+  }
+  if (!options.outputs.empty() && options.outputs.size() != outputs.size()) {
+    return "--outputs names " + std::to_string(options.outputs.size()) + " file(s) but the package returns " +
+        std::to_string(outputs.size()) + " output(s)";
+  }
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const at::Tensor output = outputs[i].contiguous();
+    std::printf("Output %zu: %s[%s]\n", i, c10::toString(output.scalar_type()), shape_of(output).c_str());
+    if (!options.outputs.empty()) {
+      if (auto err = write_file(options.outputs[i], output.const_data_ptr(), output.nbytes(), "an output")) {
+        return err;
+      }
+    }
+  }
+  std::printf("Average execution: %.3f us over %" PRIu64 " execution(s)\n", total_us / options.num_executions,
+              options.num_executions);
+  return std::nullopt;
+}
+
+// Greedy decoding: prefill at position 0, then new_tokens - 1 steps of one token; times prefill and decode apart.
+std::optional<std::string> decode(torch::inductor::AOTIModelPackageLoader& loader, const Options& options) {
+  std::vector<int64_t> generated;
+  std::vector<float> logits;
+  double prefill_total = 0, decode_total = 0;
+  for (uint64_t run = 0; run < options.num_executions; ++run) {
+    generated.clear();
+    logits.clear();
+    std::vector<int64_t> step_tokens = options.prompt;
+    int64_t position = 0;
+    double prefill_us = 0, decode_us = 0;
+    for (uint64_t step = 0; step < options.new_tokens; ++step) {
+      std::vector<at::Tensor> inputs = {
+          at::tensor(step_tokens, at::kLong).reshape({1, static_cast<int64_t>(step_tokens.size())}),
+          at::tensor(std::vector<int64_t>{position}, at::kLong)};
+      const auto start = std::chrono::steady_clock::now();
+      std::vector<at::Tensor> outputs = loader.run(inputs);
+      (step == 0 ? prefill_us : decode_us) +=
+          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+      if (outputs.size() != 1 || outputs[0].scalar_type() != at::kFloat || outputs[0].dim() != 2 ||
+          outputs[0].size(0) != 1) {
+        return "step " + std::to_string(step) + " returned no float32 logits [1, vocab]; decoding needs a model "
+               "taking (tokens int64 [1, T], input_pos int64 [1]) and returning the last position's logits";
+      }
+      const at::Tensor row = outputs[0].contiguous();
+      const float* values = row.const_data_ptr<float>();
+      const int64_t vocab = row.size(1);
+      if (std::any_of(values, values + vocab, [](float v) { return std::isnan(v); })) {
+        return "step " + std::to_string(step) + " (position " + std::to_string(position) + ") produced NaN logits";
+      }
+      logits.insert(logits.end(), values, values + vocab);
+      generated.push_back(std::max_element(values, values + vocab) - values);  // the first of equal maxima, as torch
+      position += static_cast<int64_t>(step_tokens.size());
+      step_tokens = {generated.back()};
+    }
+    prefill_total += prefill_us;
+    decode_total += decode_us;
+    if (options.num_executions > 1) {
+      std::printf("Generation %" PRIu64 ": prefill %.3f us, decode %.3f us\n", run + 1, prefill_us, decode_us);
+    }
+  }
+  if (!options.logits_path.empty()) {
+    if (auto err = write_file(options.logits_path, logits.data(), logits.size() * sizeof(float), "logits")) {
+      return err;
+    }
+  }
+  const double runs = static_cast<double>(options.num_executions);
+  const double decode_steps = static_cast<double>(options.new_tokens - 1);
+  std::printf("Tokens:");
+  for (int64_t token : generated) {
+    std::printf(" %" PRId64, token);
+  }
+  // The same line as custom_ops_executor_runner's, so one parser reads both (flow/model.py).
+  std::printf("\nPrefill: %zu tokens in %.3f us; decode: %.0f tokens in %.3f us (%.1f tokens/s), averaged over %"
+              PRIu64 " generation(s)\n", options.prompt.size(), prefill_total / runs, decode_steps,
+              decode_total / runs, decode_steps > 0 ? decode_steps * 1e6 * runs / decode_total : 0.0,
+              options.num_executions);
+  return std::nullopt;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  Options options;
+  if (auto err = parse_options(argc, argv, options)) {
+    if (err->empty()) {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+    std::fputs(kUsage, stderr);
+    return fail(*err, 2);
+  }
+  std::unique_ptr<torch::inductor::AOTIModelPackageLoader> loader;
+  if (auto err = load(options, loader)) {
+    return fail(*err);
+  }
+  try {  // the kernels' checks throw c10::Error, as they do in PyTorch
+    if (auto err = options.prompt.empty() ? run_inputs(*loader, options) : decode(*loader, options)) {
+      return fail(*err);
+    }
+  } catch (const std::exception& err) {
+    const std::string message = err.what();
+    return fail("running the package failed: " + message.substr(0, message.find('\n')));
+  }
+  return 0;
+}

@@ -1,0 +1,35 @@
+// my_ops::update_cache for a process without Python (AOTInductor's C++ runner, runner/aoti_runner.cpp). PyTorch
+// learns update_cache from Python (update_cache.py); a package that calls it finds it, at load time, in PyTorch's
+// dispatcher, so a C++ process needs the schema and a CPU kernel from C++: these, with the runtime's kernel compiled in
+// ATen mode. Built into libcustom_ops_without_python.so, never loaded beside update_cache.py.
+#include <ATen/ATen.h>
+#include <torch/library.h>
+
+namespace custom {
+namespace native {
+
+// update_cache_out.cpp, ATen mode.
+at::Tensor& update_cache_out_impl(const at::Tensor& value, at::Tensor& cache, int64_t start_pos, at::Tensor& out);
+
+namespace {
+
+// The functional form mutates the cache too (its schema says Tensor(a!) cache); only the position is new.
+at::Tensor update_cache_cpu(const at::Tensor& value, at::Tensor& cache, int64_t start_pos) {
+  at::Tensor next_position = at::empty({1}, value.options().dtype(at::kLong));
+  return update_cache_out_impl(value, cache, start_pos, next_position);
+}
+
+} // namespace
+
+TORCH_LIBRARY_FRAGMENT(my_ops, m) {
+  m.def("update_cache(Tensor value, Tensor(a!) cache, SymInt start_pos) -> Tensor");
+  m.def("update_cache.out(Tensor value, Tensor(a!) cache, SymInt start_pos, *, Tensor(b!) out) -> Tensor(b!)");
+}
+
+TORCH_LIBRARY_IMPL(my_ops, CPU, m) {
+  m.impl("update_cache", TORCH_FN(update_cache_cpu));
+  m.impl("update_cache.out", TORCH_FN(update_cache_out_impl));
+}
+
+} // namespace native
+} // namespace custom
