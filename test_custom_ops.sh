@@ -13,12 +13,16 @@
 #                                             XNNPACK's ops included), every op of every execution checked
 #   bash test_custom_ops.sh model [ARGS]      the ops in a real model: decoder.py (XNNPACK-lowered, float32 and 8-bit)
 #                                             decoded token by token in the runner and the Python runtime vs eager
+#   bash test_custom_ops.sh aoti              the peer path: every example and the decoder packaged with AOTInductor,
+#                                             run from C++ without Python (custom_ops_aoti_runner), checked vs eager
 #   bash test_custom_ops.sh wheel             the my_ops wheel (setup.py: C++ AOT ops + Python registrations) in dist/
 #   bash test_custom_ops.sh test [ARGS]       the whole test suite (pytest; ARGS go to pytest)
 #   bash test_custom_ops.sh doctor            versions and the paths the build will use
 #   bash test_custom_ops.sh bench [ARGS]      the kernels vs ExecuTorch's aten::mul.out and memcpy (benchmark/);
 #                                             bench rms_norm: rms_norm vs the same math in ATen ops;
 #                                             bench decoder: decoder.py's tokens/s, custom vs ATen ops, XNNPACK, 8-bit
+#                                             bench aoti: the decoder in ExecuTorch vs AOTInductor (speed, memory,
+#                                             size, start)
 set -euo pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -287,6 +291,25 @@ decode in the runner and the Python runtime, compare with eager (flow/model.py)"
   step "The decoder's tokens match eager in the runner and the Python runtime"
 }
 
+# AOTInductor's side, in the build with every op (the ExecuTorch runner it is compared with is there): that build plus
+# custom_ops_aoti_runner and the C++ registration of the Python-registered ops. The option stays on in that build.
+readonly AOTI_BUILD_DIR="${BUILD_ROOT}/all_ops"
+build_aoti() {
+  step "Build every declared op's kernels, the runner, libcustom_ops_aot_lib.so, custom_ops_aoti_runner and \
+libcustom_ops_without_python.so (${AOTI_BUILD_DIR#"${REPO_ROOT}"/})"
+  cmake_build "${AOTI_BUILD_DIR}" -DCUSTOM_OPS_BUILD_AOTI=ON >/dev/null
+}
+
+mode_aoti() {
+  ensure_venv
+  use_venv
+  build_aoti
+  step "Package each example and decoder.py with AOTInductor (cached per source hash), run them in \
+custom_ops_aoti_runner without Python, compare with eager; then without the op libraries (flow/aoti.py)"
+  "${PYTHON}" -m flow.aoti --build_dir "${AOTI_BUILD_DIR}"
+  step "Every AOTInductor package matches eager; a missing op library is one error line"
+}
+
 mode_wheel() {
   ensure_venv
   use_venv
@@ -313,6 +336,12 @@ mode_test() {
 mode_bench() {
   ensure_venv
   use_venv
+  if [[ "${1:-}" == aoti ]]; then
+    shift
+    build_aoti
+    "${PYTHON}" "${REPO_ROOT}/benchmark/aoti.py" --build_dir "${AOTI_BUILD_DIR}" "$@"
+    return
+  fi
   cmake_build "${BUILD_ROOT}/bench" -DCUSTOM_OPS_BUILD_BENCHMARK=ON >/dev/null
   if [[ "${1:-}" == rms_norm || "${1:-}" == decoder ]]; then
     local which="$1"
@@ -354,6 +383,7 @@ case "${1:-}" in
   aarch64) shift; mode_aarch64 "$@" ;;
   profile) shift; mode_profile "$@" ;;
   model) shift; mode_model "$@" ;;
+  aoti) mode_aoti ;;
   wheel) mode_wheel ;;
   test) shift; mode_test "$@" ;;
   doctor) mode_doctor ;;

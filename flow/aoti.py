@@ -3,14 +3,14 @@ op's example program and the example decoder with torch._inductor.aoti_compile_a
 in custom_ops_aoti_runner (runner/aoti_runner.cpp: C++, no Python) and checks it against the same eager references
 the ExecuTorch flow uses. Then it checks that a package whose op library is missing fails with one clear error line.
 
-    python -m flow.aoti --build_dir cmake-out/aoti      (a CMake build with -DCUSTOM_OPS_BUILD_AOTI=ON)
+    python -m flow.aoti --build_dir cmake-out/all_ops      (a CMake build with -DCUSTOM_OPS_BUILD_AOTI=ON)
 
 How custom ops reach the package: Inductor compiles everything else into the package's shared library and calls each
 custom op through AOTInductor's proxy executor, which finds it in PyTorch's dispatcher when the package loads. So the
 runner loads the libraries that register them (--op_library), as Python would import them: libcustom_ops_aot_lib.so
 for ops registered from C++, libcustom_ops_without_python.so for the C++ kernels of ops registered from Python (each
 declared op's without_python_sources). Packaging takes seconds to a minute per program, so packages are cached under
-cmake-out/aoti/packages/, named by a hash of every source that can change them (package_path()).
+cmake-out/aoti_packages/, named by a hash of every source that can change them (package_path()).
 """
 
 from __future__ import annotations
@@ -28,17 +28,21 @@ import torch
 
 from flow import REPO_ROOT
 
-PACKAGE_DIR = os.path.join(REPO_ROOT, "cmake-out", "aoti", "packages")
+PACKAGE_DIR = os.path.join(REPO_ROOT, "cmake-out", "aoti_packages")
 RUNNER = "custom_ops_aoti_runner"
 OP_LIBRARIES = ("libcustom_ops_aot_lib.so", "libcustom_ops_without_python.so")
 MODEL = "decoder"  # the float32 decoder (flow.model.VARIANTS): the package compared with decoder.pte
 STATELESS_EXECUTIONS = 3  # as the ExecuTorch verifier: an execution that spoils the next one's inputs shows
+# The runner has packages check their inputs (AOTI_RUNTIME_CHECK_INPUTS). Without this, that check also demands 2 or
+# more of each dynamic size (Inductor's 0/1 specialization), which refuses a decode step's single token; export
+# declared the prompt length from 1, and the code Inductor generates serves 1 (the decode steps equal eager's).
+INDUCTOR_CONFIGS = {"aot_inductor.check_lowerbound": False}
 
 
 def source_hash() -> str:
     """A hash of what a package depends on: torch's version, the declarations, every Python module and C++ source at
     the repository's top level (models, ops, their kernels) and the flow package itself."""
-    digest = hashlib.sha256(torch.__version__.encode())
+    digest = hashlib.sha256(f"{torch.__version__} {sorted(INDUCTOR_CONFIGS.items())}".encode())
     files = sorted({*glob.glob(os.path.join(REPO_ROOT, "*.py")), *glob.glob(os.path.join(REPO_ROOT, "*.cpp")),
                     *glob.glob(os.path.join(REPO_ROOT, "flow", "*.py")), os.path.join(REPO_ROOT, "custom_ops.bzl")})
     for path in files:
@@ -60,7 +64,8 @@ def package(name: str, exported: torch.export.ExportedProgram) -> str:
     if not os.path.isfile(path):
         os.makedirs(PACKAGE_DIR, exist_ok=True)
         with tempfile.TemporaryDirectory() as tmp:  # packaged aside, then moved in whole
-            made = torch._inductor.aoti_compile_and_package(exported, package_path=os.path.join(tmp, "p.pt2"))
+            made = torch._inductor.aoti_compile_and_package(exported, package_path=os.path.join(tmp, "p.pt2"),
+                                                            inductor_configs=dict(INDUCTOR_CONFIGS))  # it adds keys
             with open(made, "rb") as f:
                 data = f.read()
         written_whole(path, lambda f: f.write(data))

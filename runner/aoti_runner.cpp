@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cinttypes>
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <fstream>
 #include <iterator>
@@ -19,6 +20,8 @@
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include "peak_memory.h"
 
 namespace {
 
@@ -218,8 +221,10 @@ std::optional<std::string> load(const Options& options,
     message = message.substr(0, message.find('\n'));
     const std::string missing = "Could not find schema for ";
     if (message.rfind(missing, 0) == 0) {
+      // "my_ops::rms_norm." (an op made with torch.library.custom_op: more text follows)
       std::string op = message.substr(missing.size());
-      op = op.substr(0, op.find_last_not_of(". ") + 1);
+      op = op.substr(0, op.find(' '));
+      op = op.substr(0, op.find_last_not_of('.') + 1);
       return "the package '" + options.package + "' calls " + op + " but no loaded library registers it. Pass --op_library with the library that does: " +
           "libcustom_ops_aot_lib.so (ops registered from C++) or libcustom_ops_without_python.so (the C++ kernels " +
           "of ops registered from Python), built by `bash test_custom_ops.sh aoti`";
@@ -257,6 +262,7 @@ std::optional<std::string> run_inputs(torch::inductor::AOTIModelPackageLoader& l
   }
   std::printf("Average execution: %.3f us over %" PRIu64 " execution(s)\n", total_us / options.num_executions,
               options.num_executions);
+  custom_ops_runner::print_peak_memory();
   return std::nullopt;
 }
 
@@ -317,6 +323,7 @@ std::optional<std::string> decode(torch::inductor::AOTIModelPackageLoader& loade
               PRIu64 " generation(s)\n", options.prompt.size(), prefill_total / runs, decode_steps,
               decode_total / runs, decode_steps > 0 ? decode_steps * 1e6 * runs / decode_total : 0.0,
               options.num_executions);
+  custom_ops_runner::print_peak_memory();
   return std::nullopt;
 }
 
@@ -332,6 +339,9 @@ int main(int argc, char** argv) {
     std::fputs(kUsage, stderr);
     return fail(*err, 2);
   }
+  // A package checks its inputs' dtypes, shapes and strides only when this is set (read once, at the first run);
+  // unchecked, an input of another shape is read past its end.
+  setenv("AOTI_RUNTIME_CHECK_INPUTS", "1", /*overwrite=*/1);
   std::unique_ptr<torch::inductor::AOTIModelPackageLoader> loader;
   if (auto err = load(options, loader)) {
     return fail(*err);

@@ -1,6 +1,8 @@
 // See program_runner.h. Order matters here: nothing the program declares is allocated or dereferenced before it has
 // been checked (verification, then MethodMeta's checked accessors, then the memory budget).
 #include "program_runner.h"
+
+#include "peak_memory.h"
 #include "xnnpack_payload.h"
 
 #include <executorch/devtools/etdump/etdump_flatcc.h>
@@ -782,6 +784,7 @@ int decode(executorch::runtime::Method& method, const MethodMeta& meta, const Ru
               PRIu64 " generation(s)\n", options.prompt.size(), prefill_total / runs, decode_steps,
               decode_total / runs, decode_steps > 0 ? decode_steps * 1e6 * runs / decode_total : 0.0,
               options.num_executions);
+  print_peak_memory();
   return 0;
 }
 

@@ -108,8 +108,9 @@ def mul3_pte(declared, tmp_path_factory) -> str:
 
 @pytest.fixture(scope="session")
 def combined_build() -> CMakeBuild:
-    """Every declared op in one kernel library, one runner and one AOT library."""
-    return cmake_build("all_ops")
+    """Every declared op in one kernel library, one runner and one AOT library; and AOTInductor's side (its runner and
+    libcustom_ops_without_python.so), as `test_custom_ops.sh aoti` builds it there."""
+    return cmake_build("all_ops", "CUSTOM_OPS_BUILD_AOTI=ON")
 
 
 @pytest.fixture(scope="session")

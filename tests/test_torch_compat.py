@@ -1,5 +1,6 @@
-"""torch_compat's workaround for torch 2.13's Inductor (which calls every out variant with `out=`): it reaches only
-this project's namespaces, is decided by a behavioural probe, and does nothing where it cannot apply."""
+"""torch_compat's workarounds for torch 2.13's Inductor (which calls every out variant with `out=`, and cannot lower a
+custom op to its out variant under dynamic shapes): they reach only this project's namespaces, are decided by a
+behavioural probe, and do nothing where they cannot apply."""
 
 import textwrap
 
@@ -11,17 +12,35 @@ from helpers import run_in_fresh_python
 registration.register_with_pytorch([declarations.find("mul3")])  # registers mul3, applies the workaround to my_ops
 
 
-def test_the_probe_finds_the_bug_in_the_pinned_torch():
+def test_the_probe_finds_both_bugs_in_the_pinned_torch():
     assert torch.__version__.startswith("2.13.0")
     assert torch_compat.inductor_hardcodes_out_kwarg() is True
+    assert torch_compat.inductor_fails_dynamic_out_lowering() is True
 
 
 def test_our_ops_report_no_out_variant_only_while_the_bug_is_present(monkeypatch):
     from torch._library._out_variant import to_out_variant
 
     assert to_out_variant(torch.ops.my_ops.mul3.default) is None
-    monkeypatch.setattr(torch_compat, "inductor_hardcodes_out_kwarg", lambda: False)  # a torch with the fix
+    monkeypatch.setattr(torch_compat, "inductor_hardcodes_out_kwarg", lambda: False)  # a torch with fix 1 only
+    assert to_out_variant(torch.ops.my_ops.mul3.default) is None
+    monkeypatch.setattr(torch_compat, "inductor_fails_dynamic_out_lowering", lambda: False)  # and fix 2
     assert to_out_variant(torch.ops.my_ops.mul3.default) is torch.ops.my_ops.mul3.out
+
+
+def test_our_single_output_ops_compile_with_dynamic_shapes():
+    """Bug 2 on a real op of ours: rms_norm under torch.compile(dynamic=True), two sequence lengths."""
+    result = run_in_fresh_python("""
+        import torch
+        from flow import declarations, registration
+        registration.register_with_pytorch([declarations.find("rms_norm")])
+        from rms_norm import rms_norm_reference
+        weight = torch.rand(8)
+        f = torch.compile(lambda x: torch.ops.my_ops.rms_norm(x + 1, weight, 1e-6), fullgraph=True, dynamic=True)
+        result = [torch.allclose(f(x), rms_norm_reference(x + 1, weight, 1e-6)) for x in (torch.randn(3, 8),
+                                                                                           torch.randn(5, 8))]
+    """, timeout=600)
+    assert result == [True, True]
 
 
 OTHER_LIBRARY = textwrap.dedent("""

@@ -1,0 +1,115 @@
+"""AOTInductor's side (flow/aoti.py, runner/aoti_runner.cpp): every example's package and the decoder's, run from C++
+without Python, equal the eager references; a package whose op library is missing, and bad input, fail with one error
+line; the C++ registrations of the Python-registered ops have exactly the schemas Python gives them."""
+
+import os
+import subprocess
+
+import pytest
+import torch
+
+from flow import aoti, model
+from helpers import run_in_fresh_python
+
+
+@pytest.fixture(scope="module")
+def build_dir(combined_build, declared) -> str:
+    model.register_ops(combined_build.build_dir)
+    return combined_build.build_dir
+
+
+@pytest.mark.parametrize("name", ["my_ops::mul3", "my_ops::mul4", "my_ops::rms_norm", "my_ops::update_cache",
+                                  "my_ops::quantize_rows"])
+def test_each_example_package_equals_its_reference_in_the_cpp_runner(build_dir, declared, name):
+    assert "matches" in aoti.check_example(declared[name], build_dir)
+
+
+def test_the_decoder_package_decodes_like_eager_twice_in_the_cpp_runner(build_dir):
+    lines = aoti.check_model(build_dir)
+    assert lines[0].startswith(f"{aoti.MODEL}: [")
+
+
+def _library(build_dir, name):
+    return os.path.join(build_dir, name)
+
+
+@pytest.mark.parametrize("program, libraries, missing_op", [
+    ("decoder", [], "my_ops::rms_norm"),  # the first custom op of the graph
+    ("decoder", ["libcustom_ops_aot_lib.so"], "my_ops::update_cache"),  # a Python-registered op: its C++ kernel
+    ("custom_ops_1", ["libcustom_ops_aot_lib.so"], "my_ops::mul3"),
+    ("quantize_rows", ["libcustom_ops_aot_lib.so"], "my_ops::quantize_rows"),
+    ("custom_ops_2", ["libcustom_ops_without_python.so"], "my_ops::mul4"),
+])
+def test_a_package_without_its_op_library_is_one_clear_error(build_dir, declared, program, libraries, missing_op):
+    if program == aoti.MODEL:
+        path = aoti.model_package()
+    else:
+        path = aoti.package_path(program)
+        if not os.path.isfile(path):  # made by the example test, unless it ran on another worker first
+            op = next(op for op in declared.values() if op.example_program == program)
+            aoti.check_example(op, build_dir)
+    line = aoti.missing_library_error(build_dir, path, [_library(build_dir, lib) for lib in libraries])
+    assert f"calls {missing_op} but no loaded library registers it" in line
+
+
+def _runner(build_dir, *args):
+    return subprocess.run([os.path.join(build_dir, aoti.RUNNER), *args], capture_output=True, text=True, timeout=300)
+
+
+def test_bad_input_to_the_runner_is_one_error_line(build_dir, declared, tmp_path):
+    path = aoti.package_path("custom_ops_1")
+    if not os.path.isfile(path):
+        aoti.check_example(declared["my_ops::mul3"], build_dir)
+    short = tmp_path / "short.bin"
+    short.write_bytes(b"\0" * 8)  # 2 floats where 2x3 needs 6
+    libraries = f"--op_library={_library(build_dir, 'libcustom_ops_without_python.so')}"
+    cases = {
+        "holds 8 bytes; float32:2x3 needs 24": [f"--package={path}", libraries, f"--inputs={short}",
+                                                 "--input_specs=float32:2x3"],
+        "is not DTYPE:SHAPE": [f"--package={path}", libraries, f"--inputs={short}", "--input_specs=complex:2"],
+        "cannot load op library": [f"--package={path}", "--op_library=/nonexistent/libx.so"],
+        "cannot load the package": [f"--package={tmp_path / 'missing.pt2'}"],
+    }
+    for expected, args in cases.items():
+        proc = _runner(build_dir, *args)
+        errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+        assert proc.returncode == 1 and len(errors) == 1 and expected in errors[0], (expected, proc.stderr)
+    assert _runner(build_dir, "--package").returncode == 2  # a bad command line
+
+
+def test_inputs_the_package_was_not_made_for_are_errors_not_reads_or_writes_past_a_buffer(build_dir, declared):
+    """The update_cache example's package (a cache of MAX_LEN rows, one row per call): a position past the cache is
+    refused before a row is written, and a value of two rows (the package was exported for one) is refused by the
+    package's input check, which the runner turns on; unchecked, the generated code would read past the value."""
+    path = aoti.package_path("update_cache")
+    if not os.path.isfile(path):
+        aoti.check_example(declared["my_ops::update_cache"], build_dir)
+    from flow.runner import RunnerError
+    from update_cache import HEADS, HEAD_DIM, MAX_LEN
+
+    command = aoti.runner_command(build_dir, path)
+    like = [torch.empty(0), torch.empty(0, dtype=torch.int64)]
+    past_the_end = (torch.ones(1, 1, HEADS, HEAD_DIM), torch.tensor([MAX_LEN]))
+    with pytest.raises(RunnerError, match=rf"error: running the package failed: .*{MAX_LEN}"):
+        aoti.run_package(command, [past_the_end], like, 1)
+    two_rows = (torch.ones(1, 2, HEADS, HEAD_DIM), torch.tensor([0]))
+    with pytest.raises(RunnerError, match=r"error: running the package failed: input_handles\[0\]: unmatched dim"):
+        aoti.run_package(command, [two_rows], like, 1)
+
+
+SCHEMAS = """
+import torch
+result = {}
+for name in ("mul3", "update_cache", "quantize_rows"):
+    packet = getattr(torch.ops.my_ops, name)
+    for overload in packet.overloads():
+        op = getattr(packet, overload)
+        result[str(op._schema)] = sorted(str(tag) for tag in op.tags)
+"""
+
+
+def test_the_cpp_registrations_of_python_ops_have_the_python_schemas_and_tags(build_dir):
+    from_cpp = run_in_fresh_python(
+        f"import torch\ntorch.ops.load_library({_library(build_dir, 'libcustom_ops_without_python.so')!r})\n" + SCHEMAS)
+    from_python = run_in_fresh_python("import custom_ops_1, update_cache, quantize_rows\n" + SCHEMAS)
+    assert from_cpp == from_python and len(from_cpp) == 6
