@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "peak_memory.h"
+#include "decode_summary.h"
 
 namespace {
 
@@ -262,7 +262,6 @@ std::optional<std::string> run_inputs(torch::inductor::AOTIModelPackageLoader& l
   }
   std::printf("Average execution: %.3f us over %" PRIu64 " execution(s)\n", total_us / options.num_executions,
               options.num_executions);
-  custom_ops_runner::print_peak_memory();
   return std::nullopt;
 }
 
@@ -312,18 +311,8 @@ std::optional<std::string> decode(torch::inductor::AOTIModelPackageLoader& loade
       return err;
     }
   }
-  const double runs = static_cast<double>(options.num_executions);
-  const double decode_steps = static_cast<double>(options.new_tokens - 1);
-  std::printf("Tokens:");
-  for (int64_t token : generated) {
-    std::printf(" %" PRId64, token);
-  }
-  // The same line as custom_ops_executor_runner's, so one parser reads both (flow/model.py).
-  std::printf("\nPrefill: %zu tokens in %.3f us; decode: %.0f tokens in %.3f us (%.1f tokens/s), averaged over %"
-              PRIu64 " generation(s)\n", options.prompt.size(), prefill_total / runs, decode_steps,
-              decode_total / runs, decode_steps > 0 ? decode_steps * 1e6 * runs / decode_total : 0.0,
-              options.num_executions);
-  custom_ops_runner::print_peak_memory();
+  custom_ops_runner::print_decode_summary(generated, options.prompt.size(), options.new_tokens, prefill_total,
+                                          decode_total, options.num_executions);
   return std::nullopt;
 }
 

@@ -2,7 +2,7 @@
 // been checked (verification, then MethodMeta's checked accessors, then the memory budget).
 #include "program_runner.h"
 
-#include "peak_memory.h"
+#include "decode_summary.h"
 #include "xnnpack_payload.h"
 
 #include <executorch/devtools/etdump/etdump_flatcc.h>
@@ -774,17 +774,8 @@ int decode(executorch::runtime::Method& method, const MethodMeta& meta, const Ru
   if (options.quiet) {
     return 0;
   }
-  const double runs = static_cast<double>(options.num_executions);
-  const double decode_steps = static_cast<double>(options.new_tokens - 1);
-  std::printf("Tokens:");
-  for (int64_t token : generated) {
-    std::printf(" %" PRId64, token);
-  }
-  std::printf("\nPrefill: %zu tokens in %.3f us; decode: %.0f tokens in %.3f us (%.1f tokens/s), averaged over %"
-              PRIu64 " generation(s)\n", options.prompt.size(), prefill_total / runs, decode_steps,
-              decode_total / runs, decode_steps > 0 ? decode_steps * 1e6 * runs / decode_total : 0.0,
-              options.num_executions);
-  print_peak_memory();
+  print_decode_summary(generated, options.prompt.size(), options.new_tokens, prefill_total, decode_total,
+                       options.num_executions);
   return 0;
 }
 

@@ -1,0 +1,52 @@
+// The summary both runners print after greedy decoding (custom_ops_executor_runner and custom_ops_aoti_runner), in
+// one format that one parser reads (flow/model.py) and the ExecuTorch vs AOTInductor benchmark compares
+// (benchmark/aoti.py): the tokens, prefill and decode times, and the process's peak resident memory.
+#pragma once
+
+#include <cinttypes>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <optional>
+#include <vector>
+
+namespace custom_ops_runner {
+
+// VmHWM of /proc/self/status in KiB; nothing where /proc is absent (not Linux). Read from inside: a parent's wait4()
+// also counts what the forked child held before exec, which from a Python parent with torch loaded is hundreds of MiB.
+inline std::optional<uint64_t> peak_resident_kib() {
+  std::FILE* status = std::fopen("/proc/self/status", "r");
+  if (status == nullptr) {
+    return std::nullopt;
+  }
+  std::optional<uint64_t> kib;
+  char line[256];
+  unsigned long long value = 0;
+  while (std::fgets(line, sizeof(line), status) != nullptr) {
+    if (std::strncmp(line, "VmHWM:", 6) == 0 && std::sscanf(line + 6, "%llu", &value) == 1) {
+      kib = value;
+      break;
+    }
+  }
+  std::fclose(status);
+  return kib;
+}
+
+// generated: the last generation's tokens; the times are totals over `generations` generations.
+inline void print_decode_summary(const std::vector<int64_t>& generated, size_t prompt_length, uint64_t new_tokens,
+                                 double prefill_total_us, double decode_total_us, uint64_t generations) {
+  const double runs = static_cast<double>(generations);
+  const double decode_steps = static_cast<double>(new_tokens - 1);
+  std::printf("Tokens:");
+  for (int64_t token : generated) {
+    std::printf(" %" PRId64, token);
+  }
+  std::printf("\nPrefill: %zu tokens in %.3f us; decode: %.0f tokens in %.3f us (%.1f tokens/s), averaged over %"
+              PRIu64 " generation(s)\n", prompt_length, prefill_total_us / runs, decode_steps, decode_total_us / runs,
+              decode_steps > 0 ? decode_steps * 1e6 * runs / decode_total_us : 0.0, generations);
+  if (auto kib = peak_resident_kib()) {
+    std::printf("Peak resident memory: %llu KiB\n", static_cast<unsigned long long>(*kib));
+  }
+}
+
+} // namespace custom_ops_runner
