@@ -117,7 +117,7 @@ def _define_example(suffix, ops):
     native.cxx_binary(
         name = "custom_ops_executor_runner" + suffix,
         srcs = ["runner/custom_ops_executor_runner.cpp", "runner/program_runner.cpp", "runner/xnnpack_payload.cpp"],
-        headers = ["runner/decode_summary.h", "runner/program_runner.h", "runner/xnnpack_payload.h"],
+        headers = ["runner/greedy_decoding.h", "runner/program_runner.h", "runner/xnnpack_payload.h"],
         compiler_flags = ["-O3"],
         link_style = "static",
         deps = [

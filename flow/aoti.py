@@ -16,6 +16,7 @@ cmake-out/aoti_packages/, named by a hash of every source that can change them (
 from __future__ import annotations
 
 import argparse
+import functools
 import glob
 import hashlib
 import os
@@ -39,9 +40,11 @@ STATELESS_EXECUTIONS = 3  # as the ExecuTorch verifier: an execution that spoils
 INDUCTOR_CONFIGS = {"aot_inductor.check_lowerbound": False}
 
 
+@functools.cache
 def source_hash() -> str:
     """A hash of what a package depends on: torch's version, the declarations, every Python module and C++ source at
-    the repository's top level (models, ops, their kernels) and the flow package itself."""
+    the repository's top level (models, ops, their kernels) and the flow package itself. Once per process: the sources
+    a process imported are the ones its packages are made from."""
     digest = hashlib.sha256(f"{torch.__version__} {sorted(INDUCTOR_CONFIGS.items())}".encode())
     files = sorted({*glob.glob(os.path.join(REPO_ROOT, "*.py")), *glob.glob(os.path.join(REPO_ROOT, "*.cpp")),
                     *glob.glob(os.path.join(REPO_ROOT, "flow", "*.py")), os.path.join(REPO_ROOT, "custom_ops.bzl")})
@@ -58,17 +61,14 @@ def package_path(name: str) -> str:
 
 def package(name: str, exported: torch.export.ExportedProgram) -> str:
     """The AOTInductor package of `exported`, made once per source hash; returns its path."""
-    from flow.export import written_whole
-
     path = package_path(name)
     if not os.path.isfile(path):
         os.makedirs(PACKAGE_DIR, exist_ok=True)
-        with tempfile.TemporaryDirectory() as tmp:  # packaged aside, then moved in whole
+        # Made beside its place, then renamed into it: another process sees the whole package or none.
+        with tempfile.TemporaryDirectory(dir=PACKAGE_DIR) as tmp:
             made = torch._inductor.aoti_compile_and_package(exported, package_path=os.path.join(tmp, "p.pt2"),
                                                             inductor_configs=dict(INDUCTOR_CONFIGS))  # it adds keys
-            with open(made, "rb") as f:
-                data = f.read()
-        written_whole(path, lambda f: f.write(data))
+            os.replace(made, path)
     return path
 
 
@@ -96,17 +96,23 @@ def run_package(command: Sequence[str], runs: Sequence[Sequence[torch.Tensor]], 
              f"--outputs={','.join(out_files)}", f"--num_executions={num_executions}"], out_files, expected_like)
 
 
+def example_package(op) -> tuple[str, torch.export.ExportedProgram, list]:
+    """(the package of `op`'s example program, its ExportedProgram, the example's runs)."""
+    from flow.export import example_of
+
+    model, runs = example_of(op)
+    exported = torch.export.export(model, runs[0], strict=True)
+    return package(op.example_program, exported), exported, runs
+
+
 def check_example(op, build_dir: str) -> str:
     """Packages `op`'s example program, runs it in the C++ runner and compares with the op's reference (bit for bit
     where declared bit_exact), executed several times (a stateful example: its executions in order). Returns what to
     print; AssertionError on a difference."""
     from flow import compare
-    from flow.export import example_of
     from flow.reference import program_reference_runs
 
-    model, runs = example_of(op)
-    exported = torch.export.export(model, runs[0], strict=True)
-    path = package(op.example_program, exported)
+    path, exported, runs = example_package(op)
     expected = program_reference_runs(exported, runs, [op])
     stateful = len(runs) > 1
     problems = []
@@ -156,9 +162,9 @@ def missing_library_error(build_dir: str, package_file: str, op_libraries: Seque
     proc = subprocess.run([*command, "--prompt=1", "--new_tokens=1"], capture_output=True, text=True, timeout=300)
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     if proc.returncode != 1 or len(errors) != 1 or "my_ops::" not in errors[0] or "--op_library" not in errors[0]:
-        raise AssertionError(f"{RUNNER} without {', '.join(sorted(set(OP_LIBRARIES) - set(map(os.path.basename, op_libraries))))} "
-                             f"should fail with one error line naming the op and --op_library; it exited "
-                             f"{proc.returncode}:\n{proc.stderr}")
+        loaded = ", ".join(map(os.path.basename, op_libraries)) or "no op library"
+        raise AssertionError(f"{RUNNER} with {loaded} should fail with one error line naming the op and --op_library; "
+                             f"it exited {proc.returncode}:\n{proc.stderr}")
     return errors[0]
 
 

@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "decode_summary.h"
+#include "greedy_decoding.h"
 
 namespace {
 
@@ -292,11 +292,9 @@ std::optional<std::string> decode(torch::inductor::AOTIModelPackageLoader& loade
       const at::Tensor row = outputs[0].contiguous();
       const float* values = row.const_data_ptr<float>();
       const int64_t vocab = row.size(1);
-      if (std::any_of(values, values + vocab, [](float v) { return std::isnan(v); })) {
+      if (!custom_ops_runner::take_greedy_token(values, vocab, logits, generated)) {
         return "step " + std::to_string(step) + " (position " + std::to_string(position) + ") produced NaN logits";
       }
-      logits.insert(logits.end(), values, values + vocab);
-      generated.push_back(std::max_element(values, values + vocab) - values);  // the first of equal maxima, as torch
       position += static_cast<int64_t>(step_tokens.size());
       step_tokens = {generated.back()};
     }

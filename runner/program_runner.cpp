@@ -2,7 +2,7 @@
 // been checked (verification, then MethodMeta's checked accessors, then the memory budget).
 #include "program_runner.h"
 
-#include "decode_summary.h"
+#include "greedy_decoding.h"
 #include "xnnpack_payload.h"
 
 #include <executorch/devtools/etdump/etdump_flatcc.h>
@@ -708,11 +708,9 @@ std::optional<std::string> generate(executorch::runtime::Method& method, const R
       return "step " + std::to_string(step) + " returned no float32 logits of " + std::to_string(vocab) + " values";
     }
     const float* logits = output.toTensor().const_data_ptr<float>();
-    if (std::any_of(logits, logits + vocab, [](float v) { return std::isnan(v); })) {
+    if (!take_greedy_token(logits, vocab, all_logits, generated)) {
       return "step " + std::to_string(step) + " (position " + std::to_string(position) + ") produced NaN logits";
     }
-    all_logits.insert(all_logits.end(), logits, logits + vocab);
-    generated.push_back(std::max_element(logits, logits + vocab) - logits);  // the first of equal maxima, as torch
     position += static_cast<int64_t>(step_tokens.size());
     step_tokens = {generated.back()};
   }

@@ -44,10 +44,7 @@ def test_a_package_without_its_op_library_is_one_clear_error(build_dir, declared
     if program == aoti.MODEL:
         path = aoti.model_package()
     else:
-        path = aoti.package_path(program)
-        if not os.path.isfile(path):  # made by the example test, unless it ran on another worker first
-            op = next(op for op in declared.values() if op.example_program == program)
-            aoti.check_example(op, build_dir)
+        path, _, _ = aoti.example_package(next(op for op in declared.values() if op.example_program == program))
     line = aoti.missing_library_error(build_dir, path, [_library(build_dir, lib) for lib in libraries])
     assert f"calls {missing_op} but no loaded library registers it" in line
 
@@ -57,9 +54,7 @@ def _runner(build_dir, *args):
 
 
 def test_bad_input_to_the_runner_is_one_error_line(build_dir, declared, tmp_path):
-    path = aoti.package_path("custom_ops_1")
-    if not os.path.isfile(path):
-        aoti.check_example(declared["my_ops::mul3"], build_dir)
+    path, _, _ = aoti.example_package(declared["my_ops::mul3"])
     short = tmp_path / "short.bin"
     short.write_bytes(b"\0" * 8)  # 2 floats where 2x3 needs 6
     libraries = f"--op_library={_library(build_dir, 'libcustom_ops_without_python.so')}"
@@ -81,9 +76,7 @@ def test_inputs_the_package_was_not_made_for_are_errors_not_reads_or_writes_past
     """The update_cache example's package (a cache of MAX_LEN rows, one row per call): a position past the cache is
     refused before a row is written, and a value of two rows (the package was exported for one) is refused by the
     package's input check, which the runner turns on; unchecked, the generated code would read past the value."""
-    path = aoti.package_path("update_cache")
-    if not os.path.isfile(path):
-        aoti.check_example(declared["my_ops::update_cache"], build_dir)
+    path, _, _ = aoti.example_package(declared["my_ops::update_cache"])
     from flow.runner import RunnerError
     from update_cache import HEADS, HEAD_DIM, MAX_LEN
 

@@ -1,9 +1,12 @@
-// The summary both runners print after greedy decoding (custom_ops_executor_runner and custom_ops_aoti_runner), in
-// one format that one parser reads (flow/model.py) and the ExecuTorch vs AOTInductor benchmark compares
-// (benchmark/aoti.py): the tokens, prefill and decode times, and the process's peak resident memory.
+// What both runners' greedy decoding shares (custom_ops_executor_runner and custom_ops_aoti_runner): taking a step's
+// token from its logits, and the summary printed after decoding, in one format that one parser reads (flow/model.py)
+// and the ExecuTorch vs AOTInductor benchmark compares (benchmark/aoti.py): tokens, prefill and decode times, and the
+// process's peak resident memory.
 #pragma once
 
+#include <algorithm>
 #include <cinttypes>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -30,6 +33,18 @@ inline std::optional<uint64_t> peak_resident_kib() {
   }
   std::fclose(status);
   return kib;
+}
+
+// Appends a step's logits and its greedy token (the first of equal maxima, as torch.argmax); false, appending
+// nothing, when a logit is NaN (no token is the answer then).
+inline bool take_greedy_token(const float* values, int64_t vocab, std::vector<float>& logits,
+                              std::vector<int64_t>& generated) {
+  if (std::any_of(values, values + vocab, [](float v) { return std::isnan(v); })) {
+    return false;
+  }
+  logits.insert(logits.end(), values, values + vocab);
+  generated.push_back(std::max_element(values, values + vocab) - values);
+  return true;
 }
 
 // generated: the last generation's tokens; the times are totals over `generations` generations.
