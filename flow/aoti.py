@@ -59,15 +59,18 @@ def package_path(name: str) -> str:
     return os.path.join(PACKAGE_DIR, f"{name}-{source_hash()}.pt2")
 
 
-def package(name: str, exported: torch.export.ExportedProgram) -> str:
-    """The AOTInductor package of `exported`, made once per source hash; returns its path."""
+def package(name: str, exported: torch.export.ExportedProgram, metadata: dict[str, str] | None = None) -> str:
+    """The AOTInductor package of `exported`, made once per source hash; returns its path. `metadata` goes into the
+    package (AOTIModelPackageLoader::get_metadata)."""
     path = package_path(name)
     if not os.path.isfile(path):
         os.makedirs(PACKAGE_DIR, exist_ok=True)
         # Made beside its place, then renamed into it: another process sees the whole package or none.
         with tempfile.TemporaryDirectory(dir=PACKAGE_DIR) as tmp:
             made = torch._inductor.aoti_compile_and_package(exported, package_path=os.path.join(tmp, "p.pt2"),
-                                                            inductor_configs=dict(INDUCTOR_CONFIGS))  # it adds keys
+                                                            inductor_configs={  # a copy: it adds keys
+                                                                **INDUCTOR_CONFIGS,
+                                                                "aot_inductor.metadata": dict(metadata or {})})
             os.replace(made, path)
     return path
 
@@ -136,7 +139,11 @@ def export_model(max_seq: int | None = None) -> torch.export.ExportedProgram:
 
 
 def model_package() -> str:
-    return package(MODEL, export_model())
+    """The decoder's package. Its vocabulary size is in the metadata: the runner checks prompt tokens against it
+    before running, because the package's own bounds check throws inside a parallel region, which aborts."""
+    from flow import model
+
+    return package(MODEL, export_model(), {"vocab": str(model.config().vocab)})
 
 
 def check_model(build_dir: str) -> list[str]:

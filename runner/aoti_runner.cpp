@@ -267,6 +267,22 @@ std::optional<std::string> run_inputs(torch::inductor::AOTIModelPackageLoader& l
 
 // Greedy decoding: prefill at position 0, then new_tokens - 1 steps of one token; times prefill and decode apart.
 std::optional<std::string> decode(torch::inductor::AOTIModelPackageLoader& loader, const Options& options) {
+  // A token outside the vocabulary must be refused here: the package's embedding checks its index inside an OpenMP
+  // region, where the exception it throws aborts the process. The vocabulary size comes from the package.
+  const auto metadata = loader.get_metadata();
+  const auto vocab_entry = metadata.find("vocab");
+  if (vocab_entry == metadata.end() || vocab_entry->second.empty() ||
+      vocab_entry->second.find_first_not_of("0123456789") != std::string::npos || vocab_entry->second.size() > 9) {
+    return "the package has no vocabulary size in its metadata ('vocab'), which decoding needs to check the prompt; "
+           "package it with inductor_configs={'aot_inductor.metadata': {'vocab': '<size>'}} (flow/aoti.py does)";
+  }
+  const int64_t vocab_size = std::stoll(vocab_entry->second);
+  for (int64_t token : options.prompt) {
+    if (token >= vocab_size) {
+      return "prompt token " + std::to_string(token) + " is outside the vocabulary [0, " + std::to_string(vocab_size) +
+          ")";
+    }
+  }
   std::vector<int64_t> generated;
   std::vector<float> logits;
   double prefill_total = 0, decode_total = 0;

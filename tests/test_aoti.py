@@ -58,12 +58,18 @@ def test_bad_input_to_the_runner_is_one_error_line(build_dir, declared, tmp_path
     short = tmp_path / "short.bin"
     short.write_bytes(b"\0" * 8)  # 2 floats where 2x3 needs 6
     libraries = f"--op_library={_library(build_dir, 'libcustom_ops_without_python.so')}"
+    decoder = [f"--package={aoti.model_package()}",
+               f"--op_library={','.join(_library(build_dir, lib) for lib in aoti.OP_LIBRARIES)}"]
     cases = {
         "holds 8 bytes; float32:2x3 needs 24": [f"--package={path}", libraries, f"--inputs={short}",
                                                  "--input_specs=float32:2x3"],
         "is not DTYPE:SHAPE": [f"--package={path}", libraries, f"--inputs={short}", "--input_specs=complex:2"],
         "cannot load op library": [f"--package={path}", "--op_library=/nonexistent/libx.so"],
         "cannot load the package": [f"--package={tmp_path / 'missing.pt2'}"],
+        # Before the runner checked the prompt, this aborted (rc 134) in the package's own bounds check.
+        "prompt token 300 is outside the vocabulary [0, 256)": [*decoder, "--prompt=300", "--new_tokens=2"],
+        "Expected u0 <= 254": [*decoder, "--prompt=1", "--new_tokens=300"],  # more positions than the cache has
+        "has no vocabulary size": [f"--package={path}", libraries, "--prompt=1", "--new_tokens=2"],  # not a decoder
     }
     for expected, args in cases.items():
         proc = _runner(build_dir, *args)
