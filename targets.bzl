@@ -116,8 +116,19 @@ def _define_example(suffix, ops):
         registration = ":custom_ops_lib" + suffix
     native.cxx_binary(
         name = "custom_ops_executor_runner" + suffix,
-        srcs = ["runner/custom_ops_executor_runner.cpp", "runner/program_runner.cpp", "runner/xnnpack_payload.cpp"],
-        headers = ["runner/greedy_decoding.h", "runner/program_runner.h", "runner/xnnpack_payload.h"],
+        srcs = [
+            "runner/custom_ops_executor_runner.cpp",
+            "runner/command_line.cpp",
+            "runner/program_runner.cpp",
+            "runner/xnnpack_payload.cpp",
+        ],
+        headers = [
+            "runner/command_line.h",
+            "runner/greedy_decoding.h",
+            "runner/program_runner.h",
+            "runner/xnnpack_layout.h",
+            "runner/xnnpack_payload.h",
+        ],
         compiler_flags = ["-O3"],
         link_style = "static",
         deps = [

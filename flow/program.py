@@ -15,10 +15,11 @@ on the same fields (the runner reads them through MethodMeta, this through execu
      abort hook turns that abort into an error line, and this project's kernels check their own arguments);
   7. every delegate entry has its backend id, data and compile specs (ExecuTorch's BackendDelegate::Init reads them
      unchecked), and every XNNPACK payload is one XNNPACK can read safely (flow/xnnpack_payload.py; the runner:
-     runner/xnnpack_payload.cpp): every constant tensor's dims fit the bytes stored for it (XNNPACK's compiler trusts
-     them and reads past the weights otherwise), and (Python only) its flatbuffer identifier is XN00 or XN01: the
-     backend logs a wrong one verbatim, and the Python runtime's log, decoding those bytes as UTF-8, ends the
-     interpreter (a pybind11 exception where none may be thrown); the runner's log hook makes them printable instead.
+     runner/xnnpack_payload.cpp, both reading flow/xnnpack_layout.py): its header's regions, and every field
+     XNNPACK's compiler trusts (dims against the bytes stored, num_dims, datatypes, constant and scale indices,
+     per-channel scale counts, external ids against the delegate call's arguments); docs/untrusted-programs.md lists
+     them. A wrong flatbuffer identifier is refused too: the backend logs it verbatim, and the Python runtime's log,
+     decoding those bytes as UTF-8, ends the interpreter; the runner's log hook makes them printable instead.
 """
 
 from __future__ import annotations
@@ -132,20 +133,40 @@ def read(source: str | os.PathLike | bytes) -> ProgramSpec:
     if len(data) < 8 or data[4:6] != b"ET":  # the flatbuffer file identifier, e.g. "ET12"
         raise ProgramError("not an ExecuTorch program (.pte): its header has no ET file identifier")
     try:
-        program = deserialize_pte_binary(data)
+        pte = deserialize_pte_binary(data)
     except Exception as err:  # noqa: BLE001  (any parse failure means a corrupt program)
         raise ProgramError(f"not a readable ExecuTorch program: {type(err).__name__}: {err}") from None
-    program = getattr(program, "program", program)  # newer versions wrap the Program with its data segments
+    program = getattr(pte, "program", pte)  # newer versions wrap the Program with its data segments
     segment_base = int.from_bytes(data[24:32], "little") if data[8:12] == b"eh00" else None  # extended header
     try:
-        return _read_methods(program, data, segment_base)
+        return _read_methods(program, data, segment_base, _named_data_sizes(pte))
     except (TypeError, AttributeError) as err:  # a field the schema makes optional is absent
         raise ProgramError(f"not a readable ExecuTorch program: a required field is missing ({err})") from None
 
 
-def _read_methods(program, data: bytes, segment_base: int | None) -> ProgramSpec:
+def _named_data_sizes(pte) -> dict[bytes, int]:
+    """Bytes the program holds under each named-data key (where XNNPACK's constants live)."""
+    store = getattr(pte, "named_data", None)
+    if store is None:
+        return {}
+    return {key.encode(): len(store.buffers[entry.buffer_index]) if 0 <= entry.buffer_index < len(store.buffers) else 0
+            for key, entry in store.pte_data.items()}
+
+
+def _delegate_args(plan) -> dict[int, int]:
+    """The fewest arguments each delegate is called with: XNNPACK's executor indexes them by external id unchecked."""
+    fewest: dict[int, int] = {}
+    for chain in plan.chains:
+        for instruction in chain.instructions:
+            if type(call := instruction.instr_args).__name__ == "DelegateCall":
+                fewest[call.delegate_index] = min(fewest.get(call.delegate_index, len(call.args)), len(call.args))
+    return fewest
+
+
+def _read_methods(program, data: bytes, segment_base: int | None, named_data: dict[bytes, int]) -> ProgramSpec:
     methods = {}
     for plan in program.execution_plan:
+        delegate_args = _delegate_args(plan)
         operators = tuple(f"{op.name}.{op.overload}" if op.overload else op.name for op in plan.operators)
         calls = tuple((args.op_index, tuple(_value_spec(plan.values, i).kind for i in args.args))
                       for chain in plan.chains for instruction in chain.instructions
@@ -157,11 +178,13 @@ def _read_methods(program, data: bytes, segment_base: int | None) -> ProgramSpec
             planned_buffer_sizes=tuple(plan.non_const_buffer_sizes), operators=operators, kernel_calls=calls,
             backends=tuple(delegate.id for delegate in plan.delegates),
             delegate_problems=tuple(problem for i, delegate in enumerate(plan.delegates)
-                                   if (problem := _delegate_problem(i, delegate, program, data, segment_base))))
+                                   if (problem := _delegate_problem(i, delegate, program, data, segment_base,
+                                                                    named_data, delegate_args.get(i)))))
     return ProgramSpec(methods)
 
 
-def _delegate_problem(index: int, delegate, program, data: bytes, segment_base: int | None) -> str | None:
+def _delegate_problem(index: int, delegate, program, data: bytes, segment_base: int | None,
+                      named_data: dict[bytes, int], delegate_args: int | None) -> str | None:
     """Check 7 on one delegate: an entry ExecuTorch can read (its BackendDelegate::Init dereferences these fields
     unchecked), and an XNNPACK payload, inline or in a segment the extended header places, that XNNPACK can."""
     from executorch.exir.schema import DataLocation
@@ -181,7 +204,7 @@ def _delegate_problem(index: int, delegate, program, data: bytes, segment_base: 
         payload = data[segment_base + segment.offset:segment_base + segment.offset + segment.size]
     else:
         return None  # the runtime finds no payload either, and says so
-    if (problem := xnnpack_payload.problem(payload)) is not None:
+    if (problem := xnnpack_payload.problem(payload, named_data, delegate_args)) is not None:
         return f"delegate {index} (XnnpackBackend): {problem}; the payload is corrupt"
     return None
 

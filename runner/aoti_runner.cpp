@@ -17,169 +17,57 @@
 #include <fstream>
 #include <iterator>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <vector>
 
+#include "command_line.h"
 #include "greedy_decoding.h"
 
 namespace {
 
-constexpr const char* kUsage = R"(usage: custom_ops_aoti_runner --package=FILE.pt2 [options]
-  --op_library=A.so,...     load these libraries first (RTLD_GLOBAL), in order: they register the custom ops the
-                            package calls (libcustom_ops_aot_lib.so: ops registered from C++;
-                            libcustom_ops_without_python.so: C++ kernels of the ops registered from Python)
-  --inputs=A.bin,...        one raw little-endian file per input, row-major. Repeated, one list per execution:
-                            execution N takes list N modulo their count (state across executions, e.g. a cache)
-  --input_specs=float32:2x3,int64:1   each input's dtype and shape (a 0-d tensor: "float32:")
-  --outputs=O.bin,...       write each output's raw bytes (row-major) to these files
-  --num_executions=N        run N times, 1 to 1000000 (default: 1); outputs are the last run's
-Greedy decoding, for a package whose model takes (tokens int64 [1, T], input_pos int64 [1]) and returns the last
-position's logits (float32 [1, vocab]), keeping its KV cache as state (decoder.py):
-  --prompt=1,17,42          token ids: run at position 0 (prefill), then each argmax is fed back at the next position
-  --new_tokens=N            how many tokens to generate, 1 to 1000000 (--num_executions repeats the generation)
-  --logits_path=FILE        write every step's logits (float32, one row per step) of the last generation
-)";
-constexpr uint64_t kMaxCount = 1000000;
-
-struct Options {
-  std::string package;
-  std::vector<std::string> op_libraries;
-  std::vector<std::vector<std::string>> inputs;
-  std::vector<std::string> input_specs;
-  std::vector<std::string> outputs;
-  uint64_t num_executions = 1;
-  std::vector<int64_t> prompt;
-  uint64_t new_tokens = 0;
-  std::string logits_path;
-};
+using custom_ops_runner::CommandLine;
+using custom_ops_runner::Runner;
 
 int fail(const std::string& message, int code = 1) {
   std::fprintf(stderr, "error: %s\n", message.c_str());
   return code;
 }
 
-std::vector<std::string> split(const std::string& text, char sep) {
-  std::vector<std::string> parts;
-  std::stringstream stream(text);
-  for (std::string part; std::getline(stream, part, sep);) {
-    parts.push_back(part);
-  }
-  return parts;
-}
-
-std::optional<uint64_t> parse_count(const std::string& text) {
-  if (text.empty() || text.size() > 7 || text.find_first_not_of("0123456789") != std::string::npos) {
-    return std::nullopt;
-  }
-  const uint64_t value = std::stoull(text);
-  return value >= 1 && value <= kMaxCount ? std::optional<uint64_t>(value) : std::nullopt;
-}
-
-// Returns an error message ("" for --help), or nothing when the arguments parsed.
-std::optional<std::string> parse_options(int argc, char** argv, Options& options) {
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "--help" || arg == "-h") {
-      return "";
-    }
-    const size_t eq = arg.find('=');
-    if (arg.rfind("--", 0) != 0 || eq == std::string::npos) {
-      return "unexpected argument '" + arg + "': options are --name=value";
-    }
-    const std::string name = arg.substr(0, eq), value = arg.substr(eq + 1);
-    if (name == "--package") {
-      options.package = value;
-    } else if (name == "--op_library") {
-      for (const auto& path : split(value, ',')) {
-        options.op_libraries.push_back(path);
-      }
-    } else if (name == "--inputs") {
-      options.inputs.push_back(split(value, ','));
-    } else if (name == "--input_specs") {
-      options.input_specs = split(value, ',');
-    } else if (name == "--outputs") {
-      options.outputs = split(value, ',');
-    } else if (name == "--num_executions" || name == "--new_tokens") {
-      auto count = parse_count(value);
-      if (!count) {
-        return name + " must be an integer from 1 to " + std::to_string(kMaxCount) + ", got '" + value + "'";
-      }
-      (name == "--num_executions" ? options.num_executions : options.new_tokens) = *count;
-    } else if (name == "--prompt") {
-      for (const auto& token : split(value, ',')) {
-        if (token.empty() || token.size() > 9 || token.find_first_not_of("0123456789") != std::string::npos) {
-          return "--prompt must be token ids (integers from 0) separated by commas, got '" + value + "'";
-        }
-        options.prompt.push_back(std::stoll(token));
-      }
-    } else if (name == "--logits_path") {
-      options.logits_path = value;
-    } else {
-      return "unknown option " + name;
-    }
-  }
-  if (options.package.empty()) {
-    return "--package is required";
-  }
-  if (!options.inputs.empty() && options.inputs.front().size() != options.input_specs.size()) {
-    return "--inputs names " + std::to_string(options.inputs.front().size()) + " file(s) but --input_specs gives " +
-        std::to_string(options.input_specs.size()) + " spec(s); give one spec per input";
-  }
-  if (options.prompt.empty() != (options.new_tokens == 0)) {
-    return "--prompt and --new_tokens go together";
-  }
-  return std::nullopt;
-}
-
-std::optional<at::ScalarType> dtype_named(const std::string& name) {
+at::ScalarType dtype_named(const std::string& name) {
   static const std::pair<const char*, at::ScalarType> kDtypes[] = {
       {"float32", at::kFloat}, {"float64", at::kDouble}, {"float16", at::kHalf}, {"bfloat16", at::kBFloat16},
       {"uint8", at::kByte},    {"int8", at::kChar},      {"int16", at::kShort},  {"int32", at::kInt},
       {"int64", at::kLong},    {"bool", at::kBool}};
+  static_assert(std::size(kDtypes) == std::size(custom_ops_runner::kSpecDtypes), "every spec dtype has a ScalarType");
   for (const auto& [known, dtype] : kDtypes) {
     if (name == known) {
       return dtype;
     }
   }
-  return std::nullopt;
+  return at::kFloat;  // unreachable: parse_command_line accepts kSpecDtypes only
 }
 
-// "float32:2x3" -> an empty tensor of that dtype and shape, or the error naming the spec.
-std::optional<std::string> tensor_for_spec(const std::string& spec, at::Tensor& tensor) {
-  const size_t colon = spec.find(':');
-  auto dtype = dtype_named(spec.substr(0, colon));
-  if (colon == std::string::npos || !dtype) {
-    return "input spec '" + spec + "' is not DTYPE:SHAPE such as float32:2x3 (dtypes: float32, float64, float16, "
-           "bfloat16, uint8, int8, int16, int32, int64, bool)";
+std::string spec_text(const custom_ops_runner::InputSpec& spec) {
+  std::string text = spec.dtype + ":";
+  for (size_t d = 0; d < spec.shape.size(); ++d) {
+    text += (d ? "x" : "") + std::to_string(spec.shape[d]);
   }
-  std::vector<int64_t> shape;
-  const std::string dims = spec.substr(colon + 1);
-  for (const auto& dim : dims.empty() ? std::vector<std::string>{} : split(dims, 'x')) {
-    if (dim.empty() || dim.size() > 9 || dim.find_first_not_of("0123456789") != std::string::npos) {
-      return "input spec '" + spec + "' has a dimension '" + dim + "' that is not an integer from 0";
-    }
-    shape.push_back(std::stoll(dim));
-  }
-  tensor = at::empty(shape, at::TensorOptions().dtype(*dtype));
-  return std::nullopt;
+  return text;
 }
 
-std::optional<std::string> read_inputs(const Options& options, const std::vector<std::string>& files,
+std::optional<std::string> read_inputs(const CommandLine& options, const std::vector<std::string>& files,
                                        std::vector<at::Tensor>& inputs) {
   inputs.clear();
-  for (size_t i = 0; i < files.size(); ++i) {
-    at::Tensor tensor;
-    if (auto err = tensor_for_spec(options.input_specs[i], tensor)) {
-      return err;
-    }
+  for (size_t i = 0; i < files.size(); ++i) {  // parse_command_line checked one spec per file in every list
+    const auto& spec = options.input_specs[i];
+    at::Tensor tensor = at::empty(spec.shape, at::TensorOptions().dtype(dtype_named(spec.dtype)));
     std::ifstream file(files[i], std::ios::binary | std::ios::ate);
     if (!file) {
       return "cannot open input file '" + files[i] + "'";
     }
     const auto size = static_cast<uint64_t>(file.tellg());
     if (size != tensor.nbytes()) {
-      return "input file '" + files[i] + "' holds " + std::to_string(size) + " bytes; " + options.input_specs[i] +
+      return "input file '" + files[i] + "' holds " + std::to_string(size) + " bytes; " + spec_text(spec) +
           " needs " + std::to_string(tensor.nbytes());
     }
     file.seekg(0);
@@ -207,7 +95,7 @@ std::string shape_of(const at::Tensor& tensor) {
 
 // The package's model, loaded after the op libraries. A custom op that no loaded library registers fails the load
 // (the proxy executor resolves every op up front): that error gets the fix added.
-std::optional<std::string> load(const Options& options,
+std::optional<std::string> load(const CommandLine& options,
                                 std::unique_ptr<torch::inductor::AOTIModelPackageLoader>& loader) {
   for (const auto& path : options.op_libraries) {
     if (dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL) == nullptr) {
@@ -215,7 +103,7 @@ std::optional<std::string> load(const Options& options,
     }
   }
   try {
-    loader = std::make_unique<torch::inductor::AOTIModelPackageLoader>(options.package);
+    loader = std::make_unique<torch::inductor::AOTIModelPackageLoader>(options.program);
   } catch (const std::exception& err) {
     std::string message = err.what();
     message = message.substr(0, message.find('\n'));
@@ -225,16 +113,16 @@ std::optional<std::string> load(const Options& options,
       std::string op = message.substr(missing.size());
       op = op.substr(0, op.find(' '));
       op = op.substr(0, op.find_last_not_of('.') + 1);
-      return "the package '" + options.package + "' calls " + op + " but no loaded library registers it. Pass --op_library with the library that does: " +
+      return "the package '" + options.program + "' calls " + op + " but no loaded library registers it. Pass --op_library with the library that does: " +
           "libcustom_ops_aot_lib.so (ops registered from C++) or libcustom_ops_without_python.so (the C++ kernels " +
           "of ops registered from Python), built by `bash test_custom_ops.sh aoti`";
     }
-    return "cannot load the package '" + options.package + "': " + message;
+    return "cannot load the package '" + options.program + "': " + message;
   }
   return std::nullopt;
 }
 
-std::optional<std::string> run_inputs(torch::inductor::AOTIModelPackageLoader& loader, const Options& options) {
+std::optional<std::string> run_inputs(torch::inductor::AOTIModelPackageLoader& loader, const CommandLine& options) {
   std::vector<at::Tensor> inputs, outputs;
   double total_us = 0;
   for (uint64_t run = 0; run < options.num_executions; ++run) {
@@ -266,7 +154,7 @@ std::optional<std::string> run_inputs(torch::inductor::AOTIModelPackageLoader& l
 }
 
 // Greedy decoding: prefill at position 0, then new_tokens - 1 steps of one token; times prefill and decode apart.
-std::optional<std::string> decode(torch::inductor::AOTIModelPackageLoader& loader, const Options& options) {
+std::optional<std::string> decode(torch::inductor::AOTIModelPackageLoader& loader, const CommandLine& options) {
   // A token outside the vocabulary must be refused here: the package's embedding checks its index inside an OpenMP
   // region, where the exception it throws aborts the process. The vocabulary size comes from the package.
   const auto metadata = loader.get_metadata();
@@ -333,14 +221,14 @@ std::optional<std::string> decode(torch::inductor::AOTIModelPackageLoader& loade
 } // namespace
 
 int main(int argc, char** argv) {
-  Options options;
-  if (auto err = parse_options(argc, argv, options)) {
-    if (err->empty()) {
-      std::fputs(kUsage, stdout);
-      return 0;
-    }
-    std::fputs(kUsage, stderr);
+  CommandLine options;
+  if (auto err = custom_ops_runner::parse_command_line(argc, argv, Runner::kAotInductor, options)) {
+    std::fputs(custom_ops_runner::usage(Runner::kAotInductor).c_str(), stderr);
     return fail(*err, 2);
+  }
+  if (options.help) {
+    std::fputs(custom_ops_runner::usage(Runner::kAotInductor).c_str(), stdout);
+    return 0;
   }
   // A package checks its inputs' dtypes, shapes and strides only when this is set (read once, at the first run);
   // unchecked, an input of another shape is read past its end.

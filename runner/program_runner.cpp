@@ -141,19 +141,6 @@ std::string describe(Error error) {
   return std::string(executorch::runtime::to_string(error)) + " (" + code + ")";
 }
 
-std::vector<std::string> split(const std::string& text, char separator) {
-  std::vector<std::string> parts;
-  std::stringstream stream(text);
-  std::string part;
-  while (std::getline(stream, part, separator)) {
-    parts.push_back(part);
-  }
-  if (!text.empty() && text.back() == separator) {
-    parts.emplace_back();
-  }
-  return parts;
-}
-
 template <typename T>
 std::string list_string(executorch::aten::ArrayRef<T> values) {
   std::string s = "[";
@@ -327,17 +314,13 @@ std::optional<std::string> prepare_input_group(const RunOptions& options, const 
     auto info = meta.input_tensor_meta(i);  // checked in preflight()
     std::vector<SizesType> sizes(info->sizes().begin(), info->sizes().end());
     if (options.input_shapes) {
-      const std::string& text = (*options.input_shapes)[i];
-      auto parsed = parse_shape(text);
-      if (!parsed) {
-        return "--input_shapes entry '" + text + "' is not a shape like 2x3 (each dimension 0 to 2147483647)";
-      }
-      if (parsed->size() != sizes.size()) {
-        return "--input_shapes entry '" + text + "' has " + std::to_string(parsed->size()) +
+      const std::vector<int32_t>& shape = (*options.input_shapes)[i];
+      if (shape.size() != sizes.size()) {
+        return "--input_shapes entry " + std::to_string(i + 1) + " has " + std::to_string(shape.size()) +
             " dimension(s) but input " + std::to_string(i) + " of method '" + options.method + "' has " +
             std::to_string(sizes.size());
       }
-      sizes = *parsed;
+      sizes.assign(shape.begin(), shape.end());
     }
     const ScalarType dtype = info->scalar_type();
     auto nbytes = tensor_bytes({sizes.data(), sizes.size()}, dtype);
@@ -432,47 +415,6 @@ std::optional<std::string> write_output(const std::string& path, const EValue& v
 }
 
 } // namespace
-
-std::optional<uint64_t> parse_count(const std::string& text, uint64_t max) {
-  if (text.empty() || !std::isdigit(static_cast<unsigned char>(text[0]))) {
-    return std::nullopt;  // no sign, no space
-  }
-  errno = 0;
-  char* end = nullptr;
-  const unsigned long long value = std::strtoull(text.c_str(), &end, 10);
-  if (errno == ERANGE || *end != '\0' || value > max) {
-    return std::nullopt;
-  }
-  return value;
-}
-
-std::optional<std::vector<int32_t>> parse_shape(const std::string& text) {
-  static_assert(std::is_same_v<SizesType, int32_t>, "shapes are parsed as ExecuTorch's int32 sizes");
-  std::vector<int32_t> sizes;
-  for (const auto& dim : split(text, 'x')) {
-    auto value = parse_count(dim, INT32_MAX);
-    if (!value) {
-      return std::nullopt;
-    }
-    sizes.push_back(static_cast<int32_t>(*value));
-  }
-  return sizes;
-}
-
-std::optional<uint64_t> parse_bytes(const std::string& text) {
-  if (text.empty()) {
-    return std::nullopt;
-  }
-  int shift = 0;
-  switch (text.back()) {
-    case 'K': shift = 10; break;
-    case 'M': shift = 20; break;
-    case 'G': shift = 30; break;
-    default: break;
-  }
-  auto value = parse_count(shift ? text.substr(0, text.size() - 1) : text, UINT64_MAX >> shift);
-  return value ? std::optional<uint64_t>(*value << shift) : std::nullopt;
-}
 
 void print_registered() {
   std::set<std::string> lines;

@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "command_line.h"
+
 namespace executorch {
 namespace runtime {
 class DataLoader;
@@ -21,19 +23,12 @@ class DataLoader;
 
 namespace custom_ops_runner {
 
-// Largest --num_executions accepted (a typo such as 99999999999999999999 is an error, not an endless run).
-constexpr uint64_t kMaxExecutions = 1000000;
-// Default --max_memory: planned buffers plus inputs (1 GiB).
-constexpr uint64_t kDefaultMaxMemory = uint64_t{1} << 30;
-// Default --debug_buffer_size: room for the intermediate outputs of every execution (64 MiB).
-constexpr uint64_t kDefaultDebugBufferSize = uint64_t{64} << 20;
-
 struct RunOptions {
   std::string method = "forward";
   // Raw input files, one list per --inputs flag: execution N takes list N modulo their count (a program with state
   // gets each step's inputs). Empty: every input filled with ones.
   std::vector<std::vector<std::string>> inputs;
-  std::optional<std::vector<std::string>> input_shapes;   // "2x3" per input, for dynamic programs
+  std::optional<std::vector<std::vector<int32_t>>> input_shapes;  // per input, for dynamic programs
   std::vector<std::string> outputs;                       // raw output files
   uint64_t num_executions = 1;
   uint64_t max_memory = kDefaultMaxMemory;
@@ -64,13 +59,6 @@ int run_program(
 // Prints the operators and backends linked into this process, one per line ("operator my_ops::mul3.out",
 // "backend XnnpackBackend"), sorted: what a program may use (flow/program.py's missing_from() reads this).
 void print_registered();
-
-// Parsing for the command line, checked: no sign, no overflow, no trailing junk. nullopt on any of those.
-std::optional<uint64_t> parse_count(const std::string& text, uint64_t max);
-// A byte count with an optional binary suffix: 512, 64K, 256M, 2G.
-std::optional<uint64_t> parse_bytes(const std::string& text);
-// A shape like 2x3 ("" for a 0-d tensor), each dimension 0 to INT32_MAX (ExecuTorch's sizes are int32).
-std::optional<std::vector<int32_t>> parse_shape(const std::string& text);
 
 // Installs the ExecuTorch log hook (keeps the details the final error line repeats) and turns ExecuTorch's own
 // aborts, and uncaught exceptions, into an `error:` line naming the program instead of a signal.

@@ -1,14 +1,18 @@
-// The delegate checks of the runner (xnnpack_payload.h): a bounds-checked walk over FlatBuffers tables, enough to go
-// from the .pte's Program to each delegate entry and XNNPACK payload and from its graph to the constant tensors, without generated
-// code (the wheel ships neither the schemas' headers nor flatbuffers'). Field slots follow executorch/schema/
-// program.fbs and backends/xnnpack/serialization/schema.fbs; a union takes two slots, its type then its value.
+// The delegate checks of the runner (xnnpack_payload.h): a bounds-checked walk over FlatBuffers tables, from the
+// .pte's Program to each delegate entry and XNNPACK payload, and from its graph to every field XNNPACK's compiler
+// trusts, without generated code (the wheel ships neither the schemas' headers nor flatbuffers'). Field slots and
+// limits come from xnnpack_layout.h; the checks and their messages are those of flow/xnnpack_payload.py.
 #include "xnnpack_payload.h"
 
+#include <cinttypes>
 #include <cstring>
-#include <string_view>
+
+#include "xnnpack_layout.h"
 
 namespace custom_ops_runner {
 namespace {
+
+namespace L = xnnpack_layout;
 
 class FlatReader {
  public:
@@ -19,7 +23,7 @@ class FlatReader {
   template <typename T>
   T read(size_t pos) {
     T value{};
-    if (pos > size_ || size_ - pos < sizeof(T)) {
+    if (!ok_ || pos > size_ || size_ - pos < sizeof(T)) {
       ok_ = false;
       return value;
     }
@@ -27,7 +31,14 @@ class FlatReader {
     return value;
   }
 
-  size_t root() { return target(0); }
+  size_t target(size_t pos) {
+    const uint32_t offset = read<uint32_t>(pos);
+    if (!ok_ || offset == 0 || offset >= size_ - pos) {
+      ok_ = false;
+      return 0;
+    }
+    return pos + offset;
+  }
 
   // The position of a table's field, 0 when the table leaves it out.
   size_t field(size_t table, int slot) {
@@ -56,125 +67,471 @@ class FlatReader {
     return pos == 0 ? 0 : target(pos);
   }
 
-  // A vector's length, once its elements of `width` bytes are known to lie inside the buffer.
-  uint32_t length(size_t vector, size_t width) {
-    const uint32_t n = read<uint32_t>(vector);
-    if (!ok_ || static_cast<uint64_t>(n) * width > size_ - vector - 4) {
-      ok_ = false;
-      return 0;
+  // A vector field's (position, length), once its elements of `width` bytes are known to lie inside the buffer.
+  std::optional<std::pair<size_t, uint32_t>> vector(size_t table, int slot, size_t width) {
+    const size_t at = child(table, slot);
+    if (at == 0) {
+      return std::nullopt;
     }
-    return n;
+    const uint32_t n = read<uint32_t>(at);
+    if (!ok_ || static_cast<uint64_t>(n) * width > size_ - at - 4) {
+      ok_ = false;
+      return std::nullopt;
+    }
+    return std::make_pair(at, n);
   }
 
-  size_t element(size_t vector, size_t index, size_t width) { return vector + 4 + index * width; }
-  size_t table_at(size_t vector, size_t index) { return target(element(vector, index, 4)); }
-
-  std::string_view string(size_t table, int slot) {
-    const size_t s = child(table, slot);
-    if (s == 0) {
-      return {};
+  template <typename T>
+  std::optional<std::vector<T>> scalars(size_t table, int slot) {
+    auto found = vector(table, slot, sizeof(T));
+    if (!found) {
+      return std::nullopt;
     }
-    const uint32_t n = length(s, 1);
-    return ok_ ? std::string_view(reinterpret_cast<const char*>(data_ + s + 4), n) : std::string_view();
+    std::vector<T> values(found->second);
+    for (uint32_t i = 0; i < found->second; ++i) {
+      values[i] = read<T>(found->first + 4 + i * sizeof(T));
+    }
+    return values;
+  }
+
+  std::optional<std::vector<size_t>> tables(size_t table, int slot) {
+    auto found = vector(table, slot, 4);
+    if (!found) {
+      return std::nullopt;
+    }
+    std::vector<size_t> positions(found->second);
+    for (uint32_t i = 0; ok_ && i < found->second; ++i) {
+      positions[i] = target(found->first + 4 + 4 * size_t{i});
+    }
+    return positions;
+  }
+
+  std::optional<std::string> string(size_t table, int slot) {
+    auto found = vector(table, slot, 1);
+    if (!found || !ok_) {
+      return std::nullopt;
+    }
+    return std::string(reinterpret_cast<const char*>(data_ + found->first + 4), found->second);
   }
 
  private:
-  size_t target(size_t pos) {
-    const uint32_t offset = read<uint32_t>(pos);
-    if (!ok_ || offset == 0 || offset >= size_ - pos) {
-      ok_ = false;
-      return 0;
-    }
-    return pos + offset;
-  }
-
   const uint8_t* data_;
   size_t size_;
   bool ok_ = true;
 };
 
-// Bits per element of XNNPACK's datatypes (XNNDatatype); 0: not checked (a kind this check does not know).
-unsigned element_bits(int16_t datatype) {
-  switch (datatype) {
-    case 1: case 5: case 7: return 32;  // fp32, qint32, qcint32
-    case 2: return 16;  // fp16
-    case 3: case 4: case 6: case 9: return 8;  // qint8, quint8, qcint8, qdint8
-    case 8: case 10: return 4;  // qcint4, qbint4
-    default: return 0;
-  }
+struct Header {
+  uint16_t header_length = 0;
+  uint32_t flatbuffer_offset = 0, flatbuffer_size = 0, constant_data_offset = 0;
+  uint64_t constant_data_size = 0;
+};
+
+struct Quant {
+  uint8_t kind = 0;
+  int32_t channel_dim = 0, group_size = 0, num_nonbatch_dims = 0;
+  std::optional<uint32_t> num_scales_in_vector;
+  uint32_t scale_buffer_idx = 0, num_scales = 0;
+};
+
+struct Value {
+  uint8_t kind = 0;
+  int16_t datatype = 0;
+  uint32_t num_dims = 0, constant_buffer_idx = 0, external_id = 0, flags = 0, id_out = 0;
+  std::optional<std::vector<uint32_t>> dims;
+  std::optional<Quant> quant;
+};
+
+struct Constant {
+  uint64_t offset = 0, size = 0;
+  std::optional<std::string> named_key;
+};
+
+struct Payload {
+  std::optional<Header> header;
+  std::string identifier;
+  uint32_t num_externs = 0;
+  std::optional<uint32_t> num_nodes;
+  std::optional<std::vector<uint32_t>> input_ids, output_ids;
+  std::optional<std::vector<Constant>> constants;
+  std::optional<std::vector<Value>> values;
+};
+
+template <typename T>
+T little_endian_at(const uint8_t* data, size_t at) {
+  T value;
+  std::memcpy(&value, data + at, sizeof(T));
+  return value;
 }
 
-constexpr uint64_t kNamedData = UINT64_MAX;  // a ConstantDataOffset whose bytes live in the program's named data
+std::optional<Header> read_header(const uint8_t* payload, size_t size) {
+  if (size < L::kHeaderSize || std::memcmp(payload + L::kMagicAt, L::kHeaderMagic, 4) != 0) {
+    return std::nullopt;
+  }
+  Header h;
+  h.header_length = little_endian_at<uint16_t>(payload, L::kHeaderLengthAt);
+  h.flatbuffer_offset = little_endian_at<uint32_t>(payload, L::kFlatbufferOffsetAt);
+  h.flatbuffer_size = little_endian_at<uint32_t>(payload, L::kFlatbufferSizeAt);
+  h.constant_data_offset = little_endian_at<uint32_t>(payload, L::kConstantDataOffsetAt);
+  h.constant_data_size = little_endian_at<uint64_t>(payload, L::kConstantDataSizeAt);
+  return h;
+}
+
+Quant read_quant(FlatReader& r, size_t quantized) {
+  Quant quant;
+  quant.kind = r.scalar<uint8_t>(quantized, L::XNNQuantizedTensorValue::kQuantParamsType);
+  const size_t params = r.child(quantized, L::XNNQuantizedTensorValue::kQuantParams);
+  if (params == 0) {
+    return quant;
+  }
+  if (quant.kind == L::kQuantPerChannel) {
+    if (auto scales = r.vector(params, L::PerChannelQuant::kScale, 4)) {
+      quant.num_scales_in_vector = scales->second;
+    }
+    quant.channel_dim = r.scalar<int32_t>(params, L::PerChannelQuant::kChannelDim);
+    quant.scale_buffer_idx = r.scalar<uint32_t>(params, L::PerChannelQuant::kScaleBufferIdx);
+    quant.num_scales = r.scalar<uint32_t>(params, L::PerChannelQuant::kNumScales);
+  } else if (quant.kind == L::kQuantPerChannelGroup) {
+    if (auto scales = r.vector(params, L::PerChannelGroupQuant::kScale, 4)) {
+      quant.num_scales_in_vector = scales->second;
+    }
+    quant.channel_dim = r.scalar<int32_t>(params, L::PerChannelGroupQuant::kChannelDim);
+    quant.scale_buffer_idx = r.scalar<uint32_t>(params, L::PerChannelGroupQuant::kScaleBufferIdx);
+    quant.num_scales = r.scalar<uint32_t>(params, L::PerChannelGroupQuant::kNumScales);
+    quant.group_size = r.scalar<int32_t>(params, L::PerChannelGroupQuant::kGroupSize);
+  } else if (quant.kind == L::kQuantPerTokenDynamic) {
+    quant.num_nonbatch_dims = r.scalar<int32_t>(params, L::PerTokenDynamicQuant::kNumNonbatchDims);
+  }
+  return quant;
+}
+
+// The payload's fields as XNNPACK will read them; false when the walk leaves the bytes. A header that places the
+// graph outside the payload leaves everything past the header unread (the header check reports it).
+bool read_payload(const uint8_t* payload, size_t size, Payload& p) {
+  p.header = read_header(payload, size);
+  size_t start = 0, length = size;
+  if (p.header) {
+    start = p.header->flatbuffer_offset;
+    length = p.header->flatbuffer_size;
+    if (start > size || length > size - start) {
+      return true;
+    }
+  }
+  const uint8_t* graph_bytes = payload + start;
+  p.identifier = length >= 8 ? std::string(reinterpret_cast<const char*>(graph_bytes) + 4, 4) : std::string();
+  FlatReader r(graph_bytes, length);
+  const size_t graph = r.target(0);
+  p.num_externs = r.scalar<uint32_t>(graph, L::XNNGraph::kNumExterns);
+  if (auto nodes = r.vector(graph, L::XNNGraph::kXnodes, 4)) {
+    p.num_nodes = nodes->second;
+  }
+  p.input_ids = r.scalars<uint32_t>(graph, L::XNNGraph::kInputIds);
+  p.output_ids = r.scalars<uint32_t>(graph, L::XNNGraph::kOutputIds);
+  if (auto constants = r.tables(graph, L::XNNGraph::kConstantData)) {
+    p.constants.emplace();
+    for (size_t c : *constants) {
+      p.constants->push_back({r.scalar<uint64_t>(c, L::ConstantDataOffset::kOffset),
+                              r.scalar<uint64_t>(c, L::ConstantDataOffset::kSize),
+                              r.string(c, L::ConstantDataOffset::kNamedKey)});
+    }
+  }
+  auto values = r.tables(graph, L::XNNGraph::kXvalues);
+  if (!values || !r.ok()) {
+    return r.ok();
+  }
+  p.values.emplace();
+  for (size_t at : *values) {
+    Value& v = p.values->emplace_back();
+    v.kind = r.scalar<uint8_t>(at, L::XValue::kXvalueUnionType);
+    if (v.kind != L::kXValueTensor && v.kind != L::kXValueQuantized) {
+      continue;
+    }
+    size_t tensor = r.child(at, L::XValue::kXvalueUnion);
+    const size_t quantized = v.kind == L::kXValueQuantized ? tensor : 0;
+    if (quantized != 0) {
+      tensor = r.child(quantized, L::XNNQuantizedTensorValue::kTensorValue);
+    }
+    if (tensor == 0 || !r.ok()) {
+      v.kind = 0;  // a union member without its table: nothing XNNPACK can define
+      continue;
+    }
+    v.datatype = r.scalar<int16_t>(tensor, L::XNNTensorValue::kDatatype);
+    v.num_dims = r.scalar<uint32_t>(tensor, L::XNNTensorValue::kNumDims);
+    v.dims = r.scalars<uint32_t>(tensor, L::XNNTensorValue::kDims);
+    v.constant_buffer_idx = r.scalar<uint32_t>(tensor, L::XNNTensorValue::kConstantBufferIdx);
+    v.external_id = r.scalar<uint32_t>(tensor, L::XNNTensorValue::kExternalId);
+    v.flags = r.scalar<uint32_t>(tensor, L::XNNTensorValue::kFlags);
+    v.id_out = r.scalar<uint32_t>(tensor, L::XNNTensorValue::kIdOut);
+    if (quantized != 0) {
+      v.quant = read_quant(r, quantized);
+    }
+  }
+  return r.ok();
+}
+
+std::string join(const std::optional<std::vector<uint32_t>>& values) {
+  if (!values) {
+    return "-";
+  }
+  std::string text;
+  for (size_t i = 0; i < values->size(); ++i) {
+    text += (i ? "," : "") + std::to_string((*values)[i]);
+  }
+  return text;
+}
+
+std::optional<std::string> header_problem(const Header& h, size_t size) {
+  const uint64_t fb_at = h.flatbuffer_offset, fb_size = h.flatbuffer_size;
+  const uint64_t cd_at = h.constant_data_offset, cd_size = h.constant_data_size;
+  if (h.header_length < L::kHeaderSize) {
+    return "its header says it is " + std::to_string(h.header_length) + " bytes long, less than the " +
+        std::to_string(L::kHeaderSize) + " it holds";
+  }
+  if (fb_size < 8) {
+    return "its header gives a flatbuffer of " + std::to_string(fb_size) + " bytes, too small for a graph";
+  }
+  if (fb_at < h.header_length || fb_at > size || fb_size > size - fb_at) {
+    return "its header places the XNNPACK graph (offset " + std::to_string(fb_at) + ", " + std::to_string(fb_size) +
+        " bytes) outside the payload of " + std::to_string(size) + " bytes";
+  }
+  if (cd_at > size || cd_size > size - cd_at) {
+    return "its header places the constant data (offset " + std::to_string(cd_at) + ", " + std::to_string(cd_size) +
+        " bytes) outside the payload of " + std::to_string(size) + " bytes";
+  }
+  if (cd_at < fb_at + fb_size) {
+    return "its header places the constant data (offset " + std::to_string(cd_at) + ") inside the graph (offset " +
+        std::to_string(fb_at) + ", " + std::to_string(fb_size) + " bytes)";
+  }
+  return std::nullopt;
+}
+
+// Constant data `index` exists and holds at least `needed` bytes, inside the constant region or in the program's
+// named data.
+std::optional<std::string> constant_problem(const Payload& p, const char* name, uint32_t index, uint64_t needed,
+                                            const PayloadContext& context) {
+  const size_t count = p.constants ? p.constants->size() : 0;
+  const std::string what = std::string(name) + " " + std::to_string(index);
+  if (index >= count) {
+    return what + " names constant data " + std::to_string(index) + " of " + std::to_string(count);
+  }
+  const Constant& c = (*p.constants)[index];
+  std::optional<uint64_t> stored;
+  if (c.named_key) {
+    if (context.named_data != nullptr) {
+      auto found = context.named_data->find(*c.named_key);
+      if (found == context.named_data->end()) {
+        return what + " names data '" + *c.named_key + "' the program does not hold";
+      }
+      stored = found->second;
+    }
+  } else {
+    const uint64_t region = p.header ? p.header->constant_data_size : 0;
+    if (c.offset > region || c.size > region - c.offset) {
+      return what + ": constant data at offset " + std::to_string(c.offset) + ", " + std::to_string(c.size) +
+          " bytes, lies outside the payload's constant region of " + std::to_string(region) + " bytes";
+    }
+    stored = c.size;
+  }
+  if (stored && needed > *stored) {
+    return what + ": it needs " + std::to_string(needed) + " bytes but its constant data holds " +
+        std::to_string(*stored);
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> quant_problem(const Payload& p, const Value& v, const PayloadContext& context) {
+  const Quant& q = *v.quant;
+  const std::vector<uint32_t> dims = v.dims.value_or(std::vector<uint32_t>{});
+  const uint32_t in_vector = q.num_scales_in_vector.value_or(0);
+  if (q.kind == L::kQuantPerChannel) {
+    if (q.channel_dim < 0 || static_cast<size_t>(q.channel_dim) >= dims.size()) {
+      return "channel_dim " + std::to_string(q.channel_dim) + " is not a dim of its " + std::to_string(dims.size());
+    }
+    const uint64_t channels = dims[q.channel_dim];
+    if (q.scale_buffer_idx != 0) {
+      return constant_problem(p, "scale_buffer_idx", q.scale_buffer_idx, channels * L::kScaleBits / 8, context);
+    }
+    if (in_vector < channels) {
+      return "it has " + std::to_string(in_vector) + " scales for " + std::to_string(channels) + " channels (dim " +
+          std::to_string(q.channel_dim) + ")";
+    }
+  } else if (q.kind == L::kQuantPerChannelGroup) {
+    if (dims.size() != 2) {
+      return "per-group quantization needs 2 dims, it has " + std::to_string(dims.size());
+    }
+    if (q.group_size <= 0 || dims[1] % static_cast<uint32_t>(q.group_size) != 0) {
+      return "group_size " + std::to_string(q.group_size) + " does not divide its " + std::to_string(dims[1]) +
+          " input channels";
+    }
+    const uint64_t groups = uint64_t{dims[0]} * (dims[1] / static_cast<uint32_t>(q.group_size));
+    if (q.scale_buffer_idx != 0) {
+      if (q.num_scales != groups) {
+        return "num_scales is " + std::to_string(q.num_scales) + ", not the " + std::to_string(groups) +
+            " its dims and group_size make";
+      }
+      return constant_problem(p, "scale_buffer_idx", q.scale_buffer_idx, groups * L::kGroupScaleBits / 8, context);
+    }
+    if (in_vector != groups) {
+      return "it has " + std::to_string(in_vector) + " scales, not the " + std::to_string(groups) +
+          " its dims and group_size make";
+    }
+  } else if (q.kind == L::kQuantPerTokenDynamic) {
+    if (q.num_nonbatch_dims < 0 || static_cast<size_t>(q.num_nonbatch_dims) > dims.size()) {
+      return "num_nonbatch_dims " + std::to_string(q.num_nonbatch_dims) + " is not between 0 and its " +
+          std::to_string(dims.size()) + " dims";
+    }
+  } else if (q.kind != L::kQuantPerTensor) {
+    return "quantization kind " + std::to_string(q.kind) + " is not one XNNPACK reads";
+  }
+  return std::nullopt;
+}
+
+std::string hex(uint32_t value) {
+  char text[16];
+  std::snprintf(text, sizeof(text), "%#x", value);
+  return text;
+}
+
+std::optional<std::string> value_problem(const Payload& p, const Value& v, const PayloadContext& context) {
+  const size_t rank = v.dims ? v.dims->size() : 0;
+  if (v.num_dims != rank) {
+    return "num_dims is " + std::to_string(v.num_dims) + " but its dims vector holds " + std::to_string(rank);
+  }
+  if (rank > L::kMaxDims) {
+    return "it has " + std::to_string(rank) + " dims, more than XNNPACK's " + std::to_string(L::kMaxDims);
+  }
+  if (v.datatype < 1 || v.datatype > L::kMaxDatatype) {
+    return "datatype " + std::to_string(v.datatype) + " is not one XNNPACK knows (1 to " +
+        std::to_string(L::kMaxDatatype) + ")";
+  }
+  const unsigned bits = L::element_bits(v.datatype);
+  if (v.constant_buffer_idx != 0 && bits == 0) {
+    return "it is a constant of datatype " + std::to_string(v.datatype) + ", whose size per element is unknown";
+  }
+  if ((v.flags & ~L::kAllowedFlags) != 0) {
+    return "flags " + hex(v.flags) + " has bits XNNPACK does not allow (only " + hex(L::kAllowedFlags) + ")";
+  }
+  if ((v.flags & L::kFlagExternal) != 0 && v.external_id >= p.num_externs) {
+    return "external_id " + std::to_string(v.external_id) + " is not below num_externs " +
+        std::to_string(p.num_externs);
+  }
+  uint64_t elements = 1;
+  for (uint32_t dim : v.dims.value_or(std::vector<uint32_t>{})) {
+    if (__builtin_mul_overflow(elements, uint64_t{dim}, &elements) || elements > L::kMaxElements) {
+      return "dims [" + join(v.dims) + "] make too many elements";
+    }
+  }
+  if (v.constant_buffer_idx != 0) {
+    if (auto problem = constant_problem(p, "constant_buffer_idx", v.constant_buffer_idx, (elements * bits + 7) / 8,
+                                        context)) {
+      return problem;
+    }
+  }
+  return v.quant ? quant_problem(p, v, context) : std::nullopt;
+}
+
+std::optional<std::string> graph_problem(const Payload& p, const PayloadContext& context) {
+  if (!p.values || !p.num_nodes) {
+    return std::string("its XNNPACK graph has no values or no nodes");
+  }
+  if (p.num_externs > L::kMaxExterns) {
+    return "num_externs is " + std::to_string(p.num_externs) + ", more than XNNPACK's " +
+        std::to_string(L::kMaxExterns);
+  }
+  if (context.delegate_args && p.num_externs > *context.delegate_args) {
+    return "num_externs is " + std::to_string(p.num_externs) + " but the program calls the delegate with " +
+        std::to_string(*context.delegate_args) + " arguments";
+  }
+  for (const auto& [name, ids] : {std::make_pair("input_ids", &p.input_ids), std::make_pair("output_ids", &p.output_ids)}) {
+    for (uint32_t id : ids->value_or(std::vector<uint32_t>{})) {
+      if (id >= p.values->size()) {
+        return std::string(name) + " names value " + std::to_string(id) + " of " + std::to_string(p.values->size());
+      }
+    }
+  }
+  for (size_t i = 0; i < p.values->size(); ++i) {
+    const Value& v = (*p.values)[i];
+    if (v.kind == L::kXValueTensor || v.kind == L::kXValueQuantized) {
+      if (auto problem = value_problem(p, v, context)) {
+        return "value " + std::to_string(i) + ": " + *problem;
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+constexpr const char* kUnreadable = "its XNNPACK graph cannot be read (an offset or length points outside it)";
 
 } // namespace
 
-std::optional<std::string> check_xnnpack_payload(const uint8_t* payload, size_t size) {
-  size_t graph_start = 0, graph_size = size;
-  uint64_t constants_size = 0;
-  bool header = size >= 34 && std::memcmp(payload + 4, "XH00", 4) == 0;
-  if (header) {
-    uint32_t offset = 0, length = 0;
-    std::memcpy(&offset, payload + 10, 4);
-    std::memcpy(&length, payload + 14, 4);
-    std::memcpy(&constants_size, payload + 26, 8);
-    if (offset > size || length > size - offset) {
-      return std::string("its header places the XNNPACK graph outside the payload");
-    }
-    graph_start = offset;
-    graph_size = length;
-  }
-  FlatReader r(payload + graph_start, graph_size);
-  const size_t graph = r.root();
-  const size_t constants = r.child(graph, 8);  // constant_data: [ConstantDataOffset {offset, size, named_key}]
-  const uint32_t num_constants = constants == 0 ? 0 : r.length(constants, 4);
-  const size_t values = r.child(graph, 2);  // xvalues: [XValue {xvalue_union}]
-  const uint32_t num_values = values == 0 ? 0 : r.length(values, 4);
-  for (uint32_t i = 0; r.ok() && i < num_values; ++i) {
-    const size_t value = r.table_at(values, i);
-    const uint8_t kind = r.scalar<uint8_t>(value, 0);  // 1 XNNTensorValue, 2 XNNQuantizedTensorValue
-    size_t tensor = kind == 1 || kind == 2 ? r.child(value, 1) : 0;
-    if (kind == 2 && tensor != 0) {
-      tensor = r.child(tensor, 0);  // its tensor_value
-    }
-    if (tensor == 0 || !r.ok()) {
-      continue;
-    }
-    const uint32_t index = r.scalar<uint32_t>(tensor, 3);  // constant_buffer_idx; 0: not a constant
-    const unsigned bits = element_bits(r.scalar<int16_t>(tensor, 0));
-    if (index == 0 || bits == 0) {
-      continue;
-    }
-    if (index >= num_constants) {
-      return "value " + std::to_string(i) + " names constant data " + std::to_string(index) + " of " +
-          std::to_string(num_constants);
-    }
-    const size_t dims = r.child(tensor, 2);
-    const uint32_t rank = dims == 0 ? 0 : r.length(dims, 4);
-    uint64_t elements = 1;
-    std::string shape;
-    for (uint32_t d = 0; r.ok() && d < rank; ++d) {
-      const uint32_t dim = r.read<uint32_t>(r.element(dims, d, 4));
-      shape += (d ? ", " : "") + std::to_string(dim);
-      if (__builtin_mul_overflow(elements, static_cast<uint64_t>(dim), &elements) || elements > (UINT64_MAX - 7) / 32) {
-        return "constant value " + std::to_string(i) + " has dims [" + shape + "...], too many elements";
-      }
-    }
-    const size_t constant = r.table_at(constants, index);
-    const uint64_t stored = r.scalar<uint64_t>(constant, 1);
-    const uint64_t offset = r.scalar<uint64_t>(constant, 0);
-    const uint64_t needed = (elements * bits + 7) / 8;
-    if (r.ok() && needed > stored) {
-      return "constant value " + std::to_string(i) + " has dims [" + shape + "] (" + std::to_string(needed) +
-          " bytes) but its constant data holds " + std::to_string(stored) + " bytes";
-    }
-    if (r.ok() && header && offset != kNamedData && (offset > constants_size || stored > constants_size - offset)) {
-      return "constant data " + std::to_string(index) + " lies outside the payload's constant region";
+std::optional<std::string> check_xnnpack_payload(const uint8_t* payload, size_t size, const PayloadContext& context) {
+  if (auto header = read_header(payload, size)) {
+    if (auto problem = header_problem(*header, size)) {
+      return problem;
     }
   }
-  if (!r.ok()) {
-    return std::string("its XNNPACK graph cannot be read (an offset or length points outside it)");
+  Payload p;
+  if (!read_payload(payload, size, p)) {
+    return std::string(kUnreadable);
   }
-  return std::nullopt;
+  bool known = false;
+  for (const char* identifier : L::kIdentifiers) {
+    known = known || p.identifier == identifier;
+  }
+  if (!known) {
+    std::string listed;
+    for (const char* identifier : L::kIdentifiers) {
+      listed += (listed.empty() ? "" : ", ") + std::string(identifier);
+    }
+    std::string shown;  // as Python's repr of bytes prints it, so both checkers' messages agree
+    for (unsigned char c : p.identifier) {
+      char escaped[8];
+      std::snprintf(escaped, sizeof(escaped), c >= 32 && c < 127 && c != '\'' && c != '\\' ? "%c" : "\\x%02x", c);
+      shown += escaped;
+    }
+    return "its flatbuffer identifier is b'" + shown + "', not one of " + listed;
+  }
+  return graph_problem(p, context);
+}
+
+std::vector<std::string> describe_xnnpack_payload(const uint8_t* payload, size_t size) {
+  Payload p;
+  if (!read_payload(payload, size, p)) {
+    return {};
+  }
+  std::vector<std::string> lines;
+  if (const auto& h = p.header) {
+    lines.push_back("header.header_length=" + std::to_string(h->header_length));
+    lines.push_back("header.flatbuffer_offset=" + std::to_string(h->flatbuffer_offset));
+    lines.push_back("header.flatbuffer_size=" + std::to_string(h->flatbuffer_size));
+    lines.push_back("header.constant_data_offset=" + std::to_string(h->constant_data_offset));
+    lines.push_back("header.constant_data_size=" + std::to_string(h->constant_data_size));
+  }
+  lines.push_back("identifier=" + p.identifier);
+  lines.push_back("num_externs=" + std::to_string(p.num_externs));
+  lines.push_back("num_nodes=" + (p.num_nodes ? std::to_string(*p.num_nodes) : std::string("-")));
+  lines.push_back("input_ids=" + join(p.input_ids));
+  lines.push_back("output_ids=" + join(p.output_ids));
+  for (size_t i = 0; p.constants && i < p.constants->size(); ++i) {
+    const Constant& c = (*p.constants)[i];
+    lines.push_back("constant[" + std::to_string(i) + "]=" + std::to_string(c.offset) + "," + std::to_string(c.size) +
+                    "," + c.named_key.value_or("-"));
+  }
+  for (size_t i = 0; p.values && i < p.values->size(); ++i) {
+    const Value& v = (*p.values)[i];
+    std::string line = "value[" + std::to_string(i) + "]=kind:" + std::to_string(v.kind) +
+        " datatype:" + std::to_string(v.datatype) + " num_dims:" + std::to_string(v.num_dims) +
+        " dims:" + join(v.dims) + " constant:" + std::to_string(v.constant_buffer_idx) +
+        " external_id:" + std::to_string(v.external_id) + " flags:" + std::to_string(v.flags) +
+        " id_out:" + std::to_string(v.id_out);
+    if (const auto& q = v.quant) {
+      line += " quant:" + std::to_string(q->kind) + " channel_dim:" + std::to_string(q->channel_dim) +
+          " scales:" + (q->num_scales_in_vector ? std::to_string(*q->num_scales_in_vector) : std::string("-")) +
+          " scale_buffer:" + std::to_string(q->scale_buffer_idx) + " num_scales:" + std::to_string(q->num_scales) +
+          " group_size:" + std::to_string(q->group_size) + " nonbatch_dims:" + std::to_string(q->num_nonbatch_dims);
+    }
+    lines.push_back(line);
+  }
+  return lines;
 }
 
 std::optional<std::string> check_delegates(const uint8_t* data, size_t size) {
@@ -185,47 +542,67 @@ std::optional<std::string> check_delegates(const uint8_t* data, size_t size) {
     std::memcpy(&segment_base, data + 24, 8);
   }
   FlatReader r(data, size);
-  const size_t program = r.root();
-  const size_t plans = r.child(program, 1);  // execution_plan
-  const size_t inline_data = r.child(program, 3);  // backend_delegate_data: [BackendDelegateInlineData {data}]
-  const size_t segments = r.child(program, 4);  // segments: [DataSegment {offset, size}]
-  const uint32_t num_plans = plans == 0 ? 0 : r.length(plans, 4);
-  const uint32_t num_inline = inline_data == 0 ? 0 : r.length(inline_data, 4);
-  const uint32_t num_segments = segments == 0 ? 0 : r.length(segments, 4);
-  for (uint32_t p = 0; r.ok() && p < num_plans; ++p) {
-    const size_t plan = r.table_at(plans, p);
-    const size_t delegates = r.child(plan, 7);
-    const uint32_t num_delegates = delegates == 0 ? 0 : r.length(delegates, 4);
-    for (uint32_t d = 0; r.ok() && d < num_delegates; ++d) {
-      const size_t delegate = r.table_at(delegates, d);
+  const size_t program = r.target(0);
+  const auto plans = r.tables(program, L::Program::kExecutionPlan).value_or(std::vector<size_t>{});
+  const auto inline_data = r.tables(program, L::Program::kBackendDelegateData).value_or(std::vector<size_t>{});
+  const auto segments = r.tables(program, L::Program::kSegments).value_or(std::vector<size_t>{});
+  // Bytes the program holds under each named-data key (a key whose segment is missing holds none).
+  std::map<std::string, uint64_t> named_data;
+  for (size_t entry : r.tables(program, L::Program::kNamedData).value_or(std::vector<size_t>{})) {
+    const uint32_t segment = r.scalar<uint32_t>(entry, L::NamedData::kSegmentIndex);
+    named_data[r.string(entry, L::NamedData::kKey).value_or("")] =
+        segment < segments.size() ? r.scalar<uint64_t>(segments[segment], L::DataSegment::kSize) : 0;
+  }
+  for (size_t plan : plans) {
+    if (!r.ok()) {
+      break;
+    }
+    // The fewest arguments each delegate is called with: XNNPACK's executor indexes them by external id unchecked.
+    std::map<int32_t, uint64_t> delegate_args;
+    for (size_t chain : r.tables(plan, L::ExecutionPlan::kChains).value_or(std::vector<size_t>{})) {
+      for (size_t instruction : r.tables(chain, L::Chain::kInstructions).value_or(std::vector<size_t>{})) {
+        if (r.scalar<uint8_t>(instruction, L::Instruction::kInstrArgsType) != L::kInstructionDelegateCall) {
+          continue;
+        }
+        const size_t call = r.child(instruction, L::Instruction::kInstrArgs);
+        const int32_t index = r.scalar<int32_t>(call, L::DelegateCall::kDelegateIndex);
+        const auto args = r.vector(call, L::DelegateCall::kArgs, 4);
+        const uint64_t count = args ? args->second : 0;
+        auto [it, inserted] = delegate_args.emplace(index, count);
+        it->second = std::min(it->second, count);
+      }
+    }
+    const auto delegates = r.tables(plan, L::ExecutionPlan::kDelegates).value_or(std::vector<size_t>{});
+    for (size_t d = 0; r.ok() && d < delegates.size(); ++d) {
+      const size_t delegate = delegates[d];
       // ExecuTorch's BackendDelegate::Init dereferences these unchecked (libFuzzer: a delegate without compile specs).
-      const size_t processed = r.child(delegate, 1), specs = r.child(delegate, 2);
-      if (r.child(delegate, 0) == 0 || processed == 0 || specs == 0) {
+      const size_t processed = r.child(delegate, L::BackendDelegate::kProcessed);
+      const auto specs = r.tables(delegate, L::BackendDelegate::kCompileSpecs);
+      if (r.child(delegate, L::BackendDelegate::kId) == 0 || processed == 0 || !specs) {
         return "delegate " + std::to_string(d) + " lacks its backend id, its data or its compile specs; the program "
             "is corrupt";
       }
-      const uint32_t num_specs = r.length(specs, 4);
-      for (uint32_t c = 0; r.ok() && c < num_specs; ++c) {
-        const size_t spec = r.table_at(specs, c);
-        if (r.child(spec, 0) == 0 || r.child(spec, 1) == 0) {  // CompileSpec {key, value}
+      for (size_t c = 0; r.ok() && c < specs->size(); ++c) {
+        if (r.child((*specs)[c], L::CompileSpec::kKey) == 0 || r.child((*specs)[c], L::CompileSpec::kValue) == 0) {
           return "compile spec " + std::to_string(c) + " of delegate " + std::to_string(d) + " lacks its key or "
               "value; the program is corrupt";
         }
       }
-      if (r.string(delegate, 0) != "XnnpackBackend") {
+      if (r.string(delegate, L::BackendDelegate::kId) != "XnnpackBackend") {
         continue;
       }
-      const int8_t location = r.scalar<int8_t>(processed, 0);  // 0 inline, 1 segment
-      const uint32_t index = r.scalar<uint32_t>(processed, 1);
+      const int8_t location = r.scalar<int8_t>(processed, L::BackendDataReference::kLocation);
+      const uint32_t index = r.scalar<uint32_t>(processed, L::BackendDataReference::kIndex);
       const uint8_t* payload = nullptr;
       size_t payload_size = 0;
-      if (location == 0 && index < num_inline) {
-        const size_t bytes = r.child(r.table_at(inline_data, index), 0);
-        payload_size = bytes == 0 ? 0 : r.length(bytes, 1);
-        payload = data + bytes + 4;
-      } else if (location == 1 && has_segments && index < num_segments) {
-        const size_t segment = r.table_at(segments, index);
-        const uint64_t offset = r.scalar<uint64_t>(segment, 0), length = r.scalar<uint64_t>(segment, 1);
+      if (location == L::kDataInline && index < inline_data.size()) {
+        if (auto bytes = r.vector(inline_data[index], L::BackendDelegateInlineData::kData, 1)) {
+          payload = data + bytes->first + 4;
+          payload_size = bytes->second;
+        }
+      } else if (location == L::kDataSegment && has_segments && index < segments.size()) {
+        const uint64_t offset = r.scalar<uint64_t>(segments[index], L::DataSegment::kOffset);
+        const uint64_t length = r.scalar<uint64_t>(segments[index], L::DataSegment::kSize);
         if (segment_base > size || offset > size - segment_base || length > size - segment_base - offset) {
           continue;  // the runtime's loader refuses it
         }
@@ -233,7 +610,12 @@ std::optional<std::string> check_delegates(const uint8_t* data, size_t size) {
         payload_size = length;
       }
       if (r.ok() && payload != nullptr && payload_size != 0) {
-        if (auto problem = check_xnnpack_payload(payload, payload_size)) {
+        PayloadContext context;
+        context.named_data = &named_data;
+        if (auto found = delegate_args.find(static_cast<int32_t>(d)); found != delegate_args.end()) {
+          context.delegate_args = found->second;
+        }
+        if (auto problem = check_xnnpack_payload(payload, payload_size, context)) {
           return "delegate " + std::to_string(d) + " (XnnpackBackend): " + *problem + "; the payload is corrupt";
         }
       }

@@ -1,13 +1,16 @@
 // Part of the runner's pre-load checks (program_runner.cpp): the delegates of a .pte, read before ExecuTorch and the
-// backend see them. XNNPACK's compiler verifies its flatbuffer but trusts each constant tensor's dims against the
-// bytes stored for it, so a corrupt dim makes it read far past the weights (a mutated decoder.pte did: SIGSEGV in
-// xnn_create_fully_connected_nc_f32). flow/program.py makes the same check for the Python runtime.
+// backend see them. XNNPACK's compiler verifies its graph's FlatBuffers structure but trusts what the fields say (a
+// weight dim larger than its bytes made it read 512 MiB past them), so every field it trusts is checked here first.
+// flow/xnnpack_payload.py makes the same checks for the Python runtime; both read the layout of
+// flow/xnnpack_layout.py (runner/xnnpack_layout.h), and docs/untrusted-programs.md lists the fields.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace custom_ops_runner {
 
@@ -16,7 +19,17 @@ namespace custom_ops_runner {
 // that fails check_xnnpack_payload. A payload that cannot be located is left to the runtime, which reports it.
 std::optional<std::string> check_delegates(const uint8_t* data, size_t size);
 
+// What one payload's checks may compare with in the program around it.
+struct PayloadContext {
+  const std::map<std::string, uint64_t>* named_data = nullptr;  // key -> bytes the program holds; null: not checked
+  std::optional<uint64_t> delegate_args;  // the fewest arguments any call of the delegate passes
+};
+
 // One payload: optional XH00 header, then XNNPACK's flatbuffer, then its constant data.
-std::optional<std::string> check_xnnpack_payload(const uint8_t* payload, size_t size);
+std::optional<std::string> check_xnnpack_payload(const uint8_t* payload, size_t size, const PayloadContext& context);
+
+// Every field the checks read, one "name=value" line each, as flow/xnnpack_payload.py's describe() prints them (the
+// serializer round-trip test compares both with what ExecuTorch's serializer wrote). Empty when unreadable.
+std::vector<std::string> describe_xnnpack_payload(const uint8_t* payload, size_t size);
 
 } // namespace custom_ops_runner

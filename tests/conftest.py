@@ -107,6 +107,15 @@ def mul3_pte(declared, tmp_path_factory) -> str:
 
 
 @pytest.fixture(scope="session")
+def decoder_programs(aot_ops, python_ops, tmp_path_factory) -> dict[str, str]:
+    """The decoder exported as `test_custom_ops.sh model` tests it: float32 and 8-bit, both delegated to XNNPACK."""
+    from flow import model
+
+    directory = str(tmp_path_factory.mktemp("decoder"))
+    return {name: model.export(name, directory) for name in model.TESTED}
+
+
+@pytest.fixture(scope="session")
 def combined_build() -> CMakeBuild:
     """Every declared op in one kernel library, one runner and one AOT library; and AOTInductor's side (its runner and
     libcustom_ops_without_python.so), as `test_custom_ops.sh aoti` builds it there."""

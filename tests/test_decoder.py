@@ -21,9 +21,8 @@ MAX_SEQ = model.config().max_seq
 
 
 @pytest.fixture(scope="module")
-def programs(aot_ops, python_ops, tmp_path_factory) -> dict[str, str]:
-    directory = str(tmp_path_factory.mktemp("decoder"))
-    return {name: model.export(name, directory) for name in model.TESTED}
+def programs(decoder_programs) -> dict[str, str]:
+    return decoder_programs
 
 
 @pytest.fixture(scope="module")

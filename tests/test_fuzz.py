@@ -1,5 +1,5 @@
 """libFuzzer over the runner's path for untrusted programs (runner/fuzz_program.cpp, built with clang and
--fsanitize=fuzzer,address,undefined), seeded with the project's valid programs and the inputs of past findings
+-fsanitize=fuzzer,address,undefined), seeded with the project's valid programs (the XNNPACK-delegated decoders included) and the inputs of past findings
 (tests/fuzz_regressions/*.hex, decoded by tests/regression_inputs.py). A bounded run (CUSTOM_OPS_FUZZ_SECONDS, default
 60) must end with no finding: no crash, no ExecuTorch abort, no sanitizer report, no leak. Installs clang when run as
 root (CI); elsewhere, without clang, it is skipped saying which packages to install."""
@@ -42,10 +42,11 @@ def test_the_regression_inputs_of_past_findings_run_clean(fuzz_program, tmp_path
     assert f"Executed {inputs[-1]}" in proc.stderr
 
 
-def test_a_bounded_fuzzing_run_finds_nothing(fuzz_program, mul3_pte, mul4_pte, tmp_path):
+def test_a_bounded_fuzzing_run_finds_nothing(fuzz_program, mul3_pte, mul4_pte, decoder_programs, tmp_path):
     corpus = tmp_path / "corpus"
     corpus.mkdir()
-    for seed in (mul3_pte, mul4_pte, *regression_inputs.decode(tmp_path / "regressions")):
+    # The decoders bring XNNPACK payloads (float32 and 8-bit) for the mutations to reach the delegate checks through.
+    for seed in (mul3_pte, mul4_pte, *decoder_programs.values(), *regression_inputs.decode(tmp_path / "regressions")):
         shutil.copy(seed, corpus)
     seconds = os.environ.get("CUSTOM_OPS_FUZZ_SECONDS", "60")
     proc = run_fuzzer(fuzz_program, f"-max_total_time={seconds}", "-print_final_stats=1",
