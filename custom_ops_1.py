@@ -24,11 +24,29 @@ def mul3_reference(input: torch.Tensor) -> torch.Tensor:
     return input * MUL3_FACTOR
 
 
+def _name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")  # float32: the runtime kernel's spelling
+
+
+# The checks and messages of the runtime kernel (kernel_helpers/kernel_contract.h), so both refuse alike.
 def _check_supported(op: str, input: torch.Tensor) -> None:
     torch._check(
         input.dtype in SUPPORTED_DTYPES,
-        lambda: f"{op}: unsupported dtype {input.dtype}; supported: {', '.join(map(str, SUPPORTED_DTYPES))}",
+        lambda: f"{op}: input has unsupported dtype {_name(input.dtype)}; supported: "
+                f"{', '.join(map(_name, SUPPORTED_DTYPES))}",
     )
+
+
+def _overlaps_without_being(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """a and b share bytes but are not the same elements (the runtime kernel's memory check)."""
+    if a.numel() == 0 or b.numel() == 0:
+        return False
+    if a.data_ptr() == b.data_ptr() and a.shape == b.shape and a.stride() == b.stride():
+        return False
+    def extent(t):
+        return t.data_ptr(), t.data_ptr() + (sum((n - 1) * s for n, s in zip(t.shape, t.stride())) + 1) * t.element_size()
+    (a0, a1), (b0, b1) = extent(a), extent(b)
+    return a0 < b1 and b0 < a1
 
 
 def mul3(input: torch.Tensor) -> torch.Tensor:
@@ -40,8 +58,12 @@ def mul3_out(input: torch.Tensor, *, output: torch.Tensor) -> torch.Tensor:
     _check_supported("my_ops::mul3.out", input)
     torch._check(
         output.dtype == input.dtype,
-        lambda: f"my_ops::mul3.out: output dtype {output.dtype} must match input dtype {input.dtype}",
+        lambda: f"my_ops::mul3.out: output has dtype {_name(output.dtype)} but input has {_name(input.dtype)}; "
+                "they must match",
     )
+    torch._check(not _overlaps_without_being(output, input),
+                 lambda: "my_ops::mul3.out: output overlaps input without being it; pass separate tensors (in "
+                         "ExecuTorch: the program's memory plan is corrupt, re-export it)")
     return torch.mul(input, MUL3_FACTOR, out=output)  # resizes `output` to input's shape, like every ATen out op
 
 

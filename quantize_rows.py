@@ -15,12 +15,23 @@ SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 MIN_BITS, MAX_BITS = 2, 8
 
 
-def _check(op: str, input: torch.Tensor, bits: int) -> None:
+def _name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")  # float32: the runtime kernel's spelling
+
+
+def _check(op: str, input: torch.Tensor, bits: int, values: torch.Tensor | None = None,
+           scales: torch.Tensor | None = None) -> None:
+    """The runtime kernel's checks and messages, in its order (quantize_rows_out.cpp), so both refuse alike."""
     torch._check(input.dtype in SUPPORTED_DTYPES,
-                 lambda: f"{op}: unsupported dtype {input.dtype}; supported: {', '.join(map(str, SUPPORTED_DTYPES))}")
+                 lambda: f"{op}: input has unsupported dtype {_name(input.dtype)}; supported: "
+                         f"{', '.join(map(_name, SUPPORTED_DTYPES))}")
+    for name, tensor, dtype in (("values", values, torch.int8), ("scales", scales, torch.float32)):
+        torch._check(tensor is None or tensor.dtype == dtype,
+                     lambda: f"{op}: {name} has unsupported dtype {_name(tensor.dtype)}; supported: {_name(dtype)}")
     torch._check(MIN_BITS <= bits <= MAX_BITS, lambda: f"{op}: bits must be {MIN_BITS} to {MAX_BITS}, got {bits}")
     torch._check(input.dim() >= 1 and input.shape[-1] > 0,
-                 lambda: f"{op}: input needs a non-empty last dimension (the rows quantized), got {list(input.shape)}")
+                 lambda: f"{op}: input needs a non-empty last dimension (the rows quantized), got shape "
+                         f"{list(input.shape)}")
 
 
 def quantize_rows_reference(input: torch.Tensor, bits: int = 8) -> tuple[torch.Tensor, torch.Tensor]:
@@ -65,15 +76,14 @@ def _register():
 
     def quantize_rows_out(input, bits=8, *, values, scales):
         op = "my_ops::quantize_rows.out"
-        torch._check(values.dtype == torch.int8 and scales.dtype == torch.float32,
-                     lambda: f"{op}: values must be int8 and scales float32, got {values.dtype} and {scales.dtype}")
+        _check(op, input, bits, values, scales)
         v, s = _quantize(op, input, bits)
         values.resize_(v.shape).copy_(v)
         scales.resize_(s.shape).copy_(s)
         return values, scales
 
     def quantize_rows_out_fake(input, bits=8, *, values, scales):
-        _check("my_ops::quantize_rows.out", input, bits)
+        _check("my_ops::quantize_rows.out", input, bits, values, scales)
         return values.resize_(input.shape), scales.resize_(input.shape[:-1])
 
     torch.library.impl("my_ops::quantize_rows.out", "CompositeExplicitAutograd", lib=lib)(quantize_rows_out)

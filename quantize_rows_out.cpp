@@ -66,22 +66,48 @@ bool quantize_all(const Tensor& input, Tensor& values, Tensor& scales, int bits,
   return finite.load();
 }
 
+// The arguments, before the outputs are resized (then outputs_problem): one body for both modes.
+contract::Problem arguments_problem(const Tensor& input, int64_t bits, const Tensor& values, const Tensor& scales) {
+  if (auto p = contract::dtype_problem<contract::FloatingDtypes>(input, kOp, "input")) {
+    return p;
+  }
+  if (auto p = contract::dtype_problem<contract::DtypeSet<ScalarType::Char>>(values, kOp, "values")) {
+    return p;
+  }
+  if (auto p = contract::dtype_problem<contract::DtypeSet<ScalarType::Float>>(scales, kOp, "scales")) {
+    return p;
+  }
+  if (bits < 2 || bits > 8) {
+    return std::string(kOp) + ": bits must be 2 to 8, got " + std::to_string(bits);
+  }
+  if (input.dim() < 1 || input.size(input.dim() - 1) == 0) {
+    return std::string(kOp) + ": input needs a non-empty last dimension (the rows quantized), got shape " +
+        contract::shape_text(input);
+  }
+  return contract::dense_problem(input, kOp, "input");
+}
+
+contract::Problem outputs_problem(const Tensor& input, const Tensor& values, const Tensor& scales) {
+  if (auto p = contract::dense_problem(values, kOp, "values")) {
+    return p;
+  }
+  if (auto p = contract::dense_problem(scales, kOp, "scales")) {
+    return p;
+  }
+  return contract::memory_problem(kOp, {{values, "values"}, {scales, "scales"}}, {{input, "input"}});
+}
+
 } // namespace
 
 #ifdef USE_ATEN_LIB
 std::tuple<at::Tensor&, at::Tensor&> quantize_rows_out_impl(const at::Tensor& input, int64_t bits, at::Tensor& values,
                                                             at::Tensor& scales) {
-  contract::check_dtype<contract::FloatingDtypes>(input, kOp, "input");
-  contract::check_dtype<contract::DtypeSet<ScalarType::Char>>(values, kOp, "values");
-  contract::check_dtype<contract::DtypeSet<ScalarType::Float>>(scales, kOp, "scales");
-  TORCH_CHECK(bits >= 2 && bits <= 8, kOp, ": bits must be 2 to 8, got ", bits);
-  TORCH_CHECK(input.dim() >= 1 && input.size(-1) > 0, kOp, ": input needs a non-empty last dimension (the rows "
-              "quantized), got shape ", input.sizes());
-  const at::Tensor x = input.contiguous();
+  const at::Tensor x = input.contiguous();  // a strided view is read as the dense tensor an export would hold
+  contract::require(arguments_problem(x, bits, values, scales));
   contract::resize_output(values, x.sym_sizes(), kOp);
   contract::resize_output(scales, x.sym_sizes().slice(0, x.dim() - 1), kOp);
-  TORCH_CHECK(values.is_contiguous() && scales.is_contiguous(), kOp, ": values and scales must be contiguous");
-  contract::check_memory(kOp, {{values, "values"}, {scales, "scales"}}, {{x, "input"}});
+  contract::check_memory(kOp, {{values, "values"}, {scales, "scales"}}, {{x, "input"}});  // PyTorch-only conditions
+  contract::require(outputs_problem(x, values, scales));
   bool all_rows_ran = true;  // ATen's pool throws when it fails
   TORCH_CHECK(quantize_all(x, values, scales, static_cast<int>(bits), all_rows_ran), kOp,
               ": the input holds NaN or infinity, which has no quantized value");
@@ -95,21 +121,13 @@ std::tuple<executorch::aten::Tensor&, executorch::aten::Tensor&> quantize_rows_o
     executorch::aten::Tensor& values,
     executorch::aten::Tensor& scales) {
   std::tuple<Tensor&, Tensor&> result{values, scales};
-  if (!contract::check_dtype<contract::FloatingDtypes>(ctx, input, kOp, "input") ||
-      !contract::check_dtype<contract::DtypeSet<ScalarType::Char>>(ctx, values, kOp, "values") ||
-      !contract::check_dtype<contract::DtypeSet<ScalarType::Float>>(ctx, scales, kOp, "scales")) {
+  if (!contract::require(ctx, arguments_problem(input, bits, values, scales))) {
     return result;
   }
-  ET_KERNEL_CHECK_MSG(ctx, bits >= 2 && bits <= 8, InvalidArgument, result, "%s: bits must be 2 to 8, got %lld", kOp,
-                      static_cast<long long>(bits));
-  ET_KERNEL_CHECK_MSG(ctx, input.dim() >= 1 && input.size(input.dim() - 1) > 0, InvalidArgument, result,
-                      "%s: input needs a non-empty last dimension (the rows quantized), got shape %s", kOp,
-                      contract::shape_string(input).data());
   const auto sizes = input.sizes();
   if (!contract::resize_output(ctx, values, sizes, kOp, "values") ||
       !contract::resize_output(ctx, scales, {sizes.data(), sizes.size() - 1}, kOp, "scales") ||
-      !contract::check_contiguous(ctx, input, kOp, "input") || !contract::check_contiguous(ctx, values, kOp, "values") ||
-      !contract::check_memory(ctx, kOp, {{values, "values"}, {scales, "scales"}}, {{input, "input"}})) {
+      !contract::require(ctx, outputs_problem(input, values, scales))) {
     return result;
   }
   bool all_rows_ran = true;

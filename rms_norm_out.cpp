@@ -85,20 +85,47 @@ inline bool weight_fits(const Tensor& in, const Tensor& weight) {
       weight.size(weight.dim() - 1) == in.size(in.dim() - 1) && weight.numel() == in.size(in.dim() - 1);
 }
 
+// One body of checks for both modes: the arguments (before `out` is resized), then the memory the loop runs over.
+contract::Problem arguments_problem(const Tensor& input, const Tensor& weight, const Tensor& out) {
+  if (auto p = contract::dtype_problem<Dtypes>(input, kOp, "input")) {
+    return p;
+  }
+  if (auto p = contract::same_dtype_problem(weight, input, kOp, "weight", "input")) {
+    return p;
+  }
+  if (auto p = contract::same_dtype_problem(out, input, kOp, "out", "input")) {
+    return p;
+  }
+  if (!weight_fits(input, weight)) {
+    return std::string(kOp) + ": weight of shape " + contract::shape_text(weight) + " does not scale the last "
+        "dimension of input of shape " + contract::shape_text(input) + "; give it shape [" +
+        std::to_string(input.dim() ? input.size(input.dim() - 1) : 0) + "]";
+  }
+  return std::nullopt;
+}
+
+contract::Problem layout_problem(const Tensor& input, const Tensor& weight, const Tensor& out) {
+  for (const auto& [t, name] : {std::pair<const Tensor&, const char*>{input, "input"}, {weight, "weight"}, {out, "out"}}) {
+    if (auto p = contract::dense_problem(t, kOp, name)) {
+      return p;
+    }
+  }
+  return contract::memory_problem(kOp, {{out, "out"}}, {{input, "input", true}, {weight, "weight"}});
+}
+
 } // namespace
 
 #ifdef USE_ATEN_LIB
 at::Tensor& rms_norm_out_impl(const at::Tensor& input, const at::Tensor& weight, double eps, at::Tensor& out) {
-  contract::check_dtype<Dtypes>(input, kOp, "input");
-  contract::check_same_dtype(weight, input, kOp, "weight", "input");
-  contract::check_same_dtype(out, input, kOp, "out", "input");
-  TORCH_CHECK(weight_fits(input, weight), kOp, ": weight of shape ", weight.sizes(), " does not scale the last "
-              "dimension of input of shape ", input.sizes(), "; give it shape [", input.dim() ? input.size(-1) : 0, "]");
+  contract::require(arguments_problem(input, weight, out));
   contract::resize_output(out, input.sym_sizes(), kOp);
   contract::check_memory(kOp, {{out, "out"}}, {{input, "input", true}, {weight, "weight"}});
+  // PyTorch's tensors may be strided: the loop runs on the dense tensors an export would hold, and a strided `out`
+  // gets the result copied in.
   const at::Tensor x = input.contiguous();
   const at::Tensor w = weight.contiguous();
   at::Tensor y = out.is_contiguous() ? out : at::empty_like(x);
+  contract::require(layout_problem(x, w, y));
   Dtypes::visit(x.scalar_type(), [&](auto tag) { run<decltype(tag)>(x, w, y, eps); });
   if (!y.is_same(out)) {
     out.copy_(y);
@@ -112,18 +139,9 @@ executorch::aten::Tensor& rms_norm_out_impl(
     const executorch::aten::Tensor& weight,
     double eps,
     executorch::aten::Tensor& out) {
-  if (!contract::check_dtype<Dtypes>(ctx, input, kOp, "input") ||
-      !contract::check_same_dtype(ctx, weight, input, kOp, "weight", "input") ||
-      !contract::check_same_dtype(ctx, out, input, kOp, "out", "input")) {
-    return out;
-  }
-  ET_KERNEL_CHECK_MSG(ctx, weight_fits(input, weight), InvalidArgument, out,
-                      "%s: weight of shape %s does not scale the last dimension of input of shape %s", kOp,
-                      contract::shape_string(weight).data(), contract::shape_string(input).data());
-  if (!contract::resize_output(ctx, out, input.sizes(), kOp, "out") ||
-      !contract::check_contiguous(ctx, input, kOp, "input") || !contract::check_contiguous(ctx, weight, kOp, "weight") ||
-      !contract::check_contiguous(ctx, out, kOp, "out") ||
-      !contract::check_memory(ctx, kOp, {{out, "out"}}, {{input, "input", true}, {weight, "weight"}})) {
+  if (!contract::require(ctx, arguments_problem(input, weight, out)) ||
+      !contract::resize_output(ctx, out, input.sizes(), kOp, "out") ||
+      !contract::require(ctx, layout_problem(input, weight, out))) {
     return out;
   }
   bool all_rows_ran = true;

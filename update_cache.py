@@ -12,17 +12,26 @@ from __future__ import annotations
 import torch
 
 
+REAL_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.uint8, torch.int8, torch.int16,
+               torch.int32, torch.int64)
+
+
+def _name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")  # float32: the runtime kernel's spelling
+
+
 def _check(op: str, value: torch.Tensor, cache: torch.Tensor, start_pos) -> None:
+    """The runtime kernel's checks and messages (update_cache_out.cpp), so both refuse alike."""
+    torch._check(value.dtype in REAL_DTYPES,
+                 lambda: f"{op}: value has unsupported dtype {_name(value.dtype)}; supported: "
+                         f"{', '.join(map(_name, REAL_DTYPES))}")
     torch._check(value.dtype == cache.dtype,
-                 lambda: f"{op}: value has dtype {value.dtype} but cache has {cache.dtype}; they must match")
-    torch._check(value.dim() == cache.dim() and value.dim() >= 2,
-                 lambda: f"{op}: value and cache need the same number of dimensions (at least 2: batch, sequence, "
-                         f"...), got {list(value.shape)} and {list(cache.shape)}")
-    for d in range(value.dim()):
-        if d != 1:
-            torch._check(value.shape[d] == cache.shape[d],
-                         lambda: f"{op}: value {list(value.shape)} and cache {list(cache.shape)} differ in dimension "
-                                 f"{d}; only dimension 1 (the sequence) may differ")
+                 lambda: f"{op}: cache has dtype {_name(cache.dtype)} but value has {_name(value.dtype)}; they must "
+                         "match")
+    torch._check(value.dim() == cache.dim() and value.dim() >= 2
+                 and all(value.shape[d] == cache.shape[d] for d in range(value.dim()) if d != 1),
+                 lambda: f"{op}: value {list(value.shape)} and cache {list(cache.shape)} must match in every dimension "
+                         "but 1 (the sequence), at least 2")
     torch._check(start_pos >= 0, lambda: f"{op}: start_pos {start_pos} is negative")
     torch._check(start_pos + value.shape[1] <= cache.shape[1],
                  lambda: f"{op}: writing {value.shape[1]} row(s) at start_pos {start_pos} passes the end of the cache "
@@ -48,7 +57,8 @@ def update_cache(value: torch.Tensor, cache: torch.Tensor, start_pos: int) -> to
 
 def update_cache_out(value: torch.Tensor, cache: torch.Tensor, start_pos: int, *, out: torch.Tensor) -> torch.Tensor:
     op = "my_ops::update_cache.out"
-    torch._check(out.dtype == torch.int64, lambda: f"{op}: out must be int64, got {out.dtype}")
+    torch._check(out.dtype == torch.int64,
+                 lambda: f"{op}: out has unsupported dtype {_name(out.dtype)}; supported: int64")
     out.resize_(1).fill_(_update(op, value, cache, start_pos))
     return out
 

@@ -30,16 +30,65 @@ bool same_except_sequence(const Tensor& value, const Tensor& cache) {
   return true;
 }
 
-// The checked write: contiguous value and cache, start_pos + rows within the cache.
+// One body of checks for both modes. `value` may have any strides (a projection split into heads is a transposed
+// view in PyTorch, another dim order in ExecuTorch): write_rows reads it by its strides. The cache is written in place
+// as one block, so it must be dense.
+contract::Problem arguments_problem(const Tensor& value, const Tensor& cache, int64_t start_pos, const Tensor& out) {
+  if (auto p = contract::dtype_problem<contract::RealDtypes>(value, kOp, "value")) {
+    return p;
+  }
+  if (auto p = contract::same_dtype_problem(cache, value, kOp, "cache", "value")) {
+    return p;
+  }
+  if (auto p = contract::dtype_problem<contract::DtypeSet<ScalarType::Long>>(out, kOp, "out")) {
+    return p;
+  }
+  if (!same_except_sequence(value, cache)) {
+    return std::string(kOp) + ": value " + contract::shape_text(value) + " and cache " + contract::shape_text(cache) +
+        " must match in every dimension but 1 (the sequence), at least 2";
+  }
+  const int64_t rows = value.size(1), capacity = cache.size(1);
+  if (start_pos < 0) {
+    return std::string(kOp) + ": start_pos " + std::to_string(start_pos) + " is negative";
+  }
+  if (start_pos > capacity - rows) {
+    return std::string(kOp) + ": writing " + std::to_string(rows) + " row(s) at start_pos " +
+        std::to_string(start_pos) + " passes the end of the cache (" + std::to_string(capacity) + " rows)";
+  }
+  return contract::dense_problem(cache, kOp, "cache");
+}
+
+// Copies value [B, S, ...] (any strides) into the dense cache at rows start_pos.. of dimension 1; returns the next
+// position. A row whose trailing dimensions are dense is one memcpy.
 int64_t write_rows(const Tensor& value, Tensor& cache, int64_t start_pos) {
-  const int64_t rows = value.size(1);
-  const int64_t capacity = cache.size(1);
-  const int64_t batches = value.size(0);
-  const size_t row_bytes = batches == 0 || rows == 0 ? 0 : value.nbytes() / static_cast<size_t>(batches * rows);
+  const int64_t dims = value.dim(), batches = value.size(0), rows = value.size(1), capacity = cache.size(1);
+  const size_t element = value.element_size();
+  int64_t inner = 1;
+  bool dense_rows = true;
+  for (int64_t d = dims - 1; d >= 2; --d) {
+    dense_rows = dense_rows && (value.size(d) == 1 || static_cast<int64_t>(value.strides()[d]) == inner);
+    inner *= value.size(d);
+  }
   const auto* src = static_cast<const char*>(value.const_data_ptr());
   auto* dst = static_cast<char*>(cache.mutable_data_ptr());
+  const int64_t batch_stride = value.strides()[0], row_stride = value.strides()[1];
   for (int64_t b = 0; b < batches; ++b) {
-    std::memcpy(dst + (b * capacity + start_pos) * row_bytes, src + b * rows * row_bytes, rows * row_bytes);
+    for (int64_t r = 0; r < rows; ++r) {
+      char* to = dst + ((b * capacity + start_pos + r) * inner) * element;
+      const char* from = src + (b * batch_stride + r * row_stride) * static_cast<int64_t>(element);
+      if (dense_rows) {
+        std::memcpy(to, from, inner * element);
+        continue;
+      }
+      for (int64_t i = 0; i < inner; ++i) {  // unravel i over dimensions 2.. and read by their strides
+        int64_t offset = 0;
+        for (int64_t d = dims - 1, rest = i; d >= 2; --d) {
+          offset += (rest % value.size(d)) * static_cast<int64_t>(value.strides()[d]);
+          rest /= value.size(d);
+        }
+        std::memcpy(to + i * element, from + offset * static_cast<int64_t>(element), element);
+      }
+    }
   }
   return start_pos + rows;
 }
@@ -48,21 +97,11 @@ int64_t write_rows(const Tensor& value, Tensor& cache, int64_t start_pos) {
 
 #ifdef USE_ATEN_LIB
 at::Tensor& update_cache_out_impl(const at::Tensor& value, at::Tensor& cache, int64_t start_pos, at::Tensor& out) {
-  contract::check_dtype<contract::RealDtypes>(value, kOp, "value");
-  contract::check_same_dtype(cache, value, kOp, "cache", "value");
-  contract::check_dtype<contract::DtypeSet<ScalarType::Long>>(out, kOp, "out");
-  TORCH_CHECK(same_except_sequence(value, cache), kOp, ": value ", value.sizes(), " and cache ", cache.sizes(),
-              " must match in every dimension but 1 (the sequence), at least 2");
-  const int64_t rows = value.size(1);
-  const int64_t capacity = cache.size(1);
-  TORCH_CHECK(start_pos >= 0 && start_pos <= capacity - rows, kOp, ": writing ", rows, " row(s) at start_pos ",
-              start_pos, " passes the end of the cache (", capacity, " rows)");
-  TORCH_CHECK(cache.is_contiguous(), kOp, ": cache must be contiguous (it is written in place)");
+  contract::require(arguments_problem(value, cache, start_pos, out));
   const c10::SymInt one = 1;
   contract::resize_output(out, {&one, 1}, kOp);
-  const at::Tensor rows_in = value.contiguous();  // a transposed view (a projection split into heads) is copied once
-  contract::check_memory(kOp, {{cache, "cache"}, {out, "out"}}, {{rows_in, "value"}});
-  out.mutable_data_ptr<int64_t>()[0] = write_rows(rows_in, cache, start_pos);
+  contract::check_memory(kOp, {{cache, "cache"}, {out, "out"}}, {{value, "value"}});
+  out.mutable_data_ptr<int64_t>()[0] = write_rows(value, cache, start_pos);
   return out;
 }
 #else
@@ -72,23 +111,9 @@ executorch::aten::Tensor& update_cache_out_impl(
     executorch::aten::Tensor& cache,
     int64_t start_pos,
     executorch::aten::Tensor& out) {
-  if (!contract::check_dtype<contract::RealDtypes>(ctx, value, kOp, "value") ||
-      !contract::check_same_dtype(ctx, cache, value, kOp, "cache", "value") ||
-      !contract::check_dtype<contract::DtypeSet<ScalarType::Long>>(ctx, out, kOp, "out")) {
-    return out;
-  }
-  ET_KERNEL_CHECK_MSG(ctx, same_except_sequence(value, cache), InvalidArgument, out,
-                      "%s: value %s and cache %s must match in every dimension but 1 (the sequence), at least 2", kOp,
-                      contract::shape_string(value).data(), contract::shape_string(cache).data());
-  const int64_t rows = value.size(1);
-  const int64_t capacity = cache.size(1);
-  ET_KERNEL_CHECK_MSG(ctx, start_pos >= 0 && start_pos <= capacity - rows, InvalidArgument, out,
-                      "%s: writing %lld row(s) at start_pos %lld passes the end of the cache (%lld rows)", kOp,
-                      static_cast<long long>(rows), static_cast<long long>(start_pos),
-                      static_cast<long long>(capacity));
   const executorch::aten::SizesType one = 1;
-  if (!contract::resize_output(ctx, out, {&one, 1}, kOp, "out") ||
-      !contract::check_contiguous(ctx, value, kOp, "value") || !contract::check_contiguous(ctx, cache, kOp, "cache") ||
+  if (!contract::require(ctx, arguments_problem(value, cache, start_pos, out)) ||
+      !contract::resize_output(ctx, out, {&one, 1}, kOp, "out") ||
       !contract::check_memory(ctx, kOp, {{cache, "cache"}, {out, "out"}}, {{value, "value"}})) {
     return out;
   }

@@ -206,7 +206,8 @@ at::Tensor& elementwise_out(const char* op_name, const Op& op, Named out, const 
     contract::check_same_dtype(result, inputs[k].tensor, op_name, out.name, inputs[k].name);
   }
   elementwise::Layout<N> layout;
-  TORCH_CHECK(elementwise::broadcast_sizes(tensors, layout), op_name, ": the inputs' shapes do not broadcast together");
+  TORCH_CHECK(elementwise::broadcast_sizes(tensors, layout), op_name, ": the inputs' shapes do not broadcast together "
+              "(the first is ", contract::shape_text(*tensors[0]), ")");
   const c10::IntArrayRef sizes(layout.sizes, layout.dims);
   if (at::native::resize_output_check(result, sizes)) {
     // A fresh output is laid out like the first input of its shape (channels-last stays so, as with ATen's ops).
@@ -245,7 +246,7 @@ Tensor& elementwise_out(KernelContext& ctx, const char* op_name, const Op& op, N
   elementwise::Layout<N> layout;
   ET_KERNEL_CHECK_MSG(ctx, elementwise::broadcast_sizes(tensors, layout), InvalidArgument, result,
                       "%s: the inputs' shapes do not broadcast together (the first is %s)", op_name,
-                      contract::shape_string(*tensors[0]).data());
+                      contract::shape_text(*tensors[0]).c_str());
   executorch::aten::SizesType sizes[elementwise::kMaxDims];
   for (int d = 0; d < layout.dims; ++d) {
     sizes[d] = static_cast<executorch::aten::SizesType>(layout.sizes[d]);

@@ -3,13 +3,16 @@
 // overlapping where the op cannot allow it) and the thread pool it runs on. The elementwise helper and the row-wise
 // helper use it; an op with its own loop (quantize_rows_out.cpp, update_cache_out.cpp) calls it directly.
 //
-// Two modes, like the helpers: ExecuTorch mode (each check logs one line naming the op and argument, fails the
-// KernelRuntimeContext and returns false; the kernel returns at once) and ATen mode (-DUSE_ATEN_LIB: each check throws
-// c10::Error, a RuntimeError in Python).
+// One body of checks for both modes: each check is a function of the tensors that returns the problem's text (or
+// nothing), the same text in both; only the reporting differs. ExecuTorch mode logs that line, fails the
+// KernelRuntimeContext and returns false (the kernel returns at once); ATen mode (-DUSE_ATEN_LIB) throws c10::Error, a
+// RuntimeError in Python. A kernel with arguments of its own writes one `*_problem()` function from these and calls
+// it from both branches (quantize_rows_out.cpp, update_cache_out.cpp, rms_norm_out.cpp).
 #pragma once
 
 #include <cstdint>
 #include <initializer_list>
+#include <optional>
 #include <string>
 
 #include <c10/util/BFloat16.h>
@@ -72,6 +75,9 @@ inline const char* dtype_name(ScalarType type) {
     case ScalarType::Int: return "int32";
     case ScalarType::Long: return "int64";
     case ScalarType::Bool: return "bool";
+    case ScalarType::ComplexHalf: return "complex32";
+    case ScalarType::ComplexFloat: return "complex64";
+    case ScalarType::ComplexDouble: return "complex128";
     default: return "another dtype";
   }
 }
@@ -135,17 +141,96 @@ inline bool same_or_disjoint(const Tensor& a, const Tensor& b, bool may_be_same)
   return (may_be_same && x == y && a.nbytes() == b.nbytes()) || x + a.nbytes() <= y || y + b.nbytes() <= x;
 }
 
+// ---- Checks: each returns the problem's text, the same in both modes ---------------------------------------------
+using Problem = std::optional<std::string>;
+
+// "[2, 3]" in both modes.
+inline std::string shape_text(const Tensor& t) {
+  std::string text = "[";
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    text += (d ? ", " : "") + std::to_string(t.size(d));
+  }
+  return text + "]";
+}
+
+template <typename Set>
+Problem dtype_problem(const Tensor& t, const char* op, const char* arg) {
+  if (Set::contains(t.scalar_type())) {
+    return std::nullopt;
+  }
+  return std::string(op) + ": " + arg + " has unsupported dtype " + dtype_name(t.scalar_type()) + "; supported: " +
+      Set::names();
+}
+
+inline Problem same_dtype_problem(const Tensor& t, const Tensor& like, const char* op, const char* arg,
+                                  const char* like_arg) {
+  if (t.scalar_type() == like.scalar_type()) {
+    return std::nullopt;
+  }
+  return std::string(op) + ": " + arg + " has dtype " + dtype_name(t.scalar_type()) + " but " + like_arg + " has " +
+      dtype_name(like.scalar_type()) + "; they must match";
+}
+
+// Dense in the default order: what a loop over raw memory needs. (ATen: contiguous; ExecuTorch: the default dim
+// order, its tensors being always dense.)
+inline bool is_dense(const Tensor& t) {
 #ifdef USE_ATEN_LIB
+  return t.is_contiguous();
+#else
+  return executorch::runtime::tensor_is_default_dim_order(t);
+#endif
+}
+
+inline Problem dense_problem(const Tensor& t, const char* op, const char* name) {
+  if (is_dense(t)) {
+    return std::nullopt;
+  }
+  return std::string(op) + ": " + name + " is not contiguous (in the default dim order), which this kernel writes or "
+      "reads as one block; pass a contiguous tensor (.contiguous() in PyTorch; export it so in ExecuTorch)";
+}
+
+// Every tensor with elements has memory aligned to its elements; no output overlaps an input or another output (or,
+// where the op allows it, is exactly that input). In ExecuTorch a program's memory plan decides where tensors live,
+// and a corrupt one can place them anywhere; in PyTorch the caller does.
+inline Problem memory_problem(const char* op, std::initializer_list<Operand> outputs,
+                              std::initializer_list<Operand> inputs) {
+  for (std::initializer_list<Operand> group : {outputs, inputs}) {
+    for (const Operand& t : group) {
+      if (t.tensor.numel() > 0 && (t.tensor.const_data_ptr() == nullptr || !is_element_aligned(t.tensor))) {
+        return std::string(op) + ": " + t.name + " has no memory or memory not aligned to its " +
+            std::to_string(t.tensor.element_size()) + "-byte elements; pass separate, aligned tensors (in "
+            "ExecuTorch: the program's memory plan is corrupt, re-export it)";
+      }
+    }
+  }
+  for (const Operand& out : outputs) {
+    for (std::initializer_list<Operand> group : {inputs, outputs}) {
+      for (const Operand& other : group) {
+        if (&other.tensor != &out.tensor && !same_or_disjoint(out.tensor, other.tensor, other.may_be_output)) {
+          return std::string(op) + ": " + out.name + " overlaps " + other.name +
+              (other.may_be_output ? " without being it" : "") + "; pass separate tensors (in ExecuTorch: the "
+              "program's memory plan is corrupt, re-export it)";
+        }
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+// ---- Reporting: the one place the modes differ -----------------------------------------------------------------
+#ifdef USE_ATEN_LIB
+
+inline void require(const Problem& problem) {
+  TORCH_CHECK(!problem.has_value(), problem.value_or(""));
+}
 
 template <typename Set>
 void check_dtype(const Tensor& t, const char* op, const char* arg) {
-  TORCH_CHECK(Set::contains(t.scalar_type()), op, ": ", arg, " has unsupported dtype ", t.scalar_type(),
-              "; supported: ", Set::names());
+  require(dtype_problem<Set>(t, op, arg));
 }
 
 inline void check_same_dtype(const Tensor& t, const Tensor& like, const char* op, const char* arg, const char* like_arg) {
-  TORCH_CHECK(t.scalar_type() == like.scalar_type(), op, ": ", arg, " has dtype ", t.scalar_type(), " but ", like_arg,
-              " has ", like.scalar_type(), "; they must match");
+  require(same_dtype_problem(t, like, op, arg, like_arg));
 }
 
 // out= rules as ATen's: resized (warning when a non-empty output had another shape), laid out contiguously.
@@ -155,53 +240,39 @@ inline void resize_output(Tensor& out, c10::SymIntArrayRef sizes, const char* /*
   }
 }
 
+// PyTorch-only conditions first (a device, an output whose elements share memory), then the shared checks.
 inline void check_memory(const char* op, std::initializer_list<Operand> outputs, std::initializer_list<Operand> inputs) {
-  for (const Operand& out : outputs) {
-    TORCH_CHECK(out.tensor.device().is_cpu(), op, ": ", out.name, " is on ", out.tensor.device(), "; this kernel runs "
-                "on CPU tensors");
-    at::assert_no_internal_overlap(out.tensor);
-    TORCH_CHECK(is_element_aligned(out.tensor), op, ": ", out.name, " is not aligned to its element size; pass a copy");
-    for (const Operand& in : inputs) {
-      TORCH_CHECK(in.tensor.device().is_cpu(), op, ": ", in.name, " is on ", in.tensor.device(), "; this kernel runs "
-                  "on CPU tensors");
-      TORCH_CHECK(is_element_aligned(in.tensor), op, ": ", in.name, " is not aligned to its element size; pass a "
-                  "copy (.clone())");
-      at::assert_no_partial_overlap(out.tensor, in.tensor);  // PyTorch's own out= error first
-      TORCH_CHECK(same_or_disjoint(out.tensor, in.tensor, in.may_be_output), op, ": ", out.name, " overlaps ", in.name,
-                  in.may_be_output ? " without being it" : "", "; pass separate tensors");
+  for (std::initializer_list<Operand> group : {outputs, inputs}) {
+    for (const Operand& t : group) {
+      TORCH_CHECK(t.tensor.device().is_cpu(), op, ": ", t.name, " is on ", t.tensor.device(), "; this kernel runs on "
+                  "CPU tensors");
     }
   }
+  for (const Operand& out : outputs) {
+    at::assert_no_internal_overlap(out.tensor);
+  }
+  require(memory_problem(op, outputs, inputs));
 }
 
 #else // ExecuTorch mode
 
-inline auto shape_string(const Tensor& t) {
-  return executorch::runtime::tensor_shape_to_c_string({t.sizes().data(), t.sizes().size()});
-}
-
-inline bool fail(KernelContext& ctx) {
+inline bool require(KernelContext& ctx, const Problem& problem) {
+  if (!problem) {
+    return true;
+  }
+  ET_LOG(Error, "%s", problem->c_str());
   ctx.fail(executorch::runtime::Error::InvalidArgument);
   return false;
 }
 
 template <typename Set>
 bool check_dtype(KernelContext& ctx, const Tensor& t, const char* op, const char* arg) {
-  if (Set::contains(t.scalar_type())) {
-    return true;
-  }
-  ET_LOG(Error, "%s: %s has unsupported dtype %s; supported: %s", op, arg, dtype_name(t.scalar_type()),
-         Set::names().c_str());
-  return fail(ctx);
+  return require(ctx, dtype_problem<Set>(t, op, arg));
 }
 
 inline bool check_same_dtype(KernelContext& ctx, const Tensor& t, const Tensor& like, const char* op, const char* arg,
                              const char* like_arg) {
-  if (t.scalar_type() == like.scalar_type()) {
-    return true;
-  }
-  ET_LOG(Error, "%s: %s has dtype %s but %s has %s; they must match", op, arg, dtype_name(t.scalar_type()), like_arg,
-         dtype_name(like.scalar_type()));
-  return fail(ctx);
+  return require(ctx, same_dtype_problem(t, like, op, arg, like_arg));
 }
 
 // Dynamic-shape programs plan an output at its upper bound and expect the kernel to resize it to the real shape.
@@ -210,46 +281,22 @@ inline bool resize_output(KernelContext& ctx, Tensor& out, executorch::aten::Arr
   if (executorch::runtime::resize_tensor(out, sizes) == executorch::runtime::Error::Ok) {
     return true;
   }
-  ET_LOG(Error, "%s: %s has shape %s and cannot be resized to %s; export the program so the output's shape is the "
-         "op's (or dynamic with a large enough upper bound)", op, name, shape_string(out).data(),
-         executorch::runtime::tensor_shape_to_c_string({sizes.data(), sizes.size()}).data());
-  return fail(ctx);
+  std::string wanted = "[";
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    wanted += (d ? ", " : "") + std::to_string(sizes[d]);
+  }
+  return require(ctx, std::string(op) + ": " + name + " has shape " + shape_text(out) + " and cannot be resized to " +
+                 wanted + "]; export the program so the output's shape is the op's (or dynamic with a large enough "
+                 "upper bound)");
 }
 
-// Every tensor with elements has memory aligned to its elements; no output overlaps an input (or, where the op
-// allows it, is exactly that input). A program's memory plan decides where tensors live, and a corrupt one can place
-// them anywhere.
 inline bool check_memory(KernelContext& ctx, const char* op, std::initializer_list<Operand> outputs,
                          std::initializer_list<Operand> inputs) {
-  for (std::initializer_list<Operand> group : {outputs, inputs}) {
-    for (const Operand& t : group) {
-      if (t.tensor.numel() > 0 && (t.tensor.const_data_ptr() == nullptr || !is_element_aligned(t.tensor))) {
-        ET_LOG(Error, "%s: %s has no memory or memory not aligned to its %zu-byte elements; the program's memory plan "
-               "is corrupt, re-export it", op, t.name, static_cast<size_t>(t.tensor.element_size()));
-        return fail(ctx);
-      }
-    }
-  }
-  for (const Operand& out : outputs) {
-    for (std::initializer_list<Operand> group : {inputs, outputs}) {
-      for (const Operand& other : group) {
-        if (&other.tensor != &out.tensor && !same_or_disjoint(out.tensor, other.tensor, other.may_be_output)) {
-          ET_LOG(Error, "%s: %s overlaps %s%s; the program's memory plan is corrupt, re-export it", op, out.name,
-                 other.name, other.may_be_output ? " without being it" : "");
-          return fail(ctx);
-        }
-      }
-    }
-  }
-  return true;
+  return require(ctx, memory_problem(op, outputs, inputs));
 }
 
 inline bool check_contiguous(KernelContext& ctx, const Tensor& t, const char* op, const char* name) {
-  if (executorch::runtime::tensor_is_default_dim_order(t)) {
-    return true;
-  }
-  ET_LOG(Error, "%s: %s is not in the default (contiguous) dim order; export it contiguous", op, name);
-  return fail(ctx);
+  return require(ctx, dense_problem(t, op, name));
 }
 
 #endif // USE_ATEN_LIB

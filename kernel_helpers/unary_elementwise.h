@@ -30,21 +30,10 @@ using contract::RealDtypes;
 
 #ifdef USE_ATEN_LIB
 
-// The dtypes the kernels implement: every real dtype of aten::mul on CPU.
-constexpr const char* kSupportedDtypes = "float32, float64, float16, bfloat16, uint8, int8, int16, int32, int64";
-
-inline bool is_supported_dtype(at::ScalarType dtype) {
-  switch (dtype) {
-    case at::kFloat: case at::kDouble: case at::kHalf: case at::kBFloat16:
-    case at::kByte: case at::kChar: case at::kShort: case at::kInt: case at::kLong:
-      return true;
-    default:
-      return false;
-  }
-}
-
+// The dtypes the kernels implement (every real dtype of aten::mul on CPU), refused with the out kernel's words.
 inline void check_supported_dtype(at::ScalarType dtype, const char* op_name) {
-  TORCH_CHECK(is_supported_dtype(dtype), op_name, ": unsupported dtype ", dtype, "; supported: ", kSupportedDtypes);
+  TORCH_CHECK(RealDtypes::contains(dtype), op_name, ": input has unsupported dtype ", contract::dtype_name(dtype),
+              "; supported: ", RealDtypes::names());
 }
 
 // The functional op's CPU kernel, from the out variant's: a result laid out like the input (channels-last stays

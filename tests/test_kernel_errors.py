@@ -14,7 +14,7 @@ CASES = {
                        "my_ops::mul3.out: output has dtype int32 but input has float32; they must match"),
     "non-resizable output of the wrong shape": (
         dict(sizes=[3, 2], static=True),
-        "my_ops::mul3.out: output has shape (3, 2) and cannot be resized to (2, 3)"),
+        "my_ops::mul3.out: output has shape [3, 2] and cannot be resized to [2, 3]"),
     "different dim order": (dict(dim_order=[1, 0]),
                             "my_ops::mul3.out: input and output have different dim orders"),
 }

@@ -93,9 +93,9 @@ def test_gradients_equal_autograd_through_the_reference(dtype):
 @pytest.mark.parametrize("device", ["cpu", "meta"])
 @pytest.mark.parametrize("make_args, message", [
     (lambda d: (torch.ones(2, 4, dtype=torch.float64, device=d), torch.ones(4, dtype=torch.float64, device=d)),
-     "input has unsupported dtype Double; supported: float32, float16, bfloat16"),
+     "input has unsupported dtype float64; supported: float32, float16, bfloat16"),
     (lambda d: (torch.ones(2, 4, device=d), torch.ones(4, dtype=torch.float16, device=d)),
-     "weight has dtype Half but input has Float"),
+     "weight has dtype float16 but input has float32"),
     (lambda d: (torch.ones(2, 4, device=d), torch.ones(5, device=d)), "does not scale the last dimension"),
     (lambda d: (torch.ones(2, 4, device=d), torch.ones(2, 4, device=d)), "does not scale the last dimension"),
     (lambda d: (torch.ones((), device=d), torch.ones(1, device=d)), "at least one dimension"),
