@@ -22,7 +22,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [HERE, os.path.join(HERE, "codegen")]
 
 import run_codegen  # noqa: E402
-from flow import declarations  # noqa: E402
+from flow import compiler_flags, declarations  # noqa: E402
 
 CODEGEN_DIR = os.path.join("build", "my_ops_codegen")  # relative: setuptools wants sources under setup.py's directory
 # The ops' shared Python side, which the package carries a copy of (my_ops.<module>); each imports only torch.
@@ -47,8 +47,9 @@ def aot_extension():
     if torch.version.cuda and CUDA_HOME:
         flags.append("-DCUSTOM_OPS_WITH_CUDA")
         sources += [s for op in ops for s in op.cuda_sources]
-        return CUDAExtension("my_ops._C", sources, extra_compile_args={"cxx": flags, "nvcc": flags}, **kwargs)
-    return CppExtension("my_ops._C", sources, extra_compile_args={"cxx": flags}, **kwargs)
+        return CUDAExtension("my_ops._C", sources, extra_compile_args={"cxx": flags + compiler_flags.CXX,
+                                                                       "nvcc": flags + compiler_flags.NVCC}, **kwargs)
+    return CppExtension("my_ops._C", sources, extra_compile_args={"cxx": flags + compiler_flags.CXX}, **kwargs)
 
 
 class BuildExtensionWithoutPythonAPI(BuildExtension):

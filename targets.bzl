@@ -87,6 +87,10 @@ def wheel_libraries():
     )
 
 # The headers kernels include: the kernel helpers and any header beside the op sources (multiply_by_constant.h).
+# Every compiled target: optimized, and no floating-point contraction (kernels equal ATen bit for bit, which rounds
+# a*b + c twice; GCC fuses it into an FMA by default on ARM64). The same flags as flow/compiler_flags.py.
+_COMPILER_FLAGS = ["-O3", "-ffp-contract=off"]
+
 def _kernel_headers():
     return native.glob(["*.h", "kernel_helpers/*.h"])
 
@@ -97,7 +101,7 @@ def _define_example(suffix, ops):
         name = "custom_ops_kernels" + suffix,
         srcs = [src for name in ops for src in CUSTOM_OPS[name]["kernel_sources"]],
         headers = _kernel_headers(),
-        compiler_flags = ["-O3"],
+        compiler_flags = _COMPILER_FLAGS,
         deps = [":executorch_threadpool"],
         # A kernel registered by its own source (EXECUTORCH_LIBRARY) is referenced by nothing: link it whole.
         link_whole = len(by_codegen) < len(ops),
@@ -129,7 +133,7 @@ def _define_example(suffix, ops):
             "runner/xnnpack_layout.h",
             "runner/xnnpack_payload.h",
         ],
-        compiler_flags = ["-O3"],
+        compiler_flags = _COMPILER_FLAGS,
         link_style = "static",
         deps = [
             registration,
@@ -150,7 +154,7 @@ def _define_example(suffix, ops):
             srcs = [src for name in cpp_ops for key in ("aot_sources", "kernel_sources") for src in CUSTOM_OPS[name][key]],
             headers = _kernel_headers(),
             # C++20 like torch's cpp_extension; USE_ATEN_LIB compiles the kernels against at::Tensor.
-            compiler_flags = ["-std=c++20", "-O3"],
+            compiler_flags = ["-std=c++20"] + _COMPILER_FLAGS,
             preprocessor_flags = ["-DUSE_ATEN_LIB"],
             deps = [":torch"],
             preferred_linkage = "shared",

@@ -109,7 +109,10 @@ def build_jit_library(ops=None, verbose: bool = False) -> str:
     if torch.version.cuda:
         sources += [os.path.join(REPO_ROOT, s) for op in ops for s in op.cuda_sources]
         flags.append("-DCUSTOM_OPS_WITH_CUDA")
-    path = load(name="custom_ops_aot_lib_jit", sources=sources, extra_cflags=flags, extra_cuda_cflags=flags,
+    from flow import compiler_flags
+
+    path = load(name="custom_ops_aot_lib_jit", sources=sources, extra_cflags=flags + compiler_flags.CXX,
+                extra_cuda_cflags=flags + compiler_flags.NVCC,
                 extra_include_paths=[REPO_ROOT], build_directory=JIT_BUILD_DIR, is_python_module=False,
                 verbose=verbose)
     _loaded_library = os.path.abspath(path)

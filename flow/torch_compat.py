@@ -6,22 +6,30 @@ Both bugs are in Inductor's lowering of a functional custom op with one output t
   1. it calls the out overload with `out=buf`, whatever the schema names the out argument (ours: `output`, the
      upstream example's schema), so `torch.compile` of mul3/mul4 fails with "missing value for argument 'output'"
      (pytorch/pytorch#175117 fixes it upstream);
-  2. with dynamic shapes it builds the output buffer's layout from the fake output's SymInt sizes, which its layout
+  2. with dynamic shapes it builds the output buffers' layouts from the fake outputs' SymInt sizes, which its layout
      refuses (an AssertionError in FixedLayout; pytorch/pytorch#185503), so torch.compile(dynamic=True) and
-     AOTInductor fail on any of our single-output ops in a model with a dynamic dimension (decoder.py's rms_norm).
+     AOTInductor fail on our ops in a model with a dynamic dimension (decoder.py's rms_norm), with one output or
+     several (ExternKernelMultiOut: quantize_rows).
 
 The workaround: for ops in the namespaces given to apply() that one of the bugs would hit, Inductor is told there is
 no out variant, so it calls the functional op as a plain fallback kernel: correct, only without output-buffer reuse.
-Other libraries' ops, and multi-output out variants (whose lowering names its arguments and never takes this path),
-are untouched. Whether each bug is present is decided by behaviour: the first time Inductor asks about one of our ops,
-a subprocess compiles two probe ops (about 6 s, once per process). On a torch without `torch._library._out_variant`
-there is nothing to patch and apply() does nothing. One patch per process, whichever copy of this module applies it
-first: the namespaces live on the patched function itself.
+Other libraries' ops are untouched. Whether each bug is present is decided by behaviour: the first time Inductor asks
+about one of our ops, a subprocess compiles probe ops (about 6 s, once per process). On a torch without
+`torch._library._out_variant` there is nothing to patch and apply() does nothing. One patch per process, whichever copy
+of this module applies it first: the namespaces live on the patched function itself.
+
+Inductor caches compiled graphs, and the workaround changes what a graph compiles to, so it must change the cache key:
+a graph compiled in a process without it (importing an op module alone is allowed) would otherwise be replayed, broken,
+after it. apply() therefore adds a no-op post-grad pass whose uuid() names the workaround and its namespaces; Inductor
+hashes custom passes' uuids into every FX-graph key. Importing Inductor's config takes seconds, so the pass is added
+when Inductor's config is first imported (or at once, if it already was).
 """
 
 from __future__ import annotations
 
 import functools
+import importlib.abc
+import importlib.util
 import logging
 import subprocess
 import sys
@@ -54,6 +62,7 @@ for bug, (fn, inputs, signature) in probes.items():
         print(f"PROBE:{bug}:" + ("bug" if signature in traceback.format_exc() else f"error {err!r}"))
 """
 BUGS = ("out_kwarg", "dynamic_shapes")
+CACHE_KEY_VERSION = 2  # bump when the workaround's effect on compiled graphs changes
 
 
 @functools.cache
@@ -105,14 +114,70 @@ def apply(namespace: str) -> None:
         if (
             candidate is not None
             and op.namespace in to_out_variant.custom_ops_namespaces
-            and len(names := out_variant.get_out_arg_names(candidate)) == 1
-            and ((names != ["out"] and inductor_hardcodes_out_kwarg()) or inductor_fails_dynamic_out_lowering())
+            and (((names := out_variant.get_out_arg_names(candidate)) != ["out"] and len(names) == 1
+                  and inductor_hardcodes_out_kwarg()) or inductor_fails_dynamic_out_lowering())
         ):
             return None
         return candidate
 
     to_out_variant.custom_ops_namespaces = {namespace}
     out_variant.to_out_variant = to_out_variant
+    _key_inductor_cache(to_out_variant.custom_ops_namespaces)
+
+
+def _key_inductor_cache(namespaces: set[str]) -> None:
+    """Adds the cache-keying pass to Inductor's config now if it is imported, else as soon as it is."""
+    config = sys.modules.get("torch._inductor.config")
+    if config is not None:
+        _add_keying_pass(config, namespaces)
+        return
+    sys.meta_path.insert(0, _OnImport("torch._inductor.config", lambda module: _add_keying_pass(module, namespaces)))
+
+
+def _add_keying_pass(config, namespaces: set[str]) -> None:
+    from torch._inductor.custom_graph_pass import CustomGraphPass
+
+    class WorkaroundKey(CustomGraphPass):
+        """Changes nothing in the graph; its uuid() makes Inductor's cache key tell graphs compiled with the
+        workaround from graphs compiled without it. The set is read when the key is made: later namespaces count."""
+
+        def __call__(self, graph) -> None:
+            pass
+
+        def uuid(self):
+            return f"custom_ops.torch_compat:v{CACHE_KEY_VERSION}:{','.join(sorted(namespaces))}"
+
+    passes = config.post_grad_custom_post_pass
+    passes = [] if passes is None else list(passes) if isinstance(passes, (list, tuple)) else [passes]
+    if not any(type(p).__name__ == "WorkaroundKey" for p in passes):
+        config.post_grad_custom_post_pass = [*passes, WorkaroundKey()]
+
+
+class _OnImport:
+    """A one-shot import hook: runs `then(module)` right after module `name` is first executed."""
+
+    def __init__(self, name: str, then):
+        self.name, self.then = name, then
+
+    def find_spec(self, name, path, target=None):
+        if name != self.name:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.loader is None:
+            return spec
+        loader, then = spec.loader, self.then
+
+        class Loader(importlib.abc.Loader):
+            def create_module(self, spec):
+                return loader.create_module(spec)
+
+            def exec_module(self, module):
+                loader.exec_module(module)
+                then(module)
+
+        spec.loader = Loader()
+        return spec
 
 
 def applied_namespaces() -> set[str]:

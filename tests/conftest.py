@@ -11,6 +11,7 @@ whole (flow.export.written_whole), so two files running its flows at once read c
 from __future__ import annotations
 
 import fcntl
+import glob
 import os
 import subprocess
 import sys
@@ -104,6 +105,24 @@ def mul3_pte(declared, tmp_path_factory) -> str:
 
     registration.register_with_pytorch([declared["my_ops::mul3"]])
     return export_example(declared["my_ops::mul3"], tmp_path_factory.mktemp("mul3"))
+
+
+@pytest.fixture(scope="session")
+def aarch64_flow():
+    """Runs the aarch64 mode once (it installs the Debian packages when missing and fetches the wheel)."""
+    proc = subprocess.run(["bash", os.path.join(REPO_ROOT, "test_custom_ops.sh"), "aarch64"],
+                          capture_output=True, text=True, timeout=1800)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    return proc
+
+
+@pytest.fixture(scope="session")
+def aarch64_package(aarch64_flow) -> str:
+    from importlib.metadata import version
+
+    (package,) = glob.glob(os.path.join(REPO_ROOT, "cmake-out", "aarch64", f"site-executorch-{version('executorch')}",
+                                        "executorch"))
+    return package
 
 
 @pytest.fixture(scope="session")

@@ -150,3 +150,11 @@ def outcome(proc, values_known: bool = True) -> str:
               for v in printed.replace("...", "").split(",") if v.strip()]
     wrong = [v for v in values if not (v in (0.0, 1.0, 3.0))] if values_known else []
     return "ok" if not wrong else f"exit 0 with wrong values {wrong[:4]}"
+
+
+AARCH64_SYSROOT = "/usr/aarch64-linux-gnu"
+
+
+def qemu(cpu: str) -> list[str]:
+    """The emulator command for an aarch64 binary (Debian's qemu-user and cross libc)."""
+    return ["qemu-aarch64", "-cpu", cpu, "-L", AARCH64_SYSROOT]

@@ -3,7 +3,6 @@ against the aarch64 executorch wheel and runs it under qemu-aarch64. Here: that 
 dynamic shapes bit for bit on an ARMv8.0 CPU (Cortex-A53: NEON, no half-precision arithmetic) and on QEMU's `max` CPU
 (FEAT_FP16), and the proof that the half-precision path runs on the second and never on the first."""
 
-import glob
 import os
 import re
 import subprocess
@@ -12,17 +11,12 @@ import pytest
 import torch
 
 from conftest import cmake_build
-from helpers import ALL_DTYPES, REPO_ROOT, full_range
+from helpers import ALL_DTYPES, REPO_ROOT, full_range, qemu
 from flow.compare import mismatches
 from flow.runner import run_pte
 
-SYSROOT = "/usr/aarch64-linux-gnu"
 CPUS = ("cortex-a53", "max")
 ELF_MACHINE_AARCH64 = 183
-
-
-def qemu(cpu: str) -> list[str]:
-    return ["qemu-aarch64", "-cpu", cpu, "-L", SYSROOT]
 
 
 def elf_machine(path: str) -> int:
@@ -30,24 +24,6 @@ def elf_machine(path: str) -> int:
         header = f.read(20)
     assert header[:4] == b"\x7fELF", path
     return int.from_bytes(header[18:20], "little")
-
-
-@pytest.fixture(scope="module")
-def aarch64_flow():
-    """Runs the aarch64 mode once (it installs the Debian packages when missing and fetches the wheel)."""
-    proc = subprocess.run(["bash", os.path.join(REPO_ROOT, "test_custom_ops.sh"), "aarch64"],
-                          capture_output=True, text=True, timeout=1800)
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    return proc
-
-
-@pytest.fixture(scope="module")
-def aarch64_package(aarch64_flow) -> str:
-    from importlib.metadata import version
-
-    (package,) = glob.glob(os.path.join(REPO_ROOT, "cmake-out", "aarch64", f"site-executorch-{version('executorch')}",
-                                        "executorch"))
-    return package
 
 
 @pytest.fixture(scope="module")

@@ -2,7 +2,8 @@
 as it says (`file=F` creates F, `mode=append` appends to it, `mode=insert` inserts above the declarations'
 "# Add new ops above this line." marker) and every `bash run` block is run. That adds my_ops::add7 from Python,
 my_ops::relu6 from C++ and my_ops::scaled_add (two tensors and a float, on the N-input helper) and runs each one's
-flow; then their runners are checked against ATen: x + 7, relu6, and x + 0.5 * y broadcast every way."""
+flow; then their runners are checked against ATen: x + 7, relu6, and x + 0.1 * y broadcast every way, on x86
+and cross-built for ARM64 under qemu (0.1 * y rounds: a kernel fusing x + alpha * y into one FMA would differ)."""
 
 import os
 import re
@@ -14,7 +15,7 @@ import torch
 
 from flow.compare import mismatches
 from flow.runner import run_pte
-from helpers import REPO_ROOT, copy_repository, full_range
+from helpers import REPO_ROOT, copy_repository, full_range, qemu
 
 INSERT_MARKER = "    # Add new ops above this line.\n"
 
@@ -76,7 +77,7 @@ def repo_with_recipe(tmp_path_factory):
 @pytest.mark.parametrize("program, shapes, reference", [
     ("add7", [(2, 3)], lambda x: x + 7),
     ("relu6", [(4, 8)], torch.nn.functional.relu6),
-    ("scaled_add", [(3, 40), (40,)], lambda x, y: x + 0.5 * y),  # y broadcast; alpha 0.5: an exact product
+    ("scaled_add", [(3, 40), (40,)], lambda x, y: x + 0.1 * y),  # y broadcast; alpha 0.1: the product rounds
 ])
 def test_the_new_ops_compute_what_aten_does(repo_with_recipe, program, shapes, reference):
     runner = os.path.join(repo_with_recipe, "cmake-out", program, "custom_ops_executor_runner")
@@ -104,5 +105,26 @@ export_to_pte(scaled_add.ScaledAddExample(), inputs, {pte!r})
     subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, timeout=300)
     runner = os.path.join(repo_with_recipe, "cmake-out", "scaled_add", "custom_ops_executor_runner")
     inputs = [full_range(shape, torch.float32, i) / 1e3 for i, shape in enumerate(shapes)]
-    expected = [inputs[0] + 0.5 * inputs[1]]
+    expected = [inputs[0] + 0.1 * inputs[1]]
     assert mismatches(run_pte(runner, pte, inputs, expected), expected, exact=True) == []
+
+
+def test_scaled_add_equals_aten_bit_for_bit_on_arm64(repo_with_recipe, aarch64_package):
+    """The recipe's op, cross-built from the user's copy for ARM64 and run under qemu: ATen rounds 0.1 * y and then the
+    sum; GCC would fuse x + alpha * y into one FMA (one rounding) unless the build turns contraction off."""
+    build = os.path.join(repo_with_recipe, "cmake-out", "aarch64", "scaled_add")
+    env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
+    for command in (["cmake", "-S", repo_with_recipe, "-B", build, "-G", "Ninja", f"-DPython3_EXECUTABLE={sys.executable}",
+                     f"-DCMAKE_TOOLCHAIN_FILE={repo_with_recipe}/cmake/aarch64-linux-gnu.toolchain.cmake",
+                     f"-DEXECUTORCH_PACKAGE_DIR={aarch64_package}", "-DCUSTOM_OPS_BUILD_AOT_LIBRARY=OFF",
+                     "-DCUSTOM_OPS_RUNNER_XNNPACK=OFF", "-DCUSTOM_OPS_RUNNER_QUANTIZED=OFF",
+                     "-DCUSTOM_OPS_ROOT_OPS=my_ops::scaled_add.out"],
+                    ["cmake", "--build", build, "--target", "custom_ops_executor_runner"]):
+        proc = subprocess.run(command, capture_output=True, text=True, env=env, timeout=900)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    runner = os.path.join(build, "custom_ops_executor_runner")
+    pte = os.path.join(repo_with_recipe, "scaled_add.pte")
+    for seed in range(3):
+        inputs = [full_range(shape, torch.float32, seed + 10 * i) / 1e3 for i, shape in enumerate([(3, 40), (40,)])]
+        expected = [inputs[0] + 0.1 * inputs[1]]
+        assert mismatches(run_pte(runner, pte, inputs, expected, emulator=qemu("max")), expected, exact=True) == []

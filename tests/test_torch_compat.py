@@ -73,7 +73,9 @@ OTHER_LIBRARY = textwrap.dedent("""
 """)
 
 
-def test_other_libraries_and_multi_output_ops_keep_their_out_variant_lowering():
+def test_other_libraries_keep_their_out_variant_lowering_and_ours_with_several_outputs_fall_back():
+    # Several outputs take the dynamic-shape bug's path too (ExternKernelMultiOut): with the bug present, our
+    # multi-output op is a plain fallback kernel like our single-output ones; another library's keeps its out variant.
     result = run_in_fresh_python(OTHER_LIBRARY + textwrap.dedent("""
         from flow import declarations, registration
         registration.register_with_pytorch([declarations.find("mul3")])  # applies the workaround to my_ops
@@ -88,7 +90,8 @@ def test_other_libraries_and_multi_output_ops_keep_their_out_variant_lowering():
     halves = [[0.5] * 4, [0.5] * 4]
     assert result == {"scale": "other_lib.scale.out",
                       "other_lib": ["other_lib.halves.out", True, halves],
-                      "my_ops": ["my_ops.halves.out", True, halves]}
+                      "my_ops": ["None" if torch_compat.inductor_fails_dynamic_out_lowering() else "my_ops.halves.out",
+                                 not torch_compat.inductor_fails_dynamic_out_lowering(), halves]}
 
 
 def test_nothing_happens_on_a_torch_without_the_patched_module():

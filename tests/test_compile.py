@@ -1,0 +1,64 @@
+"""torch.compile with every declared op: each op's example compiled with static and with dynamic shapes (several
+outputs included) equals the op's declared reference, every execution in order; and the torch 2.13 workaround
+(flow/torch_compat.py) keys Inductor's cache, so a graph compiled before the workaround was applied is not replayed
+after. Each compile runs in a fresh process with a private Inductor cache (TORCHINDUCTOR_CACHE_DIR), so no other test's
+cache entries are read."""
+
+import pytest
+
+from helpers import run_in_fresh_python
+
+COMPILE_EXAMPLE = """
+import torch
+from flow import compare, declarations, registration
+from flow.export import example_of
+from flow.reference import program_reference_runs
+
+ops = declarations.load()
+registration.register_with_pytorch(list(ops.values()), aot_library={aot!r})
+op = ops[{name!r}]
+model, runs = example_of(op)
+expected = program_reference_runs(torch.export.export(model, runs[0], strict=True), runs, [op])
+model, runs = example_of(op)  # a fresh model: a stateful example starts from its initial state again
+compiled = torch.compile(model, fullgraph=True, dynamic={dynamic})
+result = []
+with torch.no_grad():
+    for step, inputs in enumerate(runs):
+        outputs = torch.utils._pytree.tree_leaves(compiled(*inputs))
+        result += [f"execution {{step}}: {{p}}" for p in compare.mismatches(outputs, expected[step], exact=op.bit_exact)]
+"""
+
+
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+def test_every_declared_op_compiles_and_equals_its_reference(dynamic, declared, aot_ops, tmp_path):
+    for name in declared:
+        problems = run_in_fresh_python(COMPILE_EXAMPLE.format(aot=aot_ops, name=name, dynamic=dynamic), timeout=600,
+                                       env={"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / name)})
+        assert problems == [], f"{name}: {problems}"
+
+
+COMPILE_MUL3 = """
+import torch
+import custom_ops_1  # registers my_ops::mul3 and nothing else: the workaround is not applied
+if {apply}:
+    from flow import torch_compat
+    torch_compat.apply("my_ops")
+x = torch.randn(4, 5)
+try:
+    y = torch.compile(lambda t: torch.ops.my_ops.mul3(t) + 1, fullgraph=True)(x)
+    result = "ok" if torch.equal(y, custom_ops_1.mul3_reference(x) + 1) else "wrong result"
+except Exception as err:
+    result = f"{{type(err).__name__}}: {{str(err).splitlines()[0]}}"
+"""
+
+
+def test_a_graph_compiled_before_the_workaround_is_not_replayed_after_it(tmp_path):
+    """The issue's sequence: compile without the workaround (importing the op module alone, as documented), then
+    apply it and compile the same function again in a new process, with the same cache. Before the workaround keyed
+    the cache, the second process replayed the first's broken code ("missing value for argument 'output'")."""
+    env = {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
+    first = run_in_fresh_python(COMPILE_MUL3.format(apply=False), env=env)
+    second = run_in_fresh_python(COMPILE_MUL3.format(apply=True), env=env)
+    assert second == "ok", f"after the workaround: {second} (before it: {first})"
+    third = run_in_fresh_python(COMPILE_MUL3.format(apply=True), env=env)  # a cache hit of a right graph works too
+    assert third == "ok"

@@ -1,0 +1,71 @@
+"""No kernel build contracts floating-point expressions (flow/compiler_flags.py says why): every compile command of the
+CMake builds (the combined one, and the ARM64 cross-build when it exists), every compiled target of the Buck2 graph,
+and the extension the wheel and the JIT build make carry -ffp-contract=off (nvcc: --fmad=false). What it guards is
+tested by running: the recipe's scaled_add (x + alpha * y, an alpha whose product rounds) equals ATen bit for bit on
+x86 (the AVX2+FMA variant) and on ARM64 under qemu (tests/test_own_op.py)."""
+
+import os
+import shlex
+import subprocess
+
+import buck2_graph
+from flow import compiler_flags
+from helpers import REPO_ROOT, run_in_fresh_python
+
+
+def compile_commands(build_dir: str) -> list[list[str]]:
+    out = subprocess.run(["ninja", "-C", build_dir, "-t", "commands"], capture_output=True, text=True, check=True,
+                         env=dict(os.environ, PATH=os.path.dirname(os.sys.executable) + os.pathsep + os.environ["PATH"]))
+    commands = [shlex.split(line) for line in out.stdout.splitlines()]
+    return [c for c in commands if "-c" in c and any(a.endswith((".cpp", ".cu", ".cc")) for a in c)]
+
+
+def builds() -> list[str]:
+    found = [os.path.join(REPO_ROOT, "cmake-out", "all_ops")]
+    cross = os.path.join(REPO_ROOT, "cmake-out", "aarch64", "all_ops")
+    return found + ([cross] if os.path.exists(os.path.join(cross, "build.ninja")) else [])
+
+
+def test_every_cmake_compile_command_turns_contraction_off(combined_build):
+    for build_dir in builds():
+        commands = compile_commands(build_dir)
+        assert len(commands) >= 10, build_dir
+        missing = [next(a for a in c if a.endswith((".cpp", ".cu", ".cc"))) for c in commands
+                   if not set(compiler_flags.CXX) <= set(c) and not set(compiler_flags.NVCC) <= set(c)]
+        assert missing == [], f"{build_dir}: compiled without {compiler_flags.CXX}: {missing}"
+
+
+def test_every_compiled_target_of_the_buck2_graph_turns_contraction_off():
+    targets, _ = buck2_graph.evaluate(REPO_ROOT)
+    compiled = [t for t in targets.values() if t.cell == "root" and t.kind in ("cxx_library", "cxx_binary")
+                and buck2_graph.sources_of(t)]
+    assert len(compiled) >= 4
+    missing = [t.label for t in compiled if not set(compiler_flags.CXX) <= set(t.attrs.get("compiler_flags", []))]
+    assert missing == []
+
+
+def test_the_wheel_and_the_jit_build_pass_the_flags():
+    """The extension setup.py hands setuptools, and the arguments the JIT build hands cpp_extension.load."""
+    result = run_in_fresh_python(f"""
+import os, runpy, sys
+import setuptools, torch.utils.cpp_extension as cpp_extension
+os.chdir({REPO_ROOT!r})
+setuptools.setup = lambda **kwargs: None  # setup.py calls it when run; only its extension is wanted here
+wheel = runpy.run_path("setup.py")["aot_extension"]().extra_compile_args
+captured = {{}}
+class Stop(Exception):
+    pass
+def load(**kwargs):
+    captured.update(kwargs)
+    raise Stop()
+cpp_extension.load = load
+from flow import registration
+try:
+    registration.build_jit_library()
+except Stop:
+    pass
+result = [wheel["cxx"], captured["extra_cflags"], captured["extra_cuda_cflags"]]
+""")
+    wheel, jit, jit_cuda = result
+    assert set(compiler_flags.CXX) <= set(wheel) and set(compiler_flags.CXX) <= set(jit)
+    assert set(compiler_flags.NVCC) <= set(jit_cuda)
