@@ -114,6 +114,7 @@ def _define_example(suffix, ops):
             name = "custom_ops_lib" + suffix,
             operator_library = ":" + select,
             headers = _kernel_headers(),
+            compiler_flags = _COMPILER_FLAGS,
             kernel_deps = [":custom_ops_kernels" + suffix],
             deps = [":executorch"],
         )

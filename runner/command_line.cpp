@@ -68,6 +68,18 @@ std::optional<std::string> store_path(const char* name, const std::string& value
   return std::nullopt;
 }
 
+// A comma-separated list of names (files, libraries), none empty.
+std::optional<std::string> store_names(const char* name, const char* what, const std::string& value,
+                                       std::vector<std::string>& field) {
+  field = split(value, ',');
+  for (const auto& item : field) {
+    if (item.empty()) {
+      return std::string(name) + " has an empty " + what + " in '" + value + "'";
+    }
+  }
+  return std::nullopt;
+}
+
 std::optional<std::string> store_spec(const std::string& text, InputSpec& spec) {
   const size_t colon = text.find(':');
   std::string dtypes;
@@ -105,13 +117,10 @@ const std::vector<Flag>& flags() {
        "(libcustom_ops_aot_lib.so: ops registered from C++; libcustom_ops_without_python.so: C++ kernels of the "
        "ops registered from Python)",
        [](const std::string& v, CommandLine& o) -> std::optional<std::string> {
-         for (const auto& path : split(v, ',')) {
-           if (path.empty()) {
-             return "--op_library has an empty library name in '" + v + "'";
-           }
-           o.op_libraries.push_back(path);
-         }
-         return std::nullopt;
+         std::vector<std::string> libraries;
+         auto err = store_names("--op_library", "library name", v, libraries);
+         o.op_libraries.insert(o.op_libraries.end(), libraries.begin(), libraries.end());
+         return err;
        }},
       {"--method", "NAME", kExecuTorchOnly, "method to run (default: forward)",
        [](const std::string& v, CommandLine& o) { return store_path("--method", v, o.method); }},
@@ -120,14 +129,8 @@ const std::vector<Flag>& flags() {
        "(row-major unless the program declares another dim order). Repeated, one list per execution: execution N "
        "takes list N modulo their count (state across executions, e.g. a cache position per step). ExecuTorch "
        "default: every input filled with ones",
-       [](const std::string& v, CommandLine& o) -> std::optional<std::string> {
-         o.inputs.push_back(split(v, ','));
-         for (const auto& file : o.inputs.back()) {
-           if (file.empty()) {
-             return "--inputs has an empty file name in '" + v + "'";
-           }
-         }
-         return std::nullopt;
+       [](const std::string& v, CommandLine& o) {
+         return store_names("--inputs", "file name", v, o.inputs.emplace_back());
        }},
       {"--input_shapes", "2x3,4", kExecuTorchOnly,
        "the shape of each input, for programs exported with dynamic dimensions (default: the shapes the program "
@@ -155,15 +158,7 @@ const std::vector<Flag>& flags() {
          return std::nullopt;
        }},
       {"--outputs", "O.bin,...", kBoth, "write each output tensor's raw bytes (in its memory order) to these files",
-       [](const std::string& v, CommandLine& o) -> std::optional<std::string> {
-         o.outputs = split(v, ',');
-         for (const auto& file : o.outputs) {
-           if (file.empty()) {
-             return "--outputs has an empty file name in '" + v + "'";
-           }
-         }
-         return std::nullopt;
-       }},
+       [](const std::string& v, CommandLine& o) { return store_names("--outputs", "file name", v, o.outputs); }},
       {"--num_executions", "N", kBoth,
        "run N times, 1 to 1000000, each on the caller's inputs, timing each run; outputs are the last run's "
        "(default: 1)",

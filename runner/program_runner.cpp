@@ -735,7 +735,7 @@ int run_program(
   const bool profile = !options.etdump_path.empty();
   // Program and Method directly, not extension::Module: Module's conveniences call Result::get() unchecked (its
   // method_names() aborts on a method without a name, a verified program can still have one).
-  auto program = Program::load(loader.get(), options.verification);
+  auto program = Program::load(loader.get(), options.verification());
   if (!program.ok()) {
     return fail("'" + program_name + "' is not a loadable ExecuTorch program: " + describe(program.error()) +
                 ". Re-export it with to_executorch() (e.g. python custom_ops_1.py)" + logged_errors());

@@ -23,30 +23,15 @@ class DataLoader;
 
 namespace custom_ops_runner {
 
-struct RunOptions {
-  std::string method = "forward";
-  // Raw input files, one list per --inputs flag: execution N takes list N modulo their count (a program with state
-  // gets each step's inputs). Empty: every input filled with ones.
-  std::vector<std::vector<std::string>> inputs;
-  std::optional<std::vector<std::vector<int32_t>>> input_shapes;  // per input, for dynamic programs
-  std::vector<std::string> outputs;                       // raw output files
-  uint64_t num_executions = 1;
-  uint64_t max_memory = kDefaultMaxMemory;
-  executorch::runtime::Program::Verification verification =
-      executorch::runtime::Program::Verification::InternalConsistency;
+// What run_program does: the parsed command line (command_line.h: inputs, outputs, executions, memory budget,
+// profiling, greedy decoding), plus what only the fuzz target sets.
+struct RunOptions : CommandLine {
   bool quiet = false;  // no log, no error line, no outputs (the fuzz target)
-  // Profiling (ExecuTorch devtools): an ETDump of every execution's events, and optionally every intermediate output
-  // in a debug buffer that the ETDump indexes. Both files are opened before the program is loaded.
-  std::string etdump_path;
-  std::string debug_buffer_path;
-  uint64_t debug_buffer_size = kDefaultDebugBufferSize;
-  // Greedy decoding, for a language model whose method takes (tokens int64 [1, T], input_pos int64 [1]) and returns
-  // the last position's logits (float32 [1, vocab]), keeping its KV cache as state: the prompt runs at position 0
-  // (prefill), then each step's argmax is fed back at the next position. --num_executions repeats the whole
-  // generation. Empty prompt: the method runs on --inputs instead.
-  std::vector<int64_t> prompt;
-  uint64_t new_tokens = 0;
-  std::string logits_path;  // every step's logits of the last generation, float32, one row after another
+
+  executorch::runtime::Program::Verification verification() const {
+    return minimal_verification ? executorch::runtime::Program::Verification::Minimal
+                                : executorch::runtime::Program::Verification::InternalConsistency;
+  }
 };
 
 // Runs `options.method` of the program `loader` reads (named `program_name` in messages). Returns 0, or 1 after

@@ -53,8 +53,8 @@ MUTATIONS = {
         "targets.bzl", '        deps = [":executorch_threadpool"],\n', "", "build",
         "root//:custom_ops_kernels_mul3: compiling custom_ops_1_out.cpp failed"),
     "an attribute misspelled": (
-        "targets.bzl", '        compiler_flags = ["-O3"],\n        deps = [":executorch_threadpool"],',
-        '        compiler_flag = ["-O3"],\n        deps = [":executorch_threadpool"],', "evaluate",
+        "targets.bzl", '        compiler_flags = _COMPILER_FLAGS,\n        deps = [":executorch_threadpool"],',
+        '        compiler_flag = _COMPILER_FLAGS,\n        deps = [":executorch_threadpool"],', "evaluate",
         "'compiler_flag' is not an attribute of cxx_library in the prelude"),
     "a genrule command broken": (
         "codegen/codegen.bzl", "generate --selection", "generate --selected", "build",

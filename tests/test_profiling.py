@@ -60,7 +60,7 @@ def test_an_etdump_without_debug_buffer_has_no_intermediate_outputs(combined_bui
     (["--etdump_path=/nonexistent/dir/x.etdump"], "error: cannot write the ETDump to '/nonexistent/dir/x.etdump'"),
     (["--etdump_path={tmp}/x.etdump", "--debug_buffer_path=/nonexistent/dir/x.bin"],
      "error: cannot write the debug buffer to '/nonexistent/dir/x.bin'"),
-    (["--debug_buffer_path={tmp}/x.bin"], "error: --debug_buffer_path needs --etdump_path"),
+    (["--debug_buffer_path={tmp}/x.bin"], "error: --debug_buffer_path needs --etdump_path"),  # a command line: exit 2
     (["--etdump_path={tmp}/x.etdump", "--debug_buffer_path={tmp}/x.bin", "--debug_buffer_size=64"],
      "error: the intermediate outputs did not fit the debug buffer (--debug_buffer_size=64)"),
     (["--etdump_path={tmp}/x.etdump", "--debug_buffer_path={tmp}/x.bin", "--debug_buffer_size=4G"],
@@ -69,7 +69,7 @@ def test_an_etdump_without_debug_buffer_has_no_intermediate_outputs(combined_bui
 def test_bad_profiling_arguments_are_one_error_line(combined_build, profiled_mul3, tmp_path, args, message):
     proc = run_runner(combined_build.runner, f"--model_path={profiled_mul3[0]}",
                       *(a.format(tmp=tmp_path) for a in args))
-    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert proc.returncode == (2 if "needs --etdump_path" in message else 1), proc.stdout + proc.stderr
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and errors[0].startswith(message), proc.stderr
 
