@@ -66,8 +66,7 @@ GROUP_SCALE_BITS = 16  # PerChannelGroupQuant scales held as constant data are b
 
 MAX_DIMS = 6  # XNN_MAX_TENSOR_DIMS
 MAX_EXTERNS = 4096  # XNNCompiler.cpp refuses more
-ALLOWED_FLAGS = 0x3  # XNN_VALUE_FLAG_EXTERNAL_INPUT | XNN_VALUE_FLAG_EXTERNAL_OUTPUT
-FLAG_EXTERNAL = 0x3
+EXTERNAL_FLAGS = 0x3  # XNN_VALUE_FLAG_EXTERNAL_INPUT | XNN_VALUE_FLAG_EXTERNAL_OUTPUT: the only flags allowed
 MAX_ELEMENTS = 2**48  # far past any real tensor, and small enough that bytes cannot overflow 64 bits
 
 
@@ -105,7 +104,7 @@ def cpp_header() -> str:
               f"constexpr int kMaxDatatype = {MAX_DATATYPE};",
               f"constexpr unsigned kScaleBits = {SCALE_BITS}, kGroupScaleBits = {GROUP_SCALE_BITS};",
               f"constexpr uint32_t kMaxDims = {MAX_DIMS}, kMaxExterns = {MAX_EXTERNS};",
-              f"constexpr uint32_t kAllowedFlags = {ALLOWED_FLAGS:#x}, kFlagExternal = {FLAG_EXTERNAL:#x};",
+              f"constexpr uint32_t kExternalFlags = {EXTERNAL_FLAGS:#x};",
               f"constexpr uint64_t kMaxElements = uint64_t{{1}} << {MAX_ELEMENTS.bit_length() - 1};", "",
               "} // namespace custom_ops_runner::xnnpack_layout", ""]
     return "\n".join(lines)

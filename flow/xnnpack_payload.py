@@ -12,7 +12,7 @@ checked here first; docs/untrusted-programs.md lists them with what each guards.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from flow import xnnpack_layout as L
 
@@ -48,9 +48,9 @@ class FlatReader:
         offset = self.read("H", vtable + entry)
         return table + offset if offset else 0
 
-    def scalar(self, table: int, slot: int, fmt: str, default: int = 0) -> int:
+    def scalar(self, table: int, slot: int, fmt: str) -> int:
         pos = self.field(table, slot)
-        return self.read(fmt, pos) if pos else default
+        return self.read(fmt, pos) if pos else 0
 
     def child(self, table: int, slot: int) -> int:
         pos = self.field(table, slot)
@@ -116,7 +116,6 @@ class Payload:
     output_ids: list[int] | None = None
     constants: list[tuple[int, int, bytes | None]] | None = None  # ConstantDataOffset: (offset, size, named_key)
     values: list[Value] | None = None
-    graph: bytes = field(default=b"", repr=False)
 
 
 def read_header(payload: bytes) -> dict | None:
@@ -127,11 +126,12 @@ def read_header(payload: bytes) -> dict | None:
             for name, (offset, fmt) in L.HEADER_FIELDS.items() if name != "magic"}
 
 
-def read(payload: bytes) -> Payload:
-    header = read_header(payload)
+def read(payload: bytes, header: dict | None = None) -> Payload:
+    """The payload's fields; `header`: its read_header(), when the caller has it already."""
+    header = header if header is not None else read_header(payload)
     start, size = (header["flatbuffer_offset"], header["flatbuffer_size"]) if header else (0, len(payload))
     graph_bytes = payload[start:start + size] if start <= len(payload) else b""
-    result = Payload(header, graph_bytes[4:8], graph=graph_bytes)
+    result = Payload(header, graph_bytes[4:8])
     if header and (start > len(payload) or size > len(payload) - start):
         return result  # problem() reports the header; nothing past it can be located
     r, G, T = FlatReader(graph_bytes), L.SLOTS["XNNGraph"], L.SLOTS["XNNTensorValue"]
@@ -208,7 +208,8 @@ def describe(p: Payload) -> list[str]:
         line = (f"value[{i}]=kind:{v.kind} datatype:{v.datatype} num_dims:{v.num_dims} dims:{ints(v.dims)} "
                 f"constant:{v.constant_buffer_idx} external_id:{v.external_id} flags:{v.flags} id_out:{v.id_out}")
         if (q := v.quant) is not None:
-            line += (f" quant:{q.kind} channel_dim:{q.channel_dim} scales:{ints(None if q.num_scales_in_vector is None else [q.num_scales_in_vector])} "
+            scales = "-" if q.num_scales_in_vector is None else q.num_scales_in_vector
+            line += (f" quant:{q.kind} channel_dim:{q.channel_dim} scales:{scales} "
                      f"scale_buffer:{q.scale_buffer_idx} num_scales:{q.num_scales} group_size:{q.group_size} "
                      f"nonbatch_dims:{q.num_nonbatch_dims}")
         lines.append(line)
@@ -222,7 +223,7 @@ def problem(payload: bytes, named_data: dict[bytes, int] | None = None, delegate
     if header is not None and (message := _header_problem(header, len(payload))):
         return message
     try:
-        p = read(payload)
+        p = read(payload, header)
     except Unreadable:
         return "its XNNPACK graph cannot be read (an offset or length points outside it)"
     if p.identifier not in L.IDENTIFIERS:
@@ -281,9 +282,9 @@ def _value_problem(p: Payload, v: Value, named_data: dict[bytes, int] | None) ->
     bits = L.ELEMENT_BITS.get(v.datatype, 0)
     if v.constant_buffer_idx and bits == 0:
         return f"it is a constant of datatype {v.datatype}, whose size per element is unknown"
-    if v.flags & ~L.ALLOWED_FLAGS:
-        return f"flags {v.flags:#x} has bits XNNPACK does not allow (only {L.ALLOWED_FLAGS:#x})"
-    if v.flags & L.FLAG_EXTERNAL and v.external_id >= p.num_externs:
+    if v.flags & ~L.EXTERNAL_FLAGS:
+        return f"flags {v.flags:#x} has bits XNNPACK does not allow (only {L.EXTERNAL_FLAGS:#x})"
+    if v.flags & L.EXTERNAL_FLAGS and v.external_id >= p.num_externs:
         return f"external_id {v.external_id} is not below num_externs {p.num_externs}"
     elements = 1
     for dim in v.dims or []:

@@ -137,7 +137,7 @@ constexpr unsigned element_bits(int datatype) {
 constexpr int kMaxDatatype = 14;
 constexpr unsigned kScaleBits = 32, kGroupScaleBits = 16;
 constexpr uint32_t kMaxDims = 6, kMaxExterns = 4096;
-constexpr uint32_t kAllowedFlags = 0x3, kFlagExternal = 0x3;
+constexpr uint32_t kExternalFlags = 0x3;
 constexpr uint64_t kMaxElements = uint64_t{1} << 48;
 
 } // namespace custom_ops_runner::xnnpack_layout

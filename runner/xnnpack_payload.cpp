@@ -204,10 +204,9 @@ Quant read_quant(FlatReader& r, size_t quantized) {
   return quant;
 }
 
-// The payload's fields as XNNPACK will read them; false when the walk leaves the bytes. A header that places the
-// graph outside the payload leaves everything past the header unread (the header check reports it).
+// The payload's fields as XNNPACK will read them (p.header already read); false when the walk leaves the bytes. A
+// header that places the graph outside the payload leaves everything past it unread (the header check reports it).
 bool read_payload(const uint8_t* payload, size_t size, Payload& p) {
-  p.header = read_header(payload, size);
   size_t start = 0, length = size;
   if (p.header) {
     start = p.header->flatbuffer_offset;
@@ -407,10 +406,10 @@ std::optional<std::string> value_problem(const Payload& p, const Value& v, const
   if (v.constant_buffer_idx != 0 && bits == 0) {
     return "it is a constant of datatype " + std::to_string(v.datatype) + ", whose size per element is unknown";
   }
-  if ((v.flags & ~L::kAllowedFlags) != 0) {
-    return "flags " + hex(v.flags) + " has bits XNNPACK does not allow (only " + hex(L::kAllowedFlags) + ")";
+  if ((v.flags & ~L::kExternalFlags) != 0) {
+    return "flags " + hex(v.flags) + " has bits XNNPACK does not allow (only " + hex(L::kExternalFlags) + ")";
   }
-  if ((v.flags & L::kFlagExternal) != 0 && v.external_id >= p.num_externs) {
+  if ((v.flags & L::kExternalFlags) != 0 && v.external_id >= p.num_externs) {
     return "external_id " + std::to_string(v.external_id) + " is not below num_externs " +
         std::to_string(p.num_externs);
   }
@@ -464,12 +463,13 @@ constexpr const char* kUnreadable = "its XNNPACK graph cannot be read (an offset
 } // namespace
 
 std::optional<std::string> check_xnnpack_payload(const uint8_t* payload, size_t size, const PayloadContext& context) {
-  if (auto header = read_header(payload, size)) {
-    if (auto problem = header_problem(*header, size)) {
+  Payload p;
+  p.header = read_header(payload, size);
+  if (p.header) {
+    if (auto problem = header_problem(*p.header, size)) {
       return problem;
     }
   }
-  Payload p;
   if (!read_payload(payload, size, p)) {
     return std::string(kUnreadable);
   }
@@ -495,6 +495,7 @@ std::optional<std::string> check_xnnpack_payload(const uint8_t* payload, size_t 
 
 std::vector<std::string> describe_xnnpack_payload(const uint8_t* payload, size_t size) {
   Payload p;
+  p.header = read_header(payload, size);
   if (!read_payload(payload, size, p)) {
     return {};
   }

@@ -107,19 +107,20 @@ def enlarge_a_constant_dim(data: bytes) -> bytes:
 
     from executorch.exir._serialize._program import deserialize_pte_binary
 
-    from flow.xnnpack_payload import FlatReader
+    from flow import xnnpack_layout as L
+    from flow.xnnpack_payload import FlatReader, read_header
 
     start, end = delegate_payloads(data, deserialize_pte_binary(data))[0]
-    payload = data[start:end]
-    graph_start = struct.unpack_from("<I", payload, 10)[0] if payload[4:8] == b"XH00" else 0
-    r = FlatReader(payload[graph_start:])
-    values, count = r.vector(r.target(0), 2, 4)
-    for i in range(count):
-        value = r.target(values + 4 + 4 * i)
-        tensor = r.child(value, 1)
-        tensor = r.child(tensor, 0) if r.scalar(value, 0, "B") == 2 else tensor  # a quantized one's tensor_value
-        if r.scalar(tensor, 3, "I"):  # constant_buffer_idx: a constant
-            dims, _ = r.vector(tensor, 2, 4)
+    header = read_header(data[start:end])
+    graph_start = header["flatbuffer_offset"] if header else 0
+    r = FlatReader(data[start + graph_start:end])
+    T, V = L.SLOTS["XNNTensorValue"], L.SLOTS["XValue"]
+    for value in r.tables(r.target(0), L.SLOTS["XNNGraph"]["xvalues"]):
+        tensor = r.child(value, V["xvalue_union"])
+        if r.scalar(value, V["xvalue_union_type"], "B") == L.XVALUE_QUANTIZED:
+            tensor = r.child(tensor, L.SLOTS["XNNQuantizedTensorValue"]["tensor_value"])
+        if r.scalar(tensor, T["constant_buffer_idx"], "I"):  # a constant
+            dims, _ = r.vector(tensor, T["dims"], 4)
             at = start + graph_start + dims + 8  # its second dim
             wider = struct.unpack_from("<I", data, at)[0] * 8193
             return data[:at] + struct.pack("<I", wider) + data[at + 4:]

@@ -141,7 +141,7 @@ def _constant(i, tensor, quantized):
 
 
 def _external(i, tensor, quantized):
-    return tensor["flags"] & L.FLAG_EXTERNAL
+    return tensor["flags"] & L.EXTERNAL_FLAGS
 
 
 def _inline_first_constant(pte, p: Payload) -> int:
