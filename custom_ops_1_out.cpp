@@ -1,9 +1,9 @@
 // The kernel of my_ops::mul3.out. In ExecuTorch mode (the runtime kernel) custom_ops.yaml binds the op to
 // custom::mul3_out_impl and the registration codegen writes calls it; in ATen mode (-DUSE_ATEN_LIB) it is the CPU
-// kernel that custom_ops_1_without_python.cpp registers for processes without Python (AOTInductor's C++ runner).
+// kernel that ops/mul3/custom_ops_1_without_python.cpp registers for processes without Python (AOTInductor's C++ runner).
 // The work is the MultiplyBy<3> functor run by the one kernel helper, which holds the out-variant contract.
 #include "kernel_helpers/unary_elementwise.h"
-#include "multiply_by_constant.h"
+#include "kernel_helpers/multiply_by_constant.h"
 
 namespace custom {
 namespace native {

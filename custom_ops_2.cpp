@@ -2,7 +2,7 @@
 // kernel per dispatch key so the op works with every PyTorch subsystem (eager, export's fake tensors, autograd). Built
 // into libcustom_ops_aot_lib.so with custom_ops_2_out.cpp (ATen mode) and the schema and CPU registration of mul4.out
 // that codegen writes from custom_ops.yaml; the vmap rule comes from Python (flow/vmap_rules.py: functorch's C++
-// batching headers need nlohmann/json, absent from the torch wheel). The CUDA kernels are in custom_ops_2_cuda.cu.
+// batching headers need nlohmann/json, absent from the torch wheel). The CUDA kernels are in ops/mul4/custom_ops_2_cuda.cu.
 //
 // No autocast kernel: with one input, autocast's fallthrough already runs mul4 in the input's dtype, as it does x * 4
 // (an op with several inputs would promote them to the widest, or, on autocast's lower-precision list, downcast).

@@ -2,7 +2,7 @@
 // kernel), and in ATen mode (-DUSE_ATEN_LIB) into libcustom_ops_aot_lib.so, where codegen registers it as mul4.out's
 // CPU kernel in PyTorch and custom_ops_2.cpp's mul4 calls it.
 #include "kernel_helpers/unary_elementwise.h"
-#include "multiply_by_constant.h"
+#include "kernel_helpers/multiply_by_constant.h"
 
 namespace custom {
 namespace native {

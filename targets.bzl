@@ -86,13 +86,13 @@ def wheel_libraries():
         visibility = ["PUBLIC"],
     )
 
-# The headers kernels include: the kernel helpers and any header beside the op sources (multiply_by_constant.h).
+# The headers kernels include: the kernel helpers and any header in an op's folder.
 # Every compiled target: optimized, and no floating-point contraction (kernels equal ATen bit for bit, which rounds
 # a*b + c twice; GCC fuses it into an FMA by default on ARM64). The same flags as flow/compiler_flags.py.
 _COMPILER_FLAGS = ["-O3", "-ffp-contract=off"]
 
 def _kernel_headers():
-    return native.glob(["*.h", "kernel_helpers/*.h"])
+    return native.glob(["kernel_helpers/*.h", "ops/**/*.h"])
 
 def _define_example(suffix, ops):
     select = "select" + suffix

@@ -11,8 +11,8 @@
 #   bash test_custom_ops.sh profile [NAME]    ETDump + ETRecord + Inspector: per-op times in a program calling every op
 #                                             (or NAME's example; NAME decoder or decoder_q8: the model, decoding,
 #                                             XNNPACK's ops included), every op of every execution checked
-#   bash test_custom_ops.sh model [ARGS]      the ops in a real model: decoder.py (XNNPACK-lowered, float32 and 8-bit)
-#                                             decoded token by token in the runner and the Python runtime vs eager
+#   bash test_custom_ops.sh model [ARGS]      the ops in a real model: examples/decoder.py (XNNPACK-lowered,
+#                                             float32 and 8-bit) decoded token by token in the runner and the Python runtime vs eager
 #   bash test_custom_ops.sh aoti              the peer path: every example and the decoder packaged with AOTInductor,
 #                                             run from C++ without Python (custom_ops_aoti_runner), checked vs eager
 #   bash test_custom_ops.sh wheel             the my_ops wheel (setup.py: C++ AOT ops + Python registrations) in dist/
@@ -20,7 +20,7 @@
 #   bash test_custom_ops.sh doctor            versions and the paths the build will use
 #   bash test_custom_ops.sh bench [ARGS]      the kernels vs ExecuTorch's aten::mul.out and memcpy (benchmark/);
 #                                             bench rms_norm: rms_norm vs the same math in ATen ops;
-#                                             bench decoder: decoder.py's tokens/s, custom vs ATen ops, XNNPACK, 8-bit
+#                                             bench decoder: the decoder's tokens/s, custom vs ATen ops, XNNPACK, 8-bit
 #                                             bench aoti: the decoder in ExecuTorch vs AOTInductor (speed, memory,
 #                                             size, start)
 set -euo pipefail
@@ -285,8 +285,8 @@ mode_model() {
   step "Build every declared op's kernels, the runner (with the XNNPACK delegate and the quantized kernels) and the \
 AOT library (${build_dir#"${REPO_ROOT}"/})"
   cmake_build "${build_dir}" >/dev/null
-  step "Export decoder.py with its linear layers on XNNPACK, check the runner has every operator and backend it needs, \
-decode in the runner and the Python runtime, compare with eager (flow/model.py)"
+  step "Export the decoder (examples/decoder.py) with its linear layers on XNNPACK, check the runner has every \
+operator and backend it needs, decode in the runner and the Python runtime, compare with eager (flow/model.py)"
   "${PYTHON}" -m flow.model --build_dir "${build_dir}" "$@"
   step "The decoder's tokens match eager in the runner and the Python runtime"
 }
@@ -304,7 +304,7 @@ mode_aoti() {
   ensure_venv
   use_venv
   build_aoti
-  step "Package each example and decoder.py with AOTInductor (cached per source hash), run them in \
+  step "Package each example and examples/decoder.py with AOTInductor (cached per source hash), run them in \
 custom_ops_aoti_runner without Python, compare with eager; then without the op libraries (flow/aoti.py)"
   "${PYTHON}" -m flow.aoti --build_dir "${AOTI_BUILD_DIR}"
   step "Every AOTInductor package matches eager; a missing op library is one error line"

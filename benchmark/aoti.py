@@ -111,7 +111,7 @@ def main() -> int:
     sizes = {"ExecuTorch": shipped_bytes(pte, [et_runner]), "AOTInductor": shipped_bytes(package, [
         commands["AOTInductor"][0], *libraries])}
     et, ai = results["ExecuTorch"], results["AOTInductor"]
-    print(f"decoder.py, float32, {len(prompt)}-token prompt, {NEW_TOKENS} new tokens, {model.config().max_seq} cache "
+    print(f"examples/decoder.py, float32, {len(prompt)}-token prompt, {NEW_TOKENS} new tokens, {model.config().max_seq} cache "
           f"positions, {os.cpu_count()} cores; {args.rounds} rounds: medians (min-max); ratio = AOTInductor / "
           "ExecuTorch within a round (> 1: ExecuTorch is better)")
     print(f"{'':>27} | {'ExecuTorch':>24} | {'AOTInductor':>24} | {'ratio':>17}")

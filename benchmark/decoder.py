@@ -1,4 +1,4 @@
-"""Benchmark: the example decoder (decoder.py) decoding greedily in the runner, four ways side by side in one run:
+"""Benchmark: the example decoder (examples/decoder.py) decoding greedily in the runner, four ways side by side in one run:
 the custom ops vs the same model with rms_norm and the cache update written as ATen ops, XNNPACK-delegated vs not,
 float32 vs 8-bit. `bash test_custom_ops.sh bench decoder` builds what it needs and runs it.
 
@@ -35,7 +35,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--build_dir", default=os.path.join(REPO_ROOT, "cmake-out", "bench"))
     parser.add_argument("--rounds", type=int, default=9)
-    parser.add_argument("--max_seq", type=int, help="cache positions (default: decoder.py's Config)")
+    parser.add_argument("--max_seq", type=int, help="cache positions (default: examples/decoder.py's Config)")
     args = parser.parse_args()
     variants = list(model.VARIANTS)
     model.register_ops(args.build_dir)
@@ -55,7 +55,7 @@ def main() -> int:
             decode[name].append(result.decode_tokens_per_s)
             tokens[name] = result.tokens
 
-    print(f"decoder.py ({len(prompt)}-token prompt, {NEW_TOKENS} new tokens, {model.config(args.max_seq).max_seq} cache "
+    print(f"examples/decoder.py ({len(prompt)}-token prompt, {NEW_TOKENS} new tokens, {model.config(args.max_seq).max_seq} cache "
           f"positions, {GENERATIONS} generations per round, {args.rounds} rounds): medians, min-max over rounds")
     print(f"{'variant':>20} | {'prefill us':>19} | {'decode tokens/s':>21}")
     for name in variants:

@@ -42,12 +42,13 @@ INDUCTOR_CONFIGS = {"aot_inductor.check_lowerbound": False}
 
 @functools.cache
 def source_hash() -> str:
-    """A hash of what a package depends on: torch's version, the declarations, every Python module and C++ source at
-    the repository's top level (models, ops, their kernels) and the flow package itself. Once per process: the sources
-    a process imported are the ones its packages are made from."""
+    """A hash of what a package depends on: torch's version, the declarations, the ops' Python modules and C++ sources
+    (top level and ops/), the kernel helpers, the example models and the flow package itself. Once per process: the
+    sources a process imported are the ones its packages are made from."""
     digest = hashlib.sha256(f"{torch.__version__} {sorted(INDUCTOR_CONFIGS.items())}".encode())
-    files = sorted({*glob.glob(os.path.join(REPO_ROOT, "*.py")), *glob.glob(os.path.join(REPO_ROOT, "*.cpp")),
-                    *glob.glob(os.path.join(REPO_ROOT, "flow", "*.py")), os.path.join(REPO_ROOT, "custom_ops.bzl")})
+    patterns = ["*.py", "*.cpp", "ops/**/*.py", "ops/**/*.cpp", "ops/**/*.h", "kernel_helpers/*.h", "examples/*.py",
+                "flow/*.py", "custom_ops.bzl"]
+    files = sorted({p for pattern in patterns for p in glob.glob(os.path.join(REPO_ROOT, pattern), recursive=True)})
     for path in files:
         digest.update(os.path.relpath(path, REPO_ROOT).encode())
         with open(path, "rb") as f:

@@ -65,6 +65,16 @@ class DeclaredOp:
         """Its runtime kernel is registered by codegen from custom_ops.yaml (else by its source, EXECUTORCH_LIBRARY)."""
         return self.runtime_registration == "codegen"
 
+    @property
+    def python_file(self) -> str | None:
+        """"python" ops: the module's file, relative to the repository ("ops/update_cache/update_cache.py")."""
+        return self.python_module.replace(".", "/") + ".py" if self.python_module else None
+
+    @property
+    def wheel_module(self) -> str | None:
+        """"python" ops: the module's name inside the my_ops package, which carries the file flat (my_ops.update_cache)."""
+        return self.python_module.rpartition(".")[2] if self.python_module else None
+
     def packet(self):
         """torch.ops.<namespace>.<name> (the op must be registered)."""
         import torch
@@ -73,8 +83,8 @@ class DeclaredOp:
 
     def as_manifest(self) -> dict:
         """What the my_ops package needs at import time (setup.py writes it into the wheel as _declared.py)."""
-        return {"name": self.name, "registered_from": self.registered_from, "python_module": self.python_module,
-                "elementwise": self.elementwise}
+        return {"name": self.name, "registered_from": self.registered_from, "python_file": self.python_file,
+                "wheel_module": self.wheel_module, "elementwise": self.elementwise}
 
     @property
     def build_dir(self) -> str:
@@ -206,6 +216,12 @@ def load(path: str = DECLARATIONS) -> dict[str, DeclaredOp]:
     programs = [op.example_program for op in declared.values()]
     if len(set(programs)) != len(programs):
         raise DeclarationError(f"{path}: two ops share an example_program; each needs its own")
+    modules = {}
+    for op in declared.values():
+        if op.python_module and modules.setdefault(op.wheel_module, op.python_module) != op.python_module:
+            raise DeclarationError(f"{path}: {op.name}: python_module {op.python_module!r} and "
+                                   f"{modules[op.wheel_module]!r} end in the same name, and the my_ops wheel carries "
+                                   f"both as my_ops.{op.wheel_module}; rename one file")
     return declared
 
 
@@ -234,7 +250,7 @@ def main() -> int:
         return 2
     try:
         for op in load().values():
-            where = " ".join(op.aot_sources) if op.from_cpp else f"{op.python_module}.py"
+            where = " ".join(op.aot_sources) if op.from_cpp else op.python_file
             print("\t".join((op.short_name, op.name, op.example_program, op.registered_from, where)))
     except DeclarationError as err:
         print(f"error: {err}", file=sys.stderr)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import warnings
 from typing import Any, Sequence
 
 import torch
@@ -85,12 +86,14 @@ def export_to_pte(
     # a mutable buffer's planned memory uninitialized unless told. The names are known once to_edge functionalized the
     # mutation (a custom op mutating its argument is recorded as such only then).
     mutated = sorted(edge.exported_program().graph_signature.buffers_to_mutate.values())
-    program = edge.to_executorch(
-        ExecutorchBackendConfig(
-            passes=[InitializedMutableBufferPass(mutated)] if mutated else [],
-            memory_planning_pass=MemoryPlanningPass(alloc_graph_input=plan_graph_inputs),
+    with warnings.catch_warnings():  # the emitter warns of uninitialized state on every mutated buffer, pass or not
+        warnings.filterwarnings("ignore", message="Mutation on a buffer in the model is detected")
+        program = edge.to_executorch(
+            ExecutorchBackendConfig(
+                passes=[InitializedMutableBufferPass(mutated)] if mutated else [],
+                memory_planning_pass=MemoryPlanningPass(alloc_graph_input=plan_graph_inputs),
+            )
         )
-    )
     written_whole(pte_path, program.write_to_file)
     if etrecord:
         program.get_etrecord().save(etrecord_path(pte_path))

@@ -1,4 +1,4 @@
-"""The example ops in a real model (decoder.py): export it with its linear layers lowered to XNNPACK (float32, or 8-bit
+"""The example ops in a real model (examples/decoder.py): export it with its linear layers lowered to XNNPACK (float32, or 8-bit
 dynamically quantized with XNNPACK's quantizer) and the custom ops left on this project's kernels, check the runner
 links everything the program needs, then decode greedily in the C++ runner and in the Python runtime and compare with
 eager PyTorch:
@@ -27,7 +27,7 @@ import torch
 
 from flow import REPO_ROOT
 
-MODEL_MODULE = "decoder"  # the example model: Decoder, Config, PROMPT, NEW_TOKENS, prompt_inputs, dynamic_shapes
+MODEL_MODULE = "examples.decoder"  # the example model: Decoder, Config, PROMPT, NEW_TOKENS, prompt_inputs, dynamic_shapes
 FLOAT32_TOLERANCE = dict(atol=1e-4, rtol=1e-4)
 QUANTIZED_TOLERANCE = dict(atol=0.3, rtol=0.0)  # logits span about +-4
 

@@ -1,13 +1,14 @@
 // The out-variant contract every kernel keeps, whatever its arguments: the checks a kernel makes before it touches
 // memory (dtypes from the op's own set, outputs resized to the shape the op computes, data present, aligned and not
 // overlapping where the op cannot allow it) and the thread pool it runs on. The elementwise helper and the row-wise
-// helper use it; an op with its own loop (quantize_rows_out.cpp, update_cache_out.cpp) calls it directly.
+// helper use it; an op with its own loop (ops/quantize_rows/quantize_rows_out.cpp,
+// ops/update_cache/update_cache_out.cpp) calls it directly.
 //
 // One body of checks for both modes: each check is a function of the tensors that returns the problem's text (or
 // nothing), the same text in both; only the reporting differs. ExecuTorch mode logs that line, fails the
 // KernelRuntimeContext and returns false (the kernel returns at once); ATen mode (-DUSE_ATEN_LIB) throws c10::Error, a
 // RuntimeError in Python. A kernel with arguments of its own writes one `*_problem()` function from these and calls
-// it from both branches (quantize_rows_out.cpp, update_cache_out.cpp, rms_norm_out.cpp).
+// it from both branches (the *_out.cpp of ops/quantize_rows, ops/update_cache and ops/rms_norm).
 #pragma once
 
 #include <cstdint>

@@ -3,7 +3,8 @@ PyTorch, so models calling them export to ExecuTorch programs.
 
 The wheel (setup.py, `bash test_custom_ops.sh wheel`) carries the C++ AOT ops compiled into one library (_C*.so: the
 C++ registrations, their kernels in ATen mode, and the schemas and CPU registration codegen writes for their out
-variants), copies of the modules that register the Python ops (custom_ops_1.py) and of the ops' shared Python side
+variants), copies of the modules that register the Python ops (custom_ops_1.py, and ops/<name>/<name>.py flat as
+my_ops.<name>) and of the ops' shared Python side
 (flow/torch_compat.py, flow/vmap_rules.py), and _declared.py, the op list it was built with. Everything is imported
 relative to this package. An editable install (`pip install -e .`) has no copies: it loads the checkout's files under
 the same my_ops.<module> names.
@@ -56,10 +57,10 @@ def _declared_ops() -> list[dict]:
     return [op.as_manifest() for op in declarations.load(os.path.join(_CHECKOUT, "custom_ops.bzl")).values()]
 
 
-def _import_python_op(module: str):
+def _import_python_op(op: dict):
     if _EDITABLE:
-        return _from_checkout(module, f"{module}.py")
-    return importlib.import_module(f".{module}", __name__)
+        return _from_checkout(op["wheel_module"], op["python_file"])
+    return importlib.import_module(f".{op['wheel_module']}", __name__)
 
 
 def _find_library() -> str | None:
@@ -81,7 +82,7 @@ def _register() -> None:
         torch.ops.load_library(library_path)
     for op in ops:
         if op["registered_from"] == "python":
-            _import_python_op(op["python_module"])
+            _import_python_op(op)
         elif op["elementwise"]:
             vmap_rules.register_elementwise(op["name"])
         torch_compat.apply(op["name"].split("::")[0])

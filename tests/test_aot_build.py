@@ -50,4 +50,4 @@ def test_the_cuda_source_compiles_with_nvcc(tmp_path):
     build = subprocess.run(["cmake", "--build", str(tmp_path), "--target", "custom_ops_aot_lib_cuda_check"],
                            capture_output=True, text=True)
     assert build.returncode == 0, build.stdout[-5000:]
-    assert (tmp_path / "CMakeFiles" / "custom_ops_aot_lib_cuda_check.dir" / "custom_ops_2_cuda.cu.o").is_file()
+    assert (tmp_path / "CMakeFiles" / "custom_ops_aot_lib_cuda_check.dir" / "ops" / "mul4" / "custom_ops_2_cuda.cu.o").is_file()

@@ -83,7 +83,7 @@ def test_inputs_the_package_was_not_made_for_are_errors_not_reads_or_writes_past
     package's input check, which the runner turns on; unchecked, the generated code would read past the value."""
     path, _, _ = aoti.example_package(declared["my_ops::update_cache"])
     from flow.runner import RunnerError
-    from update_cache import HEADS, HEAD_DIM, MAX_LEN
+    from ops.update_cache.update_cache import HEADS, HEAD_DIM, MAX_LEN
 
     command = aoti.runner_command(build_dir, path)
     like = [torch.empty(0), torch.empty(0, dtype=torch.int64)]

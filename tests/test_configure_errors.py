@@ -89,7 +89,7 @@ REGISTRATION_MISTAKES = {
         "Tensor(b!) out) -> Tensor(b!)\n  kernels:\n    - arg_meta: null\n      kernel_name: custom::x\n",
         "custom_ops.yaml binds my_ops::update_cache.out, which custom_ops.bzl registers with EXECUTORCH_LIBRARY"),
     "declared executorch_library, the source registers nothing": (
-        "update_cache_out.cpp",
+        "ops/update_cache/update_cache_out.cpp",
         'EXECUTORCH_LIBRARY_CHECKED(my_ops, "update_cache.out", custom::native::update_cache_out_impl);', "",
         "none of its kernel_sources registers it: add EXECUTORCH_LIBRARY_CHECKED(my_ops, \"update_cache.out\", "),
     "a codegen op's source registers it too": (
@@ -97,8 +97,8 @@ REGISTRATION_MISTAKES = {
         'EXECUTORCH_LIBRARY_CHECKED(my_ops, "mul3.out", custom::native::mul3_out_impl);\n',
         "custom_ops_1_out.cpp registers my_ops::mul3.out with EXECUTORCH_LIBRARY, and custom_ops.yaml binds it"),
     "a C++-registered op declared executorch_library": (
-        "custom_ops.bzl", '"aot_sources": ["rms_norm.cpp"],',
-        '"aot_sources": ["rms_norm.cpp"],\n        "runtime_registration": "executorch_library",',
+        "custom_ops.bzl", '"aot_sources": ["ops/rms_norm/rms_norm.cpp"],',
+        '"aot_sources": ["ops/rms_norm/rms_norm.cpp"],\n        "runtime_registration": "executorch_library",',
         "my_ops::rms_norm: runtime_registration 'executorch_library' is for ops registered from Python"),
 }
 

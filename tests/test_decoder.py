@@ -1,4 +1,4 @@
-"""The example ops in a real model (decoder.py, flow/model.py): linear layers lowered to XNNPACK, rms_norm and
+"""The example ops in a real model (examples/decoder.py, flow/model.py): linear layers lowered to XNNPACK, rms_norm and
 update_cache on this project's kernels, greedy decoding token by token in the runner and the Python runtime against
 eager PyTorch with ATen ops in place of the custom ops; a runner without a backend or operator the program needs
 refuses it with one line naming what is missing, and so does the exporter's check; mutants of the delegated program
@@ -179,7 +179,7 @@ def test_mutants_of_the_delegated_program_through_the_runner(decoder_mutants, co
 
 PYTHON_RUNTIME = """
 import torch
-import update_cache  # the kernel-call check needs the schemas of the ops the program calls
+import ops.update_cache.update_cache  # the kernel-call check needs the schemas of the ops the program calls
 from flow.runtime import load_kernel_library, load_method_checked
 load_kernel_library({kernel_lib!r})
 result = []

@@ -13,7 +13,13 @@ from flow import declarations
 from helpers import REPO_ROOT
 
 MACHINERY = ["flow/*.py", "codegen/*.py", "my_ops/*.py", "setup.py", "benchmark/*.py", "tools/*.py"]
-EXAMPLES = ["custom_ops_1.py", "custom_ops_2.py"]
+OP_MODULES = ["custom_ops_1.py", "custom_ops_2.py", "ops/*/*.py"]  # copied into users' projects and the wheel
+EXAMPLES = [*OP_MODULES, "examples/*.py"]
+
+
+def paths(patterns: list[str]) -> list[str]:
+    found = (glob.glob(os.path.join(REPO_ROOT, pattern)) for pattern in patterns)
+    return sorted(os.path.relpath(p, REPO_ROOT) for matches in found for p in matches)
 
 
 def module_name(path: str) -> str:
@@ -40,14 +46,13 @@ def imports(path: str, top_level_only: bool = False) -> set[str]:
 
 
 def repository_modules() -> dict[str, str]:
-    paths = [p for pattern in [*MACHINERY, *EXAMPLES] for p in glob.glob(os.path.join(REPO_ROOT, pattern))]
-    return {module_name(p): p for p in paths}
+    return {module_name(p): os.path.join(REPO_ROOT, p) for p in paths([*MACHINERY, *EXAMPLES])}
 
 
 def test_the_machinery_imports_no_example_module():
     examples = {op.python_module for op in declarations.load().values() if op.python_module}
     examples |= {op.reference.rpartition(".")[0] for op in declarations.load().values()}
-    examples |= {e[:-3] for e in EXAMPLES}
+    examples |= {module_name(os.path.join(REPO_ROOT, p)) for p in paths(EXAMPLES)}
     offenders = {module: sorted(imports(path) & examples) for module, path in repository_modules().items()
                  if module not in examples and imports(path) & examples}
     assert offenders == {}
@@ -78,7 +83,9 @@ def test_the_import_graph_has_no_cycle():
 STANDARD_LIBRARY = set(sys.stdlib_module_names)
 
 
-@pytest.mark.parametrize("path", [*EXAMPLES, "flow/torch_compat.py", "flow/vmap_rules.py"])
+@pytest.mark.parametrize("path", sorted({*paths(OP_MODULES), *(op.python_file for op in declarations.load().values()
+                                                                   if op.python_file),
+                                          "flow/torch_compat.py", "flow/vmap_rules.py"}))
 def test_what_ships_or_gets_copied_imports_only_torch(path):
     # The example modules are copied into users' projects (and custom_ops_1.py into the wheel); the two flow modules
     # into the wheel. At load time they may need nothing but torch.

@@ -1,4 +1,4 @@
-"""Bad input reaching the runtime kernels: each check in multiply_by_constant.h fails the method with a message that
+"""Bad input reaching the runtime kernels: each check in kernel_helpers/multiply_by_constant.h fails the method with a message that
 names the problem and the fix; the runner prints it and exits 1, the Python runtime raises; nothing aborts.
 
 No export produces such programs, so each is a valid program whose output tensor was rewritten (pte_surgery)."""

@@ -37,6 +37,7 @@ def apply_block(repo, attributes, body):
     mode = attributes.get("mode", "create")
     if mode == "create":
         assert not os.path.exists(path), f"the recipe creates {attributes['file']}, which already exists"
+        os.makedirs(os.path.dirname(path), exist_ok=True)
         text = body
     else:
         text = open(path).read()
@@ -53,9 +54,12 @@ def test_the_recipe_has_the_files_and_commands_of_both_paths():
     blocks = recipe_blocks()
     files = [a["file"] for _, a, run, _ in blocks if not run]
     commands = [body.strip() for _, _, run, body in blocks if run]
-    assert files == ["add7.py", "add7_out.cpp", "custom_ops.yaml", "custom_ops.bzl",
-                     "relu6.cpp", "relu6_out.cpp", "custom_ops.yaml", "custom_ops.bzl",
-                     "scaled_add.py", "scaled_add_out.cpp", "custom_ops.yaml", "custom_ops.bzl"]
+    assert files == ["ops/add7/add7.py", "ops/add7/add7_out.cpp", "custom_ops.yaml", "custom_ops.bzl",
+                     "ops/relu6/relu6.cpp", "ops/relu6/relu6_out.cpp", "custom_ops.yaml", "custom_ops.bzl",
+                     "ops/scaled_add/scaled_add.py", "ops/scaled_add/scaled_add_out.cpp", "custom_ops.yaml",
+                     "custom_ops.bzl"]
+    # A new op's own files are in its folder; the rest are the two declarations.
+    assert {f.split("/")[0] for f in files} == {"ops", "custom_ops.yaml", "custom_ops.bzl"}
     assert commands == ["bash test_custom_ops.sh cmake add7", "bash test_custom_ops.sh cmake relu6",
                         "bash test_custom_ops.sh cmake scaled_add"]
 
@@ -97,7 +101,7 @@ def test_scaled_add_broadcasts_like_aten(repo_with_recipe, shapes, tmp_path):
 import sys
 sys.path.insert(0, {repo_with_recipe!r})
 import torch
-import scaled_add
+from ops.scaled_add import scaled_add
 from flow.export import export_to_pte
 inputs = tuple(torch.ones(s) for s in {shapes!r})
 export_to_pte(scaled_add.ScaledAddExample(), inputs, {pte!r})

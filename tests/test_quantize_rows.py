@@ -1,5 +1,5 @@
 """my_ops::quantize_rows, registered from Python with the torch.library.custom_op decorator: two outputs of different
-dtypes and shapes, bit for bit the ATen reference (quantize_rows.py) in eager and in the runtime kernel."""
+dtypes and shapes, bit for bit the ATen reference (ops/quantize_rows/quantize_rows.py) in eager and in the runtime kernel."""
 
 import pytest
 import torch
@@ -7,7 +7,7 @@ import torch
 import helpers
 from flow.compare import assert_bit_exact
 from flow.export import CallOp, export_to_pte
-from quantize_rows import quantize_rows_reference
+from ops.quantize_rows.quantize_rows import quantize_rows_reference
 
 pytestmark = pytest.mark.usefixtures("python_ops")
 

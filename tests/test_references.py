@@ -63,7 +63,7 @@ ONE_ULP_UP = """
 @pytest.fixture(scope="module")
 def repo_with_a_wrong_functor(tmp_path_factory):
     repo = copy_repository(tmp_path_factory.mktemp("wrong_functor") / "repo")
-    path = os.path.join(repo, "multiply_by_constant.h")
+    path = os.path.join(repo, "kernel_helpers", "multiply_by_constant.h")
     source = open(path).read()
     anchor = "    if constexpr (std::is_integral_v<T>) {\n"
     assert anchor in source

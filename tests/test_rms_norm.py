@@ -1,11 +1,11 @@
-"""my_ops::rms_norm, registered from C++: its kernels per dispatch key against the ATen reference (rms_norm.py), its
+"""my_ops::rms_norm, registered from C++: its kernels per dispatch key against the ATen reference (ops/rms_norm/rms_norm.py), its
 gradients, its errors in both modes, and its runtime kernel in the Python runtime."""
 
 import pytest
 import torch
 
 from flow.export import CallOp, export_to_pte
-from rms_norm import rms_norm_reference
+from ops.rms_norm.rms_norm import rms_norm_reference
 
 pytestmark = pytest.mark.usefixtures("aot_ops")
 

@@ -34,7 +34,7 @@ def test_our_single_output_ops_compile_with_dynamic_shapes():
         import torch
         from flow import declarations, registration
         registration.register_with_pytorch([declarations.find("rms_norm")])
-        from rms_norm import rms_norm_reference
+        from ops.rms_norm.rms_norm import rms_norm_reference
         weight = torch.rand(8)
         f = torch.compile(lambda x: torch.ops.my_ops.rms_norm(x + 1, weight, 1e-6), fullgraph=True, dynamic=True)
         result = [torch.allclose(f(x), rms_norm_reference(x + 1, weight, 1e-6)) for x in (torch.randn(3, 8),

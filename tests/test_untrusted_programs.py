@@ -78,7 +78,8 @@ def test_mutated_programs_through_the_runner(any_runner, mutant_files):
 
 PYTHON_RUNTIME = """
 import json, torch
-import quantize_rows, update_cache  # the kernel-call check needs the schemas of the ops the programs call
+# The kernel-call check needs the schemas of the ops the programs call.
+import ops.quantize_rows.quantize_rows, ops.update_cache.update_cache
 from flow.runtime import load_kernel_library, load_method_checked
 load_kernel_library({kernel_lib!r})
 results = []

@@ -13,7 +13,7 @@ from flow.reference import reference_runs
 from flow.runner import RunnerError, run_pte
 from helpers import run_runner
 from pte_surgery import drop_kernel_argument, replace_kernel_argument
-from update_cache import KVCacheExample, update_cache_reference
+from ops.update_cache.update_cache import KVCacheExample, update_cache_reference
 
 pytestmark = pytest.mark.usefixtures("python_ops")
 

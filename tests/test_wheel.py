@@ -34,15 +34,18 @@ def site(wheel, tmp_path_factory):
 
 
 DECLARED = declarations.load()  # every op the package registers, in declaration order
+# The package's modules, from the declarations: its own, the shared Python side, and each Python op's module (flat).
+PACKAGE_MODULES = sorted({"my_ops", "my_ops._declared", "my_ops.torch_compat", "my_ops.vmap_rules",
+                          *(f"my_ops.{op.wheel_module}" for op in DECLARED.values() if op.wheel_module)})
 
 
 def test_the_wheel_holds_the_package_and_nothing_else(wheel):
     assert wheel.endswith("-cp310-abi3-linux_x86_64.whl")  # the stable ABI: one wheel for Python 3.10+
     names = set(zipfile.ZipFile(wheel).namelist())
     package = {n for n in names if not n.startswith("my_ops-0.1.0.dist-info/")}
-    assert package == {"my_ops/__init__.py", "my_ops/_C.abi3.so", "my_ops/_declared.py", "my_ops/custom_ops_1.py",
-                       "my_ops/quantize_rows.py", "my_ops/update_cache.py", "my_ops/vmap_rules.py",
-                       "my_ops/torch_compat.py"}
+    library = {"my_ops/_C.abi3.so"} if any(op.from_cpp for op in DECLARED.values()) else set()
+    modules = {m.replace(".", "/") + ("/__init__.py" if m == "my_ops" else ".py") for m in PACKAGE_MODULES}
+    assert package == modules | library
     assert os.path.getsize(wheel) < 512 * 1024  # stripped: no debug info, no build outputs
 
 
@@ -52,10 +55,9 @@ import torch
 import my_ops
 assert {repo!r} not in sys.path and my_ops.__file__.startswith({site!r})
 # The wheel's own modules, imported relative to the package: no repository module, nothing under another name.
-assert not [m for m in sys.modules if m in ("custom_ops_1", "torch_compat", "vmap_rules") or m.startswith("flow")]
-assert sorted(m for m in sys.modules if m.startswith("my_ops")) == [
-    "my_ops", "my_ops._declared", "my_ops.custom_ops_1", "my_ops.quantize_rows", "my_ops.torch_compat",
-    "my_ops.update_cache", "my_ops.vmap_rules"]
+assert not [m for m in sys.modules if m in ("custom_ops_1", "torch_compat", "vmap_rules")
+            or m.split(".")[0] in ("flow", "ops", "examples")]
+assert sorted(m for m in sys.modules if m.startswith("my_ops")) == {modules!r}
 results = {{"ops": my_ops.OPS, "library": my_ops.library_path}}
 for dtype in (torch.float32, torch.float16, torch.int32):
     x = (torch.randn(64) * 100).to(dtype)
@@ -75,7 +77,7 @@ print("@@" + json.dumps(results))
 
 def test_the_installed_package_registers_computes_and_exports_outside_the_repository(site, combined_build, tmp_path):
     env = dict(os.environ, PYTHONPATH=site)
-    proc = subprocess.run([sys.executable, "-c", OUTSIDE.format(repo=REPO_ROOT, site=site)], cwd=tmp_path, env=env,
+    proc = subprocess.run([sys.executable, "-c", OUTSIDE.format(repo=REPO_ROOT, site=site, modules=PACKAGE_MODULES)], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
     import json

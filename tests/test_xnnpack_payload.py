@@ -230,7 +230,7 @@ def test_each_targeted_mutant_is_one_error_naming_its_field_in_the_runner(target
 def test_each_targeted_mutant_is_a_program_error_naming_its_field_in_the_python_runtime(targeted, combined_build):
     code = """
 import torch
-import update_cache  # the kernel-call check needs the schemas of the ops the program calls
+import ops.update_cache.update_cache  # the kernel-call check needs the schemas of the ops the program calls
 from flow.runtime import load_kernel_library, load_method_checked
 load_kernel_library({kernel_lib!r})
 result = []

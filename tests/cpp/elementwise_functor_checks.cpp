@@ -4,7 +4,7 @@
 #include <cstdint>
 
 #include "kernel_helpers/elementwise_functor.h"
-#include "multiply_by_constant.h"
+#include "kernel_helpers/multiply_by_constant.h"
 
 using custom::native::MultiplyBy;
 using custom::native::elementwise::wrapping_add;

@@ -90,7 +90,7 @@ class KVCacheExample(torch.nn.Module):
 
     def forward(self, value: torch.Tensor, position: torch.Tensor):
         start = position.item()
-        torch._check_is_size(start)
+        torch._check(start >= 0)
         torch._check(start + value.shape[1] <= MAX_LEN)
         next_position = torch.ops.my_ops.update_cache(value, self.cache, start)
         return self.cache.sum(dim=2), next_position  # what a model reads from the cache after writing it

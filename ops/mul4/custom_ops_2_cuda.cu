@@ -14,7 +14,7 @@
 #include <algorithm>
 
 #include "kernel_helpers/unary_elementwise.h"
-#include "multiply_by_constant.h"
+#include "kernel_helpers/multiply_by_constant.h"
 
 namespace custom {
 namespace native {

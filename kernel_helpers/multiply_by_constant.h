@@ -1,7 +1,7 @@
 // The functor behind my_ops::mul3.out and my_ops::mul4.out (and the next "multiply by a constant" op): x * kFactor with
 // PyTorch's semantics, matching `x * kFactor` in eager bit for bit. The kernels pass it to unary_elementwise_out<>()
 // (kernel_helpers/unary_elementwise.h), which holds the out-variant contract and the fast loop; the CUDA kernel
-// (custom_ops_2_cuda.cu) calls it per element too.
+// (ops/mul4/custom_ops_2_cuda.cu) calls it per element too.
 #pragma once
 
 #include <cstdint>

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-import update_cache  # noqa: F401  (registers my_ops::update_cache; rms_norm comes from the AOT library)
-from rms_norm import rms_norm_reference
+import ops.update_cache.update_cache  # noqa: F401  (registers my_ops::update_cache; rms_norm comes from the AOT library)
+from ops.rms_norm.rms_norm import rms_norm_reference
 
 
 @dataclass(frozen=True)
