@@ -13,6 +13,8 @@
 #                    libcustom_ops_without_python.so (-DCUSTOM_OPS_BUILD_AOTI=ON), never loaded beside its module
 #   kernel_sources   its out variant's kernel: compiled for the ExecuTorch runtime and, for "cpp" ops, in ATen mode
 #                    into the AOT library too
+#   dtypes           the dtypes its kernels accept for the first tensor input, by torch name ("float32", ...): the
+#                    tests compute the op in each against its reference, and expect every other real dtype refused
 #   elementwise      True: one input, output shaped and laid out like it (gives "cpp" ops the batched vmap rule)
 #   bit_exact        True: results equal the reference bit for bit (flow/compare.py; the verifier then compares so)
 #   reference        "module.function": the op computed with ATen ops, independent of its kernels. The verifier, the
@@ -35,6 +37,7 @@ CUSTOM_OPS = {
         "elementwise": True,
         "bit_exact": True,
         "reference": "custom_ops_1.mul3_reference",
+        "dtypes": ["float32", "float64", "float16", "bfloat16", "uint8", "int8", "int16", "int32", "int64"],
         "example_program": "custom_ops_1",
         "example_inputs": [("float32", [2, 3])],
     },
@@ -46,6 +49,7 @@ CUSTOM_OPS = {
         "elementwise": True,
         "bit_exact": True,
         "reference": "custom_ops_2.mul4_reference",
+        "dtypes": ["float32", "float64", "float16", "bfloat16", "uint8", "int8", "int16", "int32", "int64"],
         "example_program": "custom_ops_2",
         "example_inputs": [("float32", [2, 3])],
     },
@@ -54,6 +58,7 @@ CUSTOM_OPS = {
         "aot_sources": ["ops/rms_norm/rms_norm.cpp"],
         "kernel_sources": ["ops/rms_norm/rms_norm_out.cpp"],
         "reference": "ops.rms_norm.rms_norm.rms_norm_reference",
+        "dtypes": ["float32", "float16", "bfloat16"],
         "example_program": "rms_norm",
         "example_model": "ops.rms_norm.rms_norm.example",
     },
@@ -65,6 +70,7 @@ CUSTOM_OPS = {
         "runtime_registration": "executorch_library",
         "bit_exact": True,
         "reference": "ops.update_cache.update_cache.update_cache_reference",
+        "dtypes": ["float32", "float64", "float16", "bfloat16", "uint8", "int8", "int16", "int32", "int64"],
         "example_program": "update_cache",
         "example_model": "ops.update_cache.update_cache.example",
     },
@@ -75,6 +81,7 @@ CUSTOM_OPS = {
         "without_python_sources": ["ops/quantize_rows/quantize_rows_without_python.cpp"],
         "bit_exact": True,
         "reference": "ops.quantize_rows.quantize_rows.quantize_rows_reference",
+        "dtypes": ["float32", "float16", "bfloat16"],
         "example_program": "quantize_rows",
         "example_model": "ops.quantize_rows.quantize_rows.example",
     },

@@ -17,6 +17,8 @@
 #                                             run from C++ without Python (custom_ops_aoti_runner), checked vs eager
 #   bash test_custom_ops.sh wheel             the my_ops wheel (setup.py: C++ AOT ops + Python registrations) in dist/
 #   bash test_custom_ops.sh test [ARGS]       the whole test suite (pytest; ARGS go to pytest)
+#   bash test_custom_ops.sh test quick [ARGS] the developer's loop: the PyTorch side, codegen, one runner flow and the
+#                                             verifier's machinery (tests/conftest.py QUICK), minutes once built
 #   bash test_custom_ops.sh doctor            versions and the paths the build will use
 #   bash test_custom_ops.sh bench [ARGS]      the kernels vs ExecuTorch's aten::mul.out and memcpy (benchmark/);
 #                                             bench rms_norm: rms_norm vs the same math in ATen ops;
@@ -63,10 +65,12 @@ ensure_venv() {
   echo "${want}" > "${stamp}"
 }
 
-# Run the venv's tools (cmake, ninja from PyPI) ahead of the system's.
+# Run the venv's tools (cmake, ninja, ccache from PyPI) ahead of the system's. One compiler cache for every build tree
+# (cmake/CompilerCache.cmake), the copies of the repository the tests make included: they inherit CCACHE_DIR.
 use_venv() {
   export PATH="${VENV}/bin:${PATH}"
   export PYTHONPATH="${REPO_ROOT}${PYTHONPATH:+:${PYTHONPATH}}"
+  export CCACHE_DIR="${CCACHE_DIR:-${BUILD_ROOT}/ccache}"
 }
 
 # ---- CMake flow ---------------------------------------------------------------------------------------------------
@@ -330,6 +334,10 @@ mode_test() {
   ensure_venv
   use_venv
   cd "${REPO_ROOT}"
+  if [[ "${1:-}" == quick ]]; then  # the developer's loop (tests/conftest.py QUICK); the full suite is the contract
+    shift
+    set -- --quick "$@"
+  fi
   exec "${PYTHON}" -m pytest "$@"
 }
 

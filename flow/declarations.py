@@ -33,6 +33,7 @@ class DeclaredOp:
     kernel_sources: tuple[str, ...]
     example_program: str
     reference: str  # "module.function": the op in ATen ops, never calling its own kernels
+    dtypes: tuple[str, ...]  # what its kernels accept for the first tensor input, by torch name
     example_inputs: tuple[tuple[str, tuple[int, ...]], ...] = ()
     example_model: str | None = None  # "module.function" returning (model, runs)
     runtime_registration: str = "codegen"  # or "executorch_library": EXECUTORCH_LIBRARY_CHECKED in its kernel source
@@ -121,7 +122,7 @@ class DeclaredOp:
 
 
 _FIELDS = {f.name for f in DeclaredOp.__dataclass_fields__.values()} - {"name"}  # type: ignore[attr-defined]
-_REQUIRED = {"registered_from", "kernel_sources", "example_program", "reference"}
+_REQUIRED = {"registered_from", "kernel_sources", "example_program", "reference", "dtypes"}
 RUNTIME_REGISTRATIONS = ("codegen", "executorch_library")
 
 
@@ -198,10 +199,15 @@ def _check(name: str, entry: object, path: str) -> DeclaredOp:
             raise DeclarationError(f"{where}: example_inputs entries are (dtype, shape) with a torch dtype name, e.g. "
                                    f"('float32', [2, 3]); got {item!r}")
         inputs.append((item[0], tuple(item[1])))
+    dtypes = entry["dtypes"]
+    if not (isinstance(dtypes, (list, tuple)) and dtypes and all(_is_dtype_name(d) for d in dtypes)
+            and len(set(dtypes)) == len(dtypes)):
+        raise DeclarationError(f"{where}: dtypes must list the dtypes its kernels accept, each once, by torch name, "
+                               f"e.g. ['float32', 'bfloat16']; got {dtypes!r}")
     if not (isinstance(entry["reference"], str) and "." in entry["reference"]):
         raise DeclarationError(f"{where}: reference must be 'module.function', a function computing the op with ATen "
                                f"ops; got {entry['reference']!r}")
-    values = {**entry, "example_inputs": tuple(inputs)}
+    values = {**entry, "example_inputs": tuple(inputs), "dtypes": tuple(dtypes)}
     for key in ("kernel_sources", "aot_sources", "cuda_sources", "without_python_sources"):
         values[key] = tuple(entry.get(key, ()))
     return DeclaredOp(name=name, **values)

@@ -1,4 +1,4 @@
-// The one kernel helper for unary elementwise ops: `output = Op(input)` elementwise, for every real dtype, behind the
+// The one kernel helper for unary elementwise ops: `output = Op(input)` elementwise, for the op's dtypes, behind the
 // out-variant contract that EXIR's memory planning and PyTorch's out= convention expect. A kernel file is a functor
 // (see elementwise_functor.h) plus one call of unary_elementwise_out<Op>(); the speed comes from elementwise_loop.h.
 //
@@ -30,10 +30,12 @@ using contract::RealDtypes;
 
 #ifdef USE_ATEN_LIB
 
-// The dtypes the kernels implement (every real dtype of aten::mul on CPU), refused with the out kernel's words.
-inline void check_supported_dtype(at::ScalarType dtype, const char* op_name) {
-  TORCH_CHECK(RealDtypes::contains(dtype), op_name, ": input has unsupported dtype ", contract::dtype_name(dtype),
-              "; supported: ", RealDtypes::names());
+// Every helper here takes the op's dtype set, Dtypes (default: every real dtype of aten::mul on CPU; a float-only op
+// passes contract::FloatingDtypes), and refuses the others with the out kernel's words.
+template <typename Dtypes = RealDtypes>
+void check_supported_dtype(at::ScalarType dtype, const char* op_name) {
+  TORCH_CHECK(Dtypes::contains(dtype), op_name, ": input has unsupported dtype ", contract::dtype_name(dtype),
+              "; supported: ", Dtypes::names());
 }
 
 // The functional op's CPU kernel, from the out variant's: a result laid out like the input (channels-last stays
@@ -45,47 +47,50 @@ at::Tensor unary_elementwise_functional(const at::Tensor& input) {
 }
 
 // The functional op's Meta kernel: a result like the input (shape, dtype, layout), nothing computed.
-inline at::Tensor unary_elementwise_meta(const at::Tensor& input, const char* op_name) {
-  check_supported_dtype(input.scalar_type(), op_name);
+template <typename Dtypes = RealDtypes>
+at::Tensor unary_elementwise_meta(const at::Tensor& input, const char* op_name) {
+  check_supported_dtype<Dtypes>(input.scalar_type(), op_name);
   return at::empty_like(input);
 }
 
 // The out variant's checks and resize, shared by the CPU kernel below and the Meta kernel of the out variant, so fake
 // tensors see the errors and output shape the real kernel produces. Sizes stay symbolic (torch.export with Dim), and
 // the resize warns like ATen's out= ops when a non-empty output has the wrong shape.
-inline void check_output_and_resize(const at::Tensor& in, at::Tensor& out, const char* op_name) {
+template <typename Dtypes = RealDtypes>
+void check_output_and_resize(const at::Tensor& in, at::Tensor& out, const char* op_name) {
   TORCH_CHECK(
       out.scalar_type() == in.scalar_type(),
-      op_name, ": output dtype ", out.scalar_type(), " does not match input dtype ", in.scalar_type(),
-      "; allocate the output with the input's dtype");
-  check_supported_dtype(in.scalar_type(), op_name);
+      op_name, ": output dtype ", contract::dtype_name(out.scalar_type()), " does not match input dtype ",
+      contract::dtype_name(in.scalar_type()), "; allocate the output with the input's dtype");
+  check_supported_dtype<Dtypes>(in.scalar_type(), op_name);
   if (at::native::resize_output_check_symint(out, in.sym_sizes())) {
     out.resize__symint(in.sym_sizes(), in.suggest_memory_format());
   }
 }
 
 // The out variant's Meta kernel.
-inline at::Tensor& unary_elementwise_out_meta(const at::Tensor& in, at::Tensor& out, const char* op_name) {
-  check_output_and_resize(in, out, op_name);
+template <typename Dtypes = RealDtypes>
+at::Tensor& unary_elementwise_out_meta(const at::Tensor& in, at::Tensor& out, const char* op_name) {
+  check_output_and_resize<Dtypes>(in, out, op_name);
   return out;
 }
 
 // The out variant's CPU kernel: out = Op(in), the one-input case of elementwise_out().
-template <typename Op>
+template <typename Op, typename Dtypes = RealDtypes>
 at::Tensor& unary_elementwise_out(const at::Tensor& in, at::Tensor& out, const char* op_name) {
-  return elementwise_out<RealDtypes>(op_name, Op{}, {out, "output"}, {{in, "input"}});
+  return elementwise_out<Dtypes>(op_name, Op{}, {out, "output"}, {{in, "input"}});
 }
 
 #else // ExecuTorch mode
 
 // The out variant's runtime kernel: out = Op(in), the one-input case of elementwise_out().
-template <typename Op>
+template <typename Op, typename Dtypes = RealDtypes>
 executorch::aten::Tensor& unary_elementwise_out(
     executorch::runtime::KernelRuntimeContext& ctx,
     const executorch::aten::Tensor& in,
     executorch::aten::Tensor& out,
     const char* op_name) {
-  return elementwise_out<RealDtypes>(ctx, op_name, Op{}, {out, "output"}, {{in, "input"}});
+  return elementwise_out<Dtypes>(ctx, op_name, Op{}, {out, "output"}, {{in, "input"}});
 }
 
 #endif // USE_ATEN_LIB

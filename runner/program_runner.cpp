@@ -30,12 +30,28 @@
 #include <set>
 #include <sstream>
 #include <type_traits>
+#include <utility>
 
 namespace custom_ops_runner {
 namespace {
 
 using executorch::aten::DimOrderType;
 using executorch::aten::ScalarType;
+
+// A dtype as PyTorch and the kernels' errors name it (float32, not Float), like --input_specs; ExecuTorch's name for
+// the others.
+const char* dtype_text(ScalarType dtype) {
+  static const std::pair<ScalarType, const char*> kNames[] = {
+      {ScalarType::Float, "float32"}, {ScalarType::Double, "float64"}, {ScalarType::Half, "float16"},
+      {ScalarType::BFloat16, "bfloat16"}, {ScalarType::Byte, "uint8"}, {ScalarType::Char, "int8"},
+      {ScalarType::Short, "int16"}, {ScalarType::Int, "int32"}, {ScalarType::Long, "int64"}, {ScalarType::Bool, "bool"}};
+  for (const auto& [type, name] : kNames) {
+    if (type == dtype) {
+      return name;
+    }
+  }
+  return executorch::runtime::toString(dtype);
+}
 using executorch::aten::SizesType;
 using executorch::aten::Tensor;
 using executorch::extension::TensorPtr;
@@ -337,10 +353,10 @@ std::optional<std::string> prepare_input_group(const RunOptions& options, const 
     if (!files.empty()) {
       if (auto err = read_file(files[i], *nbytes, buffer.data.get())) {
         return *err + " (method '" + options.method + "' input " + std::to_string(i) + " is " +
-            executorch::runtime::toString(dtype) + list_string<SizesType>({sizes.data(), sizes.size()}) + ")";
+            dtype_text(dtype) + list_string<SizesType>({sizes.data(), sizes.size()}) + ")";
       }
     } else if (!fill_with_ones(dtype, buffer.data.get(), numel)) {
-      return std::string("input ") + std::to_string(i) + " has dtype " + executorch::runtime::toString(dtype) +
+      return std::string("input ") + std::to_string(i) + " has dtype " + std::string(dtype_text(dtype)) +
           ", which the runner cannot fill with ones; pass --inputs";
     }
     // In the declared dim order, so the bytes mean what the program expects (channels-last stays channels-last).

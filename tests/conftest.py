@@ -25,6 +25,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from helpers import CMakeBuild  # noqa: E402
 
+# One compiler cache for every build tree of the session, the repository copies' included (cmake/CompilerCache.cmake).
+os.environ.setdefault("CCACHE_DIR", os.path.join(REPO_ROOT, "cmake-out", "ccache"))
+
 _builds: dict[str, CMakeBuild] = {}
 
 def cmake_build(name: str, *definitions: str) -> CMakeBuild:
@@ -193,3 +196,34 @@ def dynamic_programs(mul4_aot, declared, tmp_path_factory) -> DynamicPrograms:
 
     registration.register_with_pytorch([declared["my_ops::mul3"]])
     return DynamicPrograms(str(tmp_path_factory.mktemp("dynamic")))
+
+
+# ---- Order, and the developer's quick loop --------------------------------------------------------------------------
+# The files that take longest first (their times: docs/tests.md). pytest-xdist hands whole files to the workers in
+# collection order, so the long ones start at once and no long file starts last. Any file not named runs after them.
+HEAVIEST_FIRST = [
+    "test_buck2_graph.py", "test_own_op.py", "test_mul4_aot.py", "test_references.py", "test_bad_input.py",
+    "test_wheel.py", "test_op_contracts.py", "test_selective_build.py", "test_compile.py", "test_verifier.py",
+    "test_decoder.py", "test_aot_build.py", "test_fuzz.py", "test_untrusted_programs.py", "test_command_line.py",
+    "test_xnnpack_payload.py", "test_aarch64.py", "test_profiling.py", "test_torch_compat.py",
+]
+# `bash test_custom_ops.sh test quick`: the PyTorch side of both registrations, codegen, one op's runner flow and the
+# compare/verify machinery, in minutes once the builds exist. The full suite stays what CI runs.
+QUICK = [
+    "test_mul3_aot.py", "test_schema_types.py", "test_runtime.py", "test_imports.py", "test_docs.py",
+    "test_kernel_errors.py", "test_argument_checks.py",
+]
+
+
+def pytest_addoption(parser):
+    parser.addoption("--quick", action="store_true",
+                     help=f"run only the quick loop's files: {', '.join(QUICK)} (tests/conftest.py)")
+
+
+def pytest_collection_modifyitems(config, items):
+    if config.getoption("--quick"):
+        deselected = [item for item in items if item.path.name not in QUICK]
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = [item for item in items if item.path.name in QUICK]
+    rank = {name: i for i, name in enumerate(HEAVIEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each file keeps its own order

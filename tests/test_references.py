@@ -9,18 +9,43 @@ import subprocess
 import pytest
 import torch
 
-from flow.compare import bit_difference
+from flow import declarations
+from flow.compare import bit_difference, mismatches
 from helpers import ALL_DTYPES, copy_repository, full_range, run_in_fresh_python
 
+DECLARED = declarations.load()
+# Ops declared by one call on tensors: their inputs can be made in any dtype. (Ops with an example model are tested
+# per dtype in their own test files.)
+CALLED_ON_TENSORS = [op for op in DECLARED.values() if op.example_inputs]
 
-@pytest.mark.parametrize("dtype_name", ALL_DTYPES)
-def test_each_reference_computes_its_op(dtype_name, declared, mul4_aot):
-    import custom_ops_1  # noqa: F401
 
-    dtype = getattr(torch, dtype_name)
-    for op in (op for op in declared.values() if op.elementwise):  # the others: their own test files, per dtype
-        x = full_range((5, 7), dtype, seed=3)
-        assert bit_difference(op.reference_function()(x), op.packet()(x)) is None, op.name
+def inputs_in(op, dtype_name: str) -> list[torch.Tensor]:
+    """The example's inputs with every tensor of the first input's dtype made in `dtype_name`."""
+    first = op.example_inputs[0][0]
+    names = [dtype_name if declared_dtype == first else declared_dtype for declared_dtype, _ in op.example_inputs]
+    return [full_range(shape, getattr(torch, name), seed=3 + i) if name in ALL_DTYPES
+            else torch.zeros(shape, dtype=getattr(torch, name))  # bool, complex: only ever refused
+            for i, (name, (_, shape)) in enumerate(zip(names, op.example_inputs))]
+
+
+@pytest.mark.parametrize("name, dtype_name", [(op.name, d) for op in CALLED_ON_TENSORS for d in op.dtypes])
+def test_each_op_computes_its_reference_in_every_declared_dtype(name, dtype_name, declared, aot_ops, python_ops):
+    op = declared[name]
+    inputs = inputs_in(op, dtype_name)
+    expected = op.reference_function()(*inputs)
+    expected = list(expected) if isinstance(expected, (tuple, list)) else [expected]
+    actual = op.packet()(*inputs)
+    actual = list(actual) if isinstance(actual, (tuple, list)) else [actual]
+    assert mismatches(actual, expected, exact=op.bit_exact) == []
+
+
+@pytest.mark.parametrize("name, dtype_name", [(op.name, d) for op in CALLED_ON_TENSORS
+                                              for d in sorted({*ALL_DTYPES, "bool", "complex64"} - set(op.dtypes))])
+def test_each_op_refuses_every_dtype_it_does_not_declare(name, dtype_name, declared, aot_ops, python_ops):
+    # Named the way torch names it (float32, not Float or torch.float32), and with the op's name.
+    op = declared[name]
+    with pytest.raises(RuntimeError, match=rf"{op.name}.*\b{dtype_name}\b"):
+        op.packet()(*inputs_in(op, dtype_name))
 
 
 def test_references_are_ours_not_the_kernels():
