@@ -19,7 +19,9 @@ on the same fields (the runner reads them through MethodMeta, this through execu
      XNNPACK's compiler trusts (dims against the bytes stored, num_dims, datatypes, constant and scale indices,
      per-channel scale counts, external ids against the delegate call's arguments); docs/untrusted-programs.md lists
      them. A wrong flatbuffer identifier is refused too: the backend logs it verbatim, and the Python runtime's log,
-     decoding those bytes as UTF-8, ends the interpreter; the runner's log hook makes them printable instead.
+     decoding those bytes as UTF-8, ends the interpreter; the runner's log hook makes them printable instead;
+  8. every item of a list value (IntList, TensorList, OptionalTensorList: indices of other values) names a value of
+     the list's kind: ExecuTorch reads each with an ET_CHECK when a kernel unboxes the list.
 """
 
 from __future__ import annotations
@@ -86,6 +88,7 @@ class MethodSpec:
     kernel_calls: tuple[tuple[int, tuple[str, ...]], ...] = ()  # (operator index, each argument value's kind)
     backends: tuple[str, ...] = ()  # the delegates' backend ids, e.g. ("XnnpackBackend",)
     delegate_problems: tuple[str, ...] = ()  # what is wrong with the delegates' entries or payloads (check 7)
+    list_problem: str | None = None  # a list value whose item is of another kind (check 8)
 
 
 @dataclass(frozen=True)
@@ -163,6 +166,25 @@ def _delegate_args(plan) -> dict[int, int]:
     return fewest
 
 
+# The kind each list's items must have: a list holds indices of other values, and ExecuTorch's BoxedEvalueList reads
+# each as its element type with an ET_CHECK (libFuzzer: an IntList item naming a Tensor aborted in et_view).
+LIST_ITEM_KINDS = {"IntList": ("Int",), "TensorList": ("Tensor",), "OptionalTensorList": ("Tensor", "Null")}
+
+
+def list_problem(kinds: list[str], items_of) -> str | None:
+    """Check 8: every item of every list value names a value of the list's kind. kinds: each value's kind;
+    items_of(i): the item indices of list value i. The runner words it the same (xnnpack_payload.cpp)."""
+    for i, kind in enumerate(kinds):
+        allowed = LIST_ITEM_KINDS.get(kind)
+        for j, item in enumerate(items_of(i) if allowed else ()):
+            found = kinds[item] if 0 <= item < len(kinds) else None
+            if found not in allowed:
+                what = f"whose kind is {found}" if found else f"outside the method's {len(kinds)} values"
+                return (f"value {i} ({kind}) lists value {item} as its item {j}, {what}, not "
+                        f"{' or '.join(allowed)}; the program is corrupt")
+    return None
+
+
 def _read_methods(program, data: bytes, segment_base: int | None, named_data: dict[bytes, int]) -> ProgramSpec:
     methods = {}
     for plan in program.execution_plan:
@@ -177,6 +199,8 @@ def _read_methods(program, data: bytes, segment_base: int | None, named_data: di
             outputs=tuple(_value_spec(plan.values, i) for i in plan.outputs),
             planned_buffer_sizes=tuple(plan.non_const_buffer_sizes), operators=operators, kernel_calls=calls,
             backends=tuple(delegate.id for delegate in plan.delegates),
+            list_problem=list_problem([type(v.val).__name__ for v in plan.values],
+                                      lambda i: plan.values[i].val.items),
             delegate_problems=tuple(problem for i, delegate in enumerate(plan.delegates)
                                    if (problem := _delegate_problem(i, delegate, program, data, segment_base,
                                                                     named_data, delegate_args.get(i)))))
@@ -295,6 +319,8 @@ def check(source: str | os.PathLike | bytes | ProgramSpec, method: str = "forwar
                                f"most {OPERATOR_NAME_LIMIT - 1}")
     if (problem := kernel_call_problem(spec)) is not None:
         raise ProgramError(problem)
+    if spec.list_problem is not None:
+        raise ProgramError(spec.list_problem)
     if spec.delegate_problems:
         raise ProgramError(spec.delegate_problems[0])
     for kind, values in (("input", spec.inputs), ("output", spec.outputs)):

@@ -39,7 +39,9 @@ SLOTS = {
     "PerChannelGroupQuant": {"scale": 0, "channel_dim": 1, "group_size": 2, "scale_buffer_idx": 4, "num_scales": 5},
     "ConstantDataOffset": {"offset": 0, "size": 1, "named_key": 2},
     "Program": {"execution_plan": 1, "backend_delegate_data": 3, "segments": 4, "named_data": 7},
-    "ExecutionPlan": {"chains": 5, "delegates": 7},
+    "ExecutionPlan": {"values": 2, "chains": 5, "delegates": 7},
+    "EValue": {"val_type": 0, "val": 1},
+    "ListItems": {"items": 0},  # IntList (int64 items), TensorList and OptionalTensorList (int32 items)
     "Chain": {"instructions": 2},
     "Instruction": {"instr_args_type": 0, "instr_args": 1},
     "DelegateCall": {"delegate_index": 0, "args": 1},
@@ -55,6 +57,9 @@ SLOTS = {
 XVALUE_TENSOR, XVALUE_QUANTIZED = 1, 2
 QUANT_PER_CHANNEL, QUANT_PER_TENSOR, QUANT_PER_TOKEN_DYNAMIC, QUANT_PER_CHANNEL_GROUP = 1, 2, 3, 4
 INSTRUCTION_DELEGATE_CALL = 2
+# program.fbs KernelTypes, the EValue union: each member's tag, by the name flow/program.py uses for its kind.
+KERNEL_TYPES = ("Null", "Int", "Bool", "Double", "Tensor", "String", "IntList", "DoubleList", "BoolList", "TensorList",
+                "OptionalTensorList")
 DATA_INLINE, DATA_SEGMENT = 0, 1
 
 # XNNDatatype -> bits per element (runtime_schema.fbs). 0 is invalid; 11 (qpint8) and 13 (pfp32) are packed layouts
@@ -94,6 +99,8 @@ def cpp_header() -> str:
               f"constexpr uint8_t kQuantPerChannel = {QUANT_PER_CHANNEL}, kQuantPerTensor = {QUANT_PER_TENSOR},",
               f"    kQuantPerTokenDynamic = {QUANT_PER_TOKEN_DYNAMIC}, kQuantPerChannelGroup = {QUANT_PER_CHANNEL_GROUP};",
               f"constexpr uint8_t kInstructionDelegateCall = {INSTRUCTION_DELEGATE_CALL};",
+              "// KernelTypes (the EValue union) by tag - 1.",
+              "constexpr const char* kKernelTypes[] = {" + ", ".join(f'"{k}"' for k in KERNEL_TYPES) + "};",
               f"constexpr int8_t kDataInline = {DATA_INLINE}, kDataSegment = {DATA_SEGMENT};", "",
               "// Bits per element of an XNNDatatype; 0: none (invalid or unknown).",
               "constexpr unsigned element_bits(int datatype) {",

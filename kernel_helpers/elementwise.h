@@ -28,7 +28,9 @@
 #include "kernel_contract.h"
 
 #ifdef USE_ATEN_LIB
+#include <ATen/ExpandUtils.h>
 #include <ATen/native/Resize.h>
+#include <ATen/ops/empty.h>
 #endif
 
 namespace custom {
@@ -227,6 +229,52 @@ at::Tensor& elementwise_out(const char* op_name, const Op& op, Named out, const 
   Dtypes::visit(result.scalar_type(), [&](auto zero) {
     elementwise::run<decltype(zero)>(op, result, tensors, layout);
   });
+  return result;
+}
+
+// PyTorch's other kernels of an op with several (broadcast) inputs, made from its out variant's CPU kernel, so a C++
+// registration writes no shape or dtype logic of its own:
+//
+//   m.impl("scaled_add", TORCH_FN((elementwise_functional<scaled_add_out_impl, const at::Tensor&, double>)));  // CPU
+//   m.impl("scaled_add", [](const at::Tensor& a, const at::Tensor& b, double) {                                 // Meta
+//     return elementwise_meta<contract::FloatingDtypes>("my_ops::scaled_add", {{a, "input"}, {b, "other"}});
+//   });
+//
+// The functional kernel: a result of the first input's dtype, which OutKernel (first, rest..., result) resizes to the
+// broadcast shape and fills.
+template <auto OutKernel, typename... Rest>
+at::Tensor elementwise_functional(const at::Tensor& first, Rest... rest) {
+  at::Tensor result = at::empty({0}, first.options());
+  OutKernel(first, rest..., result);
+  return result;
+}
+
+// The Meta kernel of the functional op: the out kernel's dtype checks, then an empty result of the broadcast shape,
+// sizes kept symbolic (torch.export with dynamic dimensions).
+template <typename Dtypes, size_t N>
+at::Tensor elementwise_meta(const char* op_name, const Named (&inputs)[N]) {
+  c10::SymDimVector shape(inputs[0].tensor.sym_sizes().begin(), inputs[0].tensor.sym_sizes().end());
+  for (size_t k = 0; k < N; ++k) {
+    contract::check_dtype<Dtypes>(inputs[k].tensor, op_name, inputs[k].name);
+    contract::check_same_dtype(inputs[k].tensor, inputs[0].tensor, op_name, inputs[k].name, inputs[0].name);
+    try {
+      shape = at::infer_size_symdimvector(shape, inputs[k].tensor.sym_sizes());
+    } catch (const c10::Error& err) {
+      TORCH_CHECK(false, op_name, ": the inputs' shapes do not broadcast together: ", err.msg());
+    }
+  }
+  return at::empty_symint(shape, inputs[0].tensor.options());
+}
+
+// The Meta kernel of the out variant: the functional Meta kernel's checks, the output's dtype, and its resize.
+template <typename Dtypes, size_t N>
+at::Tensor& elementwise_out_meta(const char* op_name, Named out, const Named (&inputs)[N]) {
+  const at::Tensor like = elementwise_meta<Dtypes>(op_name, inputs);
+  at::Tensor& result = const_cast<at::Tensor&>(out.tensor);
+  contract::check_same_dtype(result, inputs[0].tensor, op_name, out.name, inputs[0].name);
+  if (at::native::resize_output_check_symint(result, like.sym_sizes())) {
+    result.resize__symint(like.sym_sizes());
+  }
   return result;
 }
 

@@ -113,9 +113,13 @@ std::optional<std::string> load(const CommandLine& options,
       std::string op = message.substr(missing.size());
       op = op.substr(0, op.find(' '));
       op = op.substr(0, op.find_last_not_of('.') + 1);
-      return "the package '" + options.program + "' calls " + op + " but no loaded library registers it. Pass --op_library with the library that does: " +
-          "libcustom_ops_aot_lib.so (ops registered from C++) or libcustom_ops_without_python.so (the C++ kernels " +
-          "of ops registered from Python), built by `bash test_custom_ops.sh aoti`";
+      const std::string name = op.substr(op.find("::") == std::string::npos ? 0 : op.find("::") + 2);
+      return "the package '" + options.program + "' calls " + op + " but no loaded library registers it. Pass " +
+          "--op_library with the library that does: libcustom_ops_aot_lib.so (ops registered from C++) or " +
+          "libcustom_ops_without_python.so (ops registered from Python, from their without_python_sources), built " +
+          "by `bash test_custom_ops.sh aoti`. An op registered from Python with no without_python_sources is in " +
+          "neither: write ops/" + name + "/" + name + "_without_python.cpp (its schemas and CPU kernel, registered " +
+          "from C++) and list it as without_python_sources in custom_ops.bzl (docs/adding-an-op.md)";
     }
     return "cannot load the package '" + options.program + "': " + message;
   }

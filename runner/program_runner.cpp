@@ -583,9 +583,9 @@ struct Profiling {
   }
 };
 
-// The delegates' entries and payloads, read before the runtime and a backend trust them (xnnpack_payload.h). The
-// program was verified already; a delegated one's whole file is read once more here.
-std::optional<std::string> check_delegates_in_file(const executorch::runtime::DataLoader& loader) {
+// What the runtime and a backend trust unchecked, read first (xnnpack_payload.h): every list value's items, and the
+// delegates' entries and payloads. The program was verified already; its whole file is read once more here.
+std::optional<std::string> check_whole_file(const executorch::runtime::DataLoader& loader, bool delegated) {
   auto size = loader.size();
   if (!size.ok()) {
     return std::nullopt;  // Program::load read it; nothing to add
@@ -593,9 +593,13 @@ std::optional<std::string> check_delegates_in_file(const executorch::runtime::Da
   auto file = loader.load(0, *size, executorch::runtime::DataLoader::SegmentInfo(
                                         executorch::runtime::DataLoader::SegmentInfo::Type::Program));
   if (!file.ok()) {
-    return "cannot be read whole to check its delegates: " + describe(file.error());
+    return "cannot be read whole to check its values and delegates: " + describe(file.error());
   }
-  if (auto problem = check_delegates(static_cast<const uint8_t*>(file->data()), file->size())) {
+  const auto* data = static_cast<const uint8_t*>(file->data());
+  if (auto problem = check_value_lists(data, file->size())) {
+    return "has a value the runtime cannot read safely: " + *problem;
+  }
+  if (auto problem = delegated ? check_delegates(data, file->size()) : std::nullopt) {
     return "has a delegate the runtime cannot read safely: " + *problem;
   }
   return std::nullopt;
@@ -773,7 +777,7 @@ int run_program(
   if (!meta.ok()) {
     return fail("cannot read method '" + options.method + "': " + describe(meta.error()) + logged_errors());
   }
-  if (auto err = meta->num_backends() == 0 ? std::nullopt : check_delegates_in_file(*loader)) {
+  if (auto err = check_whole_file(*loader, meta->num_backends() != 0)) {
     return fail("'" + program_name + "' " + *err + ". Re-export it");
   }
   std::vector<size_t> planned_sizes;

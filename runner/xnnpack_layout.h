@@ -71,9 +71,17 @@ constexpr int kSegments = 4;
 constexpr int kNamedData = 7;
 } // namespace Program
 namespace ExecutionPlan {
+constexpr int kValues = 2;
 constexpr int kChains = 5;
 constexpr int kDelegates = 7;
 } // namespace ExecutionPlan
+namespace EValue {
+constexpr int kValType = 0;
+constexpr int kVal = 1;
+} // namespace EValue
+namespace ListItems {
+constexpr int kItems = 0;
+} // namespace ListItems
 namespace Chain {
 constexpr int kInstructions = 2;
 } // namespace Chain
@@ -114,6 +122,8 @@ constexpr uint8_t kXValueTensor = 1, kXValueQuantized = 2;
 constexpr uint8_t kQuantPerChannel = 1, kQuantPerTensor = 2,
     kQuantPerTokenDynamic = 3, kQuantPerChannelGroup = 4;
 constexpr uint8_t kInstructionDelegateCall = 2;
+// KernelTypes (the EValue union) by tag - 1.
+constexpr const char* kKernelTypes[] = {"Null", "Int", "Bool", "Double", "Tensor", "String", "IntList", "DoubleList", "BoolList", "TensorList", "OptionalTensorList"};
 constexpr int8_t kDataInline = 0, kDataSegment = 1;
 
 // Bits per element of an XNNDatatype; 0: none (invalid or unknown).

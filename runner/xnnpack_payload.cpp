@@ -535,6 +535,50 @@ std::vector<std::string> describe_xnnpack_payload(const uint8_t* payload, size_t
   return lines;
 }
 
+std::optional<std::string> check_value_lists(const uint8_t* data, size_t size) {
+  FlatReader r(data, size);
+  const size_t program = r.target(0);
+  constexpr size_t kTypes = sizeof(L::kKernelTypes) / sizeof(L::kKernelTypes[0]);
+  for (size_t plan : r.tables(program, L::Program::kExecutionPlan).value_or(std::vector<size_t>{})) {
+    const auto values = r.tables(plan, L::ExecutionPlan::kValues).value_or(std::vector<size_t>{});
+    std::vector<std::string> kinds;
+    for (size_t value : values) {
+      const uint8_t tag = r.scalar<uint8_t>(value, L::EValue::kValType);
+      kinds.push_back(tag >= 1 && tag <= kTypes ? L::kKernelTypes[tag - 1] : "value of unknown kind");
+    }
+    for (size_t i = 0; r.ok() && i < values.size(); ++i) {
+      const bool ints = kinds[i] == "IntList", tensors = kinds[i] == "TensorList",
+                 optional = kinds[i] == "OptionalTensorList";
+      if (!ints && !tensors && !optional) {
+        continue;
+      }
+      const size_t list = r.child(values[i], L::EValue::kVal);
+      std::vector<int64_t> items;
+      if (ints) {
+        items = r.scalars<int64_t>(list, L::ListItems::kItems).value_or(std::vector<int64_t>{});
+      } else {
+        for (int32_t item : r.scalars<int32_t>(list, L::ListItems::kItems).value_or(std::vector<int32_t>{})) {
+          items.push_back(item);
+        }
+      }
+      for (size_t j = 0; j < items.size(); ++j) {
+        const int64_t item = items[j];
+        const bool inside = item >= 0 && static_cast<uint64_t>(item) < kinds.size();
+        const std::string found = inside ? kinds[item] : "";
+        if (ints ? found == "Int" : (found == "Tensor" || (optional && found == "Null"))) {
+          continue;
+        }
+        const std::string what = inside ? "whose kind is " + found : "outside the method's " +
+            std::to_string(kinds.size()) + " values";
+        return "value " + std::to_string(i) + " (" + kinds[i] + ") lists value " + std::to_string(item) +
+            " as its item " + std::to_string(j) + ", " + what + ", not " +
+            (ints ? "Int" : optional ? "Tensor or Null" : "Tensor") + "; the program is corrupt";
+      }
+    }
+  }
+  return std::nullopt;
+}
+
 std::optional<std::string> check_delegates(const uint8_t* data, size_t size) {
   // The extended header ("eh00" at byte 8) gives where the segments start: bytes 24..32.
   uint64_t segment_base = 0;

@@ -19,6 +19,11 @@ namespace custom_ops_runner {
 // that fails check_xnnpack_payload. A payload that cannot be located is left to the runtime, which reports it.
 std::optional<std::string> check_delegates(const uint8_t* data, size_t size);
 
+// The first list value (IntList, TensorList, OptionalTensorList: indices of other values) with an item naming a value
+// of another kind, or nullopt. ExecuTorch's BoxedEvalueList reads each item with an ET_CHECK (libFuzzer: an IntList
+// item naming a Tensor aborted in et_view). The same words as flow/program.py's list_problem().
+std::optional<std::string> check_value_lists(const uint8_t* data, size_t size);
+
 // What one payload's checks may compare with in the program around it.
 struct PayloadContext {
   const std::map<std::string, uint64_t>* named_data = nullptr;  // key -> bytes the program holds; null: not checked

@@ -141,7 +141,7 @@ def decoder_programs(aot_ops, python_ops, tmp_path_factory) -> dict[str, str]:
 def combined_build() -> CMakeBuild:
     """Every declared op in one kernel library, one runner and one AOT library; and AOTInductor's side (its runner and
     libcustom_ops_without_python.so), as `test_custom_ops.sh aoti` builds it there."""
-    return cmake_build("all_ops", "CUSTOM_OPS_BUILD_AOTI=ON")
+    return cmake_build("all_ops", "CUSTOM_OPS_BUILD_AOTI=ON", "CUSTOM_OPS_BUILD_CHECKS=ON")
 
 
 @pytest.fixture(scope="session")

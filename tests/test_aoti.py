@@ -8,7 +8,7 @@ import subprocess
 import pytest
 import torch
 
-from flow import aoti, model
+from flow import aoti, declarations, model
 from helpers import run_in_fresh_python
 
 
@@ -47,6 +47,9 @@ def test_a_package_without_its_op_library_is_one_clear_error(build_dir, declared
         path, _, _ = aoti.example_package(next(op for op in declared.values() if op.example_program == program))
     line = aoti.missing_library_error(build_dir, path, [_library(build_dir, lib) for lib in libraries])
     assert f"calls {missing_op} but no loaded library registers it" in line
+    # A user's Python op with no C++ registration: the hint names the declaration field and the file to write.
+    short = missing_op.split("::")[1]
+    assert f"write ops/{short}/{short}_without_python.cpp" in line and "without_python_sources" in line
 
 
 def _runner(build_dir, *args):
@@ -95,10 +98,12 @@ def test_inputs_the_package_was_not_made_for_are_errors_not_reads_or_writes_past
         aoti.run_package(command, [two_rows], like, 1)
 
 
-SCHEMAS = """
+# The ops registered from Python that declare a C++ registration for processes without Python.
+WITHOUT_PYTHON = [op for op in declarations.load().values() if op.without_python_sources]
+SCHEMAS = f"""
 import torch
-result = {}
-for name in ("mul3", "update_cache", "quantize_rows"):
+result = {{}}
+for name in {[op.short_name for op in WITHOUT_PYTHON]!r}:
     packet = getattr(torch.ops.my_ops, name)
     for overload in packet.overloads():
         op = getattr(packet, overload)
@@ -109,5 +114,5 @@ for name in ("mul3", "update_cache", "quantize_rows"):
 def test_the_cpp_registrations_of_python_ops_have_the_python_schemas_and_tags(build_dir):
     from_cpp = run_in_fresh_python(
         f"import torch\ntorch.ops.load_library({_library(build_dir, 'libcustom_ops_without_python.so')!r})\n" + SCHEMAS)
-    from_python = run_in_fresh_python("import custom_ops_1, update_cache, quantize_rows\n" + SCHEMAS)
-    assert from_cpp == from_python and len(from_cpp) == 6
+    from_python = run_in_fresh_python("".join(f"import {op.python_module}\n" for op in WITHOUT_PYTHON) + SCHEMAS)
+    assert from_cpp == from_python and len(from_cpp) == 2 * len(WITHOUT_PYTHON)  # each op and its out variant

@@ -44,7 +44,7 @@ def test_input_file_of_the_wrong_size(any_runner, mul3_pte, tmp_path):
     wrong = tmp_path / "wrong.bin"
     tensor_to_file(torch.ones(5), str(wrong))  # the program takes float32[2, 3] = 24 bytes
     proc = run_runner(any_runner, f"--model_path={mul3_pte}", f"--inputs={wrong}")
-    assert_clean_failure(proc, "has 20 bytes, expected 24", "Float[2, 3]")
+    assert_clean_failure(proc, "has 20 bytes, expected 24", "float32[2, 3]")
 
 
 def test_missing_input_file(any_runner, mul3_pte, tmp_path):

@@ -24,6 +24,14 @@ def test_integer_arithmetic_wraps_without_undefined_behaviour():
     assert proc.returncode == 0, proc.stderr
 
 
+def test_the_pytorch_side_helpers_for_several_inputs_equal_aten_and_refuse_alike(combined_build):
+    # elementwise_functional / elementwise_meta / elementwise_out_meta on a two-input op: broadcast shapes on CPU and
+    # Meta tensors equal ATen's, and bad dtypes and shapes are refused in the out kernel's words.
+    proc = subprocess.run([os.path.join(combined_build.build_dir, "elementwise_helpers_aten")], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stdout + proc.stderr
+
+
 def test_the_isa_dispatcher_checks_every_feature_a_variant_is_compiled_for():
     with open(os.path.join(REPO_ROOT, "kernel_helpers", "elementwise_loop.h")) as f:
         source = f.read()

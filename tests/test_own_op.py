@@ -132,3 +132,21 @@ def test_scaled_add_equals_aten_bit_for_bit_on_arm64(repo_with_recipe, aarch64_p
         inputs = [full_range(shape, torch.float32, seed + 10 * i) / 1e3 for i, shape in enumerate([(3, 40), (40,)])]
         expected = [inputs[0] + 0.1 * inputs[1]]
         assert mismatches(run_pte(runner, pte, inputs, expected, emulator=qemu("max")), expected, exact=True) == []
+
+
+# The project's tests that derive what they expect from the declarations, run inside the copy that now declares three
+# more ops (one from Python, one from C++, a float-only one with two inputs): none may assume the project's own ops.
+DECLARATION_DRIVEN = ["tests/test_references.py", "tests/test_imports.py", "tests/test_docs.py",
+                      "tests/test_wheel.py::test_the_wheel_holds_the_package_and_nothing_else"]
+
+
+def test_the_declaration_driven_tests_pass_with_the_new_ops(repo_with_recipe):
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n0", "-v", "--durations=0",
+                           *DECLARATION_DRIVEN, "-k", "not wrong_functor"],  # that one copies the repository again
+                          cwd=repo_with_recipe, capture_output=True, text=True, timeout=1800,
+                          env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-2000:]
+    for case in ("declared_dtype[my_ops::add7-int8]", "declared_dtype[my_ops::relu6-bfloat16]",
+                 "does_not_declare[my_ops::add7-bool]", "does_not_declare[my_ops::relu6-complex64]",
+                 "imports_only_torch[ops/scaled_add/scaled_add.py]"):
+        assert f"{case} PASSED" in proc.stdout, case

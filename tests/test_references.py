@@ -4,6 +4,7 @@ so comparing the two cannot see a bug they share: a functor one ulp off must fai
 mode, through the reference, while the two kernels still agree with each other."""
 
 import os
+import re
 import subprocess
 
 import pytest
@@ -129,3 +130,48 @@ def test_a_wrong_functor_is_named_by_the_profile_mode(repo_with_a_wrong_functor)
     assert proc.returncode == 1, proc.stdout[-3000:]
     assert "mul4.out                 DIFFERS" in proc.stdout
     assert "error: first op whose output differs from its reference: mul4.out in execution 1" in proc.stderr
+
+
+@pytest.fixture(scope="module")
+def float32_examples(declared, python_ops, aot_ops, tmp_path_factory) -> dict[str, str]:
+    from flow.export import export_example
+
+    directory = tmp_path_factory.mktemp("examples")
+    return {op.name: export_example(op, directory) for op in CALLED_ON_TENSORS}
+
+
+@pytest.mark.parametrize("name, dtype_name", [(op.name, d) for op in CALLED_ON_TENSORS
+                                              for d in sorted({*ALL_DTYPES, "bool", "complex64"} - set(op.dtypes))])
+def test_each_runtime_kernel_refuses_every_dtype_it_does_not_declare(name, dtype_name, float32_examples,
+                                                                      combined_build, tmp_path):
+    # PyTorch refuses these before export, so the program is rewritten (tests/pte_surgery.py): every tensor of the
+    # op's call, its inputs and its output, declared in the other dtype, and the inputs fed as raw bytes.
+    from executorch.exir.schema import ScalarType, Tensor
+
+    from flow.dtypes import SCALAR_TYPES
+    from helpers import run_runner
+    from pte_surgery import edit_plan
+
+    op = DECLARED[name]
+    scalar_type = next(k for k, v in SCALAR_TYPES.items() if v == getattr(torch, dtype_name))
+
+    size = torch.empty((), dtype=getattr(torch, dtype_name)).element_size()
+    grow = -(-size // getattr(torch, op.example_inputs[0][0]).itemsize)  # wider elements: a plan as many times larger
+
+    def change(plan):
+        for value in plan.values:
+            if isinstance(value.val, Tensor):
+                value.val.scalar_type = ScalarType[scalar_type]
+                if value.val.allocation_info is not None:
+                    value.val.allocation_info.memory_offset_low *= grow
+        plan.non_const_buffer_sizes = [s * grow for s in plan.non_const_buffer_sizes]
+
+    bad = edit_plan(float32_examples[op.name], str(tmp_path / "bad.pte"), change)
+    files = []
+    for i, (_, shape) in enumerate(op.example_inputs):
+        files.append(tmp_path / f"input{i}.bin")
+        files[-1].write_bytes(bytes(size * torch.Size(shape).numel()))
+    proc = run_runner(combined_build.runner, f"--model_path={bad}", f"--inputs={','.join(map(str, files))}")
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    assert proc.returncode == 1 and len(errors) == 1, proc.stderr[-2000:]
+    assert re.search(rf"{op.name}(\.out)?: [^\n]*\b{dtype_name}\b", proc.stderr), proc.stderr[-2000:]

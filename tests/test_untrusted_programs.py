@@ -196,3 +196,25 @@ def test_every_example_verifies_in_the_sanitized_runner(sanitized_build, combine
                         combined_build.aot_lib, env={"ASAN_OPTIONS": "exitcode=86"})
         assert proc.returncode == 0, (op.name, proc.stderr[-3000:])
         assert "outputs match the reference" in proc.stdout and "Sanitizer" not in proc.stderr
+
+
+@pytest.mark.parametrize("where", ["a tensor", "past the values"])
+def test_a_list_item_of_another_kind_is_one_error_line(where, decoder_programs, combined_build, tmp_path):
+    # Found by libFuzzer on the decoder: an IntList item naming a Tensor aborted in ExecuTorch's et_view (EValue::toInt's
+    # ET_CHECK, reached through BoxedEvalueList). Both runtimes now refuse the program before loading it.
+    from executorch.exir.schema import IntList, Tensor
+
+    from flow import program
+
+    def change(plan):
+        index = next(i for i, v in enumerate(plan.values) if isinstance(v.val, IntList) and len(v.val.items) > 1)
+        tensor = next(i for i, v in enumerate(plan.values) if isinstance(v.val, Tensor))
+        plan.values[index].val.items[1] = tensor if where == "a tensor" else len(plan.values) + 7
+
+    bad = edit_plan(decoder_programs["decoder"], str(tmp_path / "bad.pte"), change)
+    proc = run_runner(combined_build.runner, f"--model_path={bad}", "--prompt=1", "--new_tokens=1")
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    words = "whose kind is Tensor, not Int" if where == "a tensor" else "outside the method's"
+    assert proc.returncode == 1 and len(errors) == 1 and words in errors[0], proc.stderr[-2000:]
+    with pytest.raises(program.ProgramError, match=words):
+        program.check(bad)
