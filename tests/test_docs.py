@@ -4,6 +4,7 @@ they run with `python -m` exists, and docs/tests.md describes every test file.""
 import glob
 import os
 import re
+import subprocess
 
 import pytest
 
@@ -48,3 +49,16 @@ def test_every_test_file_is_described():
                                re.M))
     present = {os.path.basename(p) for p in glob.glob(os.path.join(REPO_ROOT, "tests", "test_*.py"))}
     assert described == present
+
+
+# The upstream example's nine names, and the build and packaging files: every other file lives in a folder (an op's in
+# ops/<name>/, the README's map says where).
+ROOT_FILES = {"custom_ops_1.py", "custom_ops_2.py", "custom_ops_2.cpp", "custom_ops_2_out.cpp", "custom_ops_1_out.cpp",
+              "custom_ops.yaml", "CMakeLists.txt", "TARGETS", "test_custom_ops.sh",
+              "custom_ops.bzl", "targets.bzl", ".buckconfig", ".buckroot", "setup.py", "pyproject.toml", "README.md",
+              ".gitignore"}
+
+
+def test_the_root_holds_the_familiar_names_the_build_files_and_folders():
+    listed = subprocess.run(["git", "ls-files"], cwd=REPO_ROOT, capture_output=True, text=True, check=True).stdout
+    assert {path for path in listed.splitlines() if "/" not in path} == ROOT_FILES
