@@ -48,8 +48,12 @@ def test_a_bounded_fuzzing_run_finds_nothing(fuzz_program, mul3_pte, mul4_pte, d
     # The decoders bring XNNPACK payloads (float32 and 8-bit) for the mutations to reach the delegate checks through.
     for seed in (mul3_pte, mul4_pte, *decoder_programs.values(), *regression_inputs.decode(tmp_path / "regressions")):
         shutil.copy(seed, corpus)
-    seconds = os.environ.get("CUSTOM_OPS_FUZZ_SECONDS", "60")
-    proc = run_fuzzer(fuzz_program, f"-max_total_time={seconds}", "-print_final_stats=1",
+    # Reproducible by default (a seed and a number of runs, about 40 s here), so a finding in CI is the code's, not the
+    # dice's; CUSTOM_OPS_FUZZ_SECONDS=N runs a random, time-bounded search instead (how the open findings in
+    # docs/untrusted-programs.md were found).
+    seconds = os.environ.get("CUSTOM_OPS_FUZZ_SECONDS")
+    budget = [f"-max_total_time={seconds}"] if seconds else ["-seed=1", "-runs=60000"]
+    proc = run_fuzzer(fuzz_program, *budget, "-print_final_stats=1",
                       f"-artifact_prefix={tmp_path}/", str(corpus), cwd=tmp_path)
     findings = sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(("crash-", "leak-", "timeout-", "oom-")))
     assert proc.returncode == 0 and not findings, (
