@@ -31,6 +31,7 @@ IDENTIFIERS = (b"XN00", b"XN01")  # the graph flatbuffer identifiers XNNPACK's r
 SLOTS = {
     "XNNGraph": {"xnodes": 1, "xvalues": 2, "num_externs": 3, "input_ids": 4, "output_ids": 5, "constant_data": 8},
     "XValue": {"xvalue_union_type": 0, "xvalue_union": 1},
+    "XNode": {"xnode_union_type": 0, "xnode_union": 1},
     "XNNTensorValue": {"datatype": 0, "num_dims": 1, "dims": 2, "constant_buffer_idx": 3, "external_id": 4,
                        "flags": 5, "id_out": 6},
     "XNNQuantizedTensorValue": {"tensor_value": 0, "quant_params_type": 1, "quant_params": 2},
@@ -61,6 +62,45 @@ INSTRUCTION_DELEGATE_CALL = 2
 KERNEL_TYPES = ("Null", "Int", "Bool", "Double", "Tensor", "String", "IntList", "DoubleList", "BoolList", "TensorList",
                 "OptionalTensorList")
 DATA_INLINE, DATA_SEGMENT = 0, 1
+
+# Each node table's value ids: the slots XNNPACK's compiler reads as inputs and as outputs, and the vectors XNNPACK
+# reads one entry per dim of the input from (a shorter one is read past its end). An id of NO_VALUE is "none"
+# (XNNPACK's compiler maps it to itself and its node definitions refuse it where an id is required).
+NODE_SHAPES = {
+    "1x1": {"inputs": (0,), "outputs": (1,)},  # _XNNNode1x1: input_id, output_id
+    "1x1+1": {"inputs": (1,), "outputs": (2,)},  # "+k": k other fields come first (ELU's alpha, ...)
+    "1x1+2": {"inputs": (2,), "outputs": (3,)},
+    "1x1+3": {"inputs": (3,), "outputs": (4,)},
+    "1x1+10": {"inputs": (10,), "outputs": (11,)},  # _XNNPooling2D
+    "2x1": {"inputs": (0, 1), "outputs": (2,)},  # _XNNNode2x1
+    "FullyConnected": {"inputs": (0, 1, 2), "outputs": (3,)},  # input1, filter, bias
+    "Conv": {"inputs": (15, 16, 17), "outputs": (18,)},  # _XNNNodeConv: input1, filter, bias after 15 geometry fields
+    "ArgMaxPooling2d": {"inputs": (6,), "outputs": (7, 8)},  # output_value_id, output_index_id
+    "Cat2": {"inputs": (1, 2), "outputs": (5,)},  # _XNNCat: input5_id comes after flags
+    "Cat3": {"inputs": (1, 2, 3), "outputs": (5,)},
+    "Cat4": {"inputs": (1, 2, 3, 4), "outputs": (5,)},
+    "Cat5": {"inputs": (1, 2, 3, 4, 7), "outputs": (5,)},
+    "ConstantPad": {"inputs": (3,), "outputs": (4,), "per_input_dim": (0, 1)},  # pre_paddings, post_paddings
+    "Attention": {"inputs": (0, 1, 2, 3, 4), "outputs": (5,)},  # query, key, value, scale, mask
+}
+# XNodeUnion's members in runtime_schema.fbs order: the union tag is the position + 1 (0 is NONE).
+NODE_KINDS = (
+    ("XNNAdd", "2x1"), ("XNNFullyConnected", "FullyConnected"), ("XNNSoftmax", "1x1"), ("XNNSigmoid", "1x1"),
+    ("XNNStaticTranspose", "1x1+2"), ("XNNClamp", "1x1"), ("XNNConv2d", "Conv"), ("XNNDiv", "2x1"),
+    ("XNNStaticResizeBilinear2D", "1x1+2"), ("XNNStaticConstantPad", "ConstantPad"),
+    ("XNNAvgPooling2d", "1x1+10"), ("XNNMinimum", "2x1"), ("XNNDepthwiseConv2d", "Conv"),
+    ("XNNMaxPooling2d", "1x1+10"), ("XNNMultiply", "2x1"), ("XNNSubtract", "2x1"), ("XNNFloor", "1x1"),
+    ("XNNConvert", "1x1"), ("XNNGlobalAvgPooling2d", "1x1"), ("XNNStaticReshape", "1x1+2"),
+    ("XNNArgMaxPooling2d", "ArgMaxPooling2d"), ("XNNSquareRoot", "1x1"), ("XNNCeiling", "1x1"),
+    ("XNNHardswish", "1x1"), ("XNNLeakyReLU", "1x1+1"), ("XNNMaximum", "2x1"), ("XNNNegate", "1x1"),
+    ("XNNSquare", "1x1"), ("XNNELU", "1x1+1"), ("XNNAbs", "1x1"), ("XNNPReLU", "2x1"),
+    ("XNNConcatenate2", "Cat2"), ("XNNConcatenate3", "Cat3"), ("XNNConcatenate4", "Cat4"), ("XNNStaticSlice", "1x1+3"),
+    ("XNNScaledDotProductAttention", "Attention"), ("XNNBatchMatrixMultiply", "2x1"), ("XNNConcatenate5", "Cat5"),
+    ("XNNConvTranspose2d", "Conv"), ("XNNReciprocalSquareRoot", "1x1"), ("XNNLog", "1x1"), ("XNNGelu", "1x1"),
+    ("XNNTanh", "1x1"), ("XNNExp", "1x1"), ("XNNSin", "1x1"), ("XNNCopy", "1x1"), ("XNNCos", "1x1"),
+)
+NO_VALUE = 0xFFFFFFFF  # XNN_INVALID_VALUE_ID
+EXTERNAL_INPUT = 0x1  # XNN_VALUE_FLAG_EXTERNAL_INPUT
 
 # XNNDatatype -> bits per element (runtime_schema.fbs). 0 is invalid; 11 (qpint8) and 13 (pfp32) are packed layouts
 # with no size per element, so a constant of them cannot be checked and is refused.
@@ -112,7 +152,20 @@ def cpp_header() -> str:
               f"constexpr unsigned kScaleBits = {SCALE_BITS}, kGroupScaleBits = {GROUP_SCALE_BITS};",
               f"constexpr uint32_t kMaxDims = {MAX_DIMS}, kMaxExterns = {MAX_EXTERNS};",
               f"constexpr uint32_t kExternalFlags = {EXTERNAL_FLAGS:#x};",
-              f"constexpr uint64_t kMaxElements = uint64_t{{1}} << {MAX_ELEMENTS.bit_length() - 1};", "",
+              f"constexpr uint64_t kMaxElements = uint64_t{{1}} << {MAX_ELEMENTS.bit_length() - 1};",
+              f"constexpr uint32_t kNoValue = {NO_VALUE:#x}, kExternalInput = {EXTERNAL_INPUT:#x};", "",
+              "// XNodeUnion's members by tag - 1: the slots of the value ids each reads and writes, and of the vectors",
+              "// read one entry per dim of its input.",
+              "struct NodeLayout {",
+              "  const char* name;",
+              "  uint8_t num_inputs, inputs[5], num_outputs, outputs[2], num_per_input_dim, per_input_dim[2];",
+              "};",
+              "constexpr NodeLayout kNodeKinds[] = {"]
+    for name, shape in NODE_KINDS:
+        fields = NODE_SHAPES[shape]
+        slots = [fields.get(key, ()) for key in ("inputs", "outputs", "per_input_dim")]
+        lines.append(f'    {{"{name}", ' + ", ".join(f"{len(s)}, {{{', '.join(map(str, s))}}}" for s in slots) + "},")
+    lines += ["};", "",
               "} // namespace custom_ops_runner::xnnpack_layout", ""]
     return "\n".join(lines)
 

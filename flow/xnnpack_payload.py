@@ -107,11 +107,25 @@ class Value:
 
 
 @dataclass
+class Node:
+    kind: int  # the XNodeUnion tag: L.NODE_KINDS[kind - 1] when known
+    present: bool = False  # its table is there (XNNPACK's compiler reads it unchecked)
+    inputs: list[int] | None = None  # the value ids it reads (L.NODE_SHAPES), None when kind or table is unknown
+    outputs: list[int] | None = None
+    per_input_dim: list[int | None] | None = None  # lengths of the vectors read one entry per input dim (None: absent)
+
+    @property
+    def name(self) -> str:
+        return L.NODE_KINDS[self.kind - 1][0] if 1 <= self.kind <= len(L.NODE_KINDS) else f"kind {self.kind}"
+
+
+@dataclass
 class Payload:
     header: dict | None
     identifier: bytes
     num_externs: int = 0
     num_nodes: int | None = None
+    nodes: list[Node] | None = None
     input_ids: list[int] | None = None
     output_ids: list[int] | None = None
     constants: list[tuple[int, int, bytes | None]] | None = None  # ConstantDataOffset: (offset, size, named_key)
@@ -137,8 +151,9 @@ def read(payload: bytes, header: dict | None = None) -> Payload:
     r, G, T = FlatReader(graph_bytes), L.SLOTS["XNNGraph"], L.SLOTS["XNNTensorValue"]
     graph = r.target(0)
     result.num_externs = r.scalar(graph, G["num_externs"], "I")
-    nodes = r.vector(graph, G["xnodes"], 4)
-    result.num_nodes = None if nodes is None else nodes[1]
+    nodes = r.tables(graph, G["xnodes"])
+    result.num_nodes = None if nodes is None else len(nodes)
+    result.nodes = None if nodes is None else [_read_node(r, at) for at in nodes]
     result.input_ids = r.scalars(graph, G["input_ids"], "I")
     result.output_ids = r.scalars(graph, G["output_ids"], "I")
     C = L.SLOTS["ConstantDataOffset"]
@@ -173,6 +188,21 @@ def read(payload: bytes, header: dict | None = None) -> Payload:
     return result
 
 
+def _read_node(r: FlatReader, at: int) -> Node:
+    node = Node(kind=r.scalar(at, L.SLOTS["XNode"]["xnode_union_type"], "B"))
+    if not 1 <= node.kind <= len(L.NODE_KINDS):
+        return node
+    table = r.child(at, L.SLOTS["XNode"]["xnode_union"])
+    node.present = bool(table)
+    if table:
+        shape = L.NODE_SHAPES[L.NODE_KINDS[node.kind - 1][1]]
+        node.inputs = [r.scalar(table, slot, "I") for slot in shape["inputs"]]
+        node.outputs = [r.scalar(table, slot, "I") for slot in shape["outputs"]]
+        node.per_input_dim = [None if (v := r.vector(table, slot, 4)) is None else v[1]
+                              for slot in shape.get("per_input_dim", ())]
+    return node
+
+
 def _read_quant(r: FlatReader, quantized: int) -> Quant:
     Q = L.SLOTS["XNNQuantizedTensorValue"]
     quant = Quant(kind=r.scalar(quantized, Q["quant_params_type"], "B"))
@@ -204,6 +234,10 @@ def describe(p: Payload) -> list[str]:
               f"input_ids={ints(p.input_ids)}", f"output_ids={ints(p.output_ids)}"]
     for i, (offset, size, key) in enumerate(p.constants or []):
         lines.append(f"constant[{i}]={offset},{size},{'-' if key is None else key.decode('latin-1')}")
+    for i, n in enumerate(p.nodes or []):
+        lengths = "-" if n.per_input_dim is None else ",".join("-" if x is None else str(x) for x in n.per_input_dim)
+        lines.append(f"node[{i}]=kind:{n.kind} table:{int(n.present)} inputs:{ints(n.inputs)} "
+                     f"outputs:{ints(n.outputs)} per_input_dim:{lengths}")
     for i, v in enumerate(p.values or []):
         line = (f"value[{i}]=kind:{v.kind} datatype:{v.datatype} num_dims:{v.num_dims} dims:{ints(v.dims)} "
                 f"constant:{v.constant_buffer_idx} external_id:{v.external_id} flags:{v.flags} id_out:{v.id_out}")
@@ -268,6 +302,50 @@ def _graph_problem(p: Payload, named_data: dict[bytes, int] | None, delegate_arg
     for i, v in enumerate(p.values):
         if v.kind in (L.XVALUE_TENSOR, L.XVALUE_QUANTIZED) and (message := _value_problem(p, v, named_data)):
             return f"value {i}: {message}"
+    return _nodes_problem(p)
+
+
+def _nodes_problem(p: Payload) -> str | None:
+    """The nodes in the order XNNPACK runs them: each of a kind XNNPACK knows, with its table, reading only values
+    that exist by then (external inputs, constants, what an earlier node wrote) and writing each other value once.
+    XNNPACK's subgraph optimizer follows a read value to its writer unchecked (libFuzzer: a Convert whose output id
+    became its input's left the FullyConnected after it reading a value no node writes: SIGSEGV)."""
+    by_id: dict[int, int] = {}
+    for i, v in enumerate(p.values):
+        if v.kind in (L.XVALUE_TENSOR, L.XVALUE_QUANTIZED):
+            if v.id_out in by_id:
+                return f"value {i}: id_out {v.id_out} is also value {by_id[v.id_out]}'s"
+            by_id[v.id_out] = i
+    written: dict[int, int] = {}  # value id -> the node that wrote it
+    for i, n in enumerate(p.nodes or []):
+        if not 1 <= n.kind <= len(L.NODE_KINDS):
+            return f"node {i} is of kind {n.kind}, not one XNNPACK knows (1 to {len(L.NODE_KINDS)})"
+        what = f"node {i} ({n.name})"
+        if not n.present:
+            return f"{what} has no table of fields"
+        for id_ in n.inputs:
+            if id_ == L.NO_VALUE:
+                continue
+            if id_ not in by_id:
+                return f"{what} reads value id {id_}, which no value defines"
+            v = p.values[by_id[id_]]
+            if not (v.flags & L.EXTERNAL_INPUT or v.constant_buffer_idx or id_ in written):
+                return f"{what} reads value id {id_} before any node writes it"
+        if n.per_input_dim:
+            rank = p.values[by_id[n.inputs[0]]].num_dims if n.inputs[0] in by_id else 0
+            if any(length is None or length < rank for length in n.per_input_dim):
+                return f"{what} has a vector shorter than its input's {rank} dims"
+        for id_ in n.outputs:
+            if id_ == L.NO_VALUE:
+                continue
+            if id_ not in by_id:
+                return f"{what} writes value id {id_}, which no value defines"
+            v = p.values[by_id[id_]]
+            if v.flags & L.EXTERNAL_INPUT or v.constant_buffer_idx:
+                return f"{what} writes value id {id_}, {'an external input' if v.constant_buffer_idx == 0 else 'a constant'}"
+            if id_ in written:
+                return f"{what} writes value id {id_}, which node {written[id_]} wrote already"
+            written[id_] = i
     return None
 
 

@@ -29,6 +29,10 @@ namespace XValue {
 constexpr int kXvalueUnionType = 0;
 constexpr int kXvalueUnion = 1;
 } // namespace XValue
+namespace XNode {
+constexpr int kXnodeUnionType = 0;
+constexpr int kXnodeUnion = 1;
+} // namespace XNode
 namespace XNNTensorValue {
 constexpr int kDatatype = 0;
 constexpr int kNumDims = 1;
@@ -149,5 +153,62 @@ constexpr unsigned kScaleBits = 32, kGroupScaleBits = 16;
 constexpr uint32_t kMaxDims = 6, kMaxExterns = 4096;
 constexpr uint32_t kExternalFlags = 0x3;
 constexpr uint64_t kMaxElements = uint64_t{1} << 48;
+constexpr uint32_t kNoValue = 0xffffffff, kExternalInput = 0x1;
+
+// XNodeUnion's members by tag - 1: the slots of the value ids each reads and writes, and of the vectors
+// read one entry per dim of its input.
+struct NodeLayout {
+  const char* name;
+  uint8_t num_inputs, inputs[5], num_outputs, outputs[2], num_per_input_dim, per_input_dim[2];
+};
+constexpr NodeLayout kNodeKinds[] = {
+    {"XNNAdd", 2, {0, 1}, 1, {2}, 0, {}},
+    {"XNNFullyConnected", 3, {0, 1, 2}, 1, {3}, 0, {}},
+    {"XNNSoftmax", 1, {0}, 1, {1}, 0, {}},
+    {"XNNSigmoid", 1, {0}, 1, {1}, 0, {}},
+    {"XNNStaticTranspose", 1, {2}, 1, {3}, 0, {}},
+    {"XNNClamp", 1, {0}, 1, {1}, 0, {}},
+    {"XNNConv2d", 3, {15, 16, 17}, 1, {18}, 0, {}},
+    {"XNNDiv", 2, {0, 1}, 1, {2}, 0, {}},
+    {"XNNStaticResizeBilinear2D", 1, {2}, 1, {3}, 0, {}},
+    {"XNNStaticConstantPad", 1, {3}, 1, {4}, 2, {0, 1}},
+    {"XNNAvgPooling2d", 1, {10}, 1, {11}, 0, {}},
+    {"XNNMinimum", 2, {0, 1}, 1, {2}, 0, {}},
+    {"XNNDepthwiseConv2d", 3, {15, 16, 17}, 1, {18}, 0, {}},
+    {"XNNMaxPooling2d", 1, {10}, 1, {11}, 0, {}},
+    {"XNNMultiply", 2, {0, 1}, 1, {2}, 0, {}},
+    {"XNNSubtract", 2, {0, 1}, 1, {2}, 0, {}},
+    {"XNNFloor", 1, {0}, 1, {1}, 0, {}},
+    {"XNNConvert", 1, {0}, 1, {1}, 0, {}},
+    {"XNNGlobalAvgPooling2d", 1, {0}, 1, {1}, 0, {}},
+    {"XNNStaticReshape", 1, {2}, 1, {3}, 0, {}},
+    {"XNNArgMaxPooling2d", 1, {6}, 2, {7, 8}, 0, {}},
+    {"XNNSquareRoot", 1, {0}, 1, {1}, 0, {}},
+    {"XNNCeiling", 1, {0}, 1, {1}, 0, {}},
+    {"XNNHardswish", 1, {0}, 1, {1}, 0, {}},
+    {"XNNLeakyReLU", 1, {1}, 1, {2}, 0, {}},
+    {"XNNMaximum", 2, {0, 1}, 1, {2}, 0, {}},
+    {"XNNNegate", 1, {0}, 1, {1}, 0, {}},
+    {"XNNSquare", 1, {0}, 1, {1}, 0, {}},
+    {"XNNELU", 1, {1}, 1, {2}, 0, {}},
+    {"XNNAbs", 1, {0}, 1, {1}, 0, {}},
+    {"XNNPReLU", 2, {0, 1}, 1, {2}, 0, {}},
+    {"XNNConcatenate2", 2, {1, 2}, 1, {5}, 0, {}},
+    {"XNNConcatenate3", 3, {1, 2, 3}, 1, {5}, 0, {}},
+    {"XNNConcatenate4", 4, {1, 2, 3, 4}, 1, {5}, 0, {}},
+    {"XNNStaticSlice", 1, {3}, 1, {4}, 0, {}},
+    {"XNNScaledDotProductAttention", 5, {0, 1, 2, 3, 4}, 1, {5}, 0, {}},
+    {"XNNBatchMatrixMultiply", 2, {0, 1}, 1, {2}, 0, {}},
+    {"XNNConcatenate5", 5, {1, 2, 3, 4, 7}, 1, {5}, 0, {}},
+    {"XNNConvTranspose2d", 3, {15, 16, 17}, 1, {18}, 0, {}},
+    {"XNNReciprocalSquareRoot", 1, {0}, 1, {1}, 0, {}},
+    {"XNNLog", 1, {0}, 1, {1}, 0, {}},
+    {"XNNGelu", 1, {0}, 1, {1}, 0, {}},
+    {"XNNTanh", 1, {0}, 1, {1}, 0, {}},
+    {"XNNExp", 1, {0}, 1, {1}, 0, {}},
+    {"XNNSin", 1, {0}, 1, {1}, 0, {}},
+    {"XNNCopy", 1, {0}, 1, {1}, 0, {}},
+    {"XNNCos", 1, {0}, 1, {1}, 0, {}},
+};
 
 } // namespace custom_ops_runner::xnnpack_layout

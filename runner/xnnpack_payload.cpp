@@ -146,11 +146,21 @@ struct Constant {
   std::optional<std::string> named_key;
 };
 
+struct Node {
+  uint8_t kind = 0;  // the XNodeUnion tag: L::kNodeKinds[kind - 1] when known
+  bool present = false;  // its table is there (XNNPACK's compiler reads it unchecked)
+  std::optional<std::vector<uint32_t>> inputs, outputs;  // the value ids it reads and writes; none: kind or table unknown
+  std::optional<std::vector<std::optional<uint32_t>>> per_input_dim;  // vector lengths read one entry per input dim
+};
+
+constexpr size_t kNumNodeKinds = sizeof(L::kNodeKinds) / sizeof(L::kNodeKinds[0]);
+
 struct Payload {
   std::optional<Header> header;
   std::string identifier;
   uint32_t num_externs = 0;
   std::optional<uint32_t> num_nodes;
+  std::optional<std::vector<Node>> nodes;
   std::optional<std::vector<uint32_t>> input_ids, output_ids;
   std::optional<std::vector<Constant>> constants;
   std::optional<std::vector<Value>> values;
@@ -204,6 +214,34 @@ Quant read_quant(FlatReader& r, size_t quantized) {
   return quant;
 }
 
+Node read_node(FlatReader& r, size_t at) {
+  Node node;
+  node.kind = r.scalar<uint8_t>(at, L::XNode::kXnodeUnionType);
+  if (node.kind < 1 || node.kind > kNumNodeKinds) {
+    return node;
+  }
+  const size_t table = r.child(at, L::XNode::kXnodeUnion);
+  node.present = table != 0;
+  if (table == 0) {
+    return node;
+  }
+  const L::NodeLayout& layout = L::kNodeKinds[node.kind - 1];
+  node.inputs.emplace();
+  node.outputs.emplace();
+  node.per_input_dim.emplace();
+  for (int i = 0; i < layout.num_inputs; ++i) {
+    node.inputs->push_back(r.scalar<uint32_t>(table, layout.inputs[i]));
+  }
+  for (int i = 0; i < layout.num_outputs; ++i) {
+    node.outputs->push_back(r.scalar<uint32_t>(table, layout.outputs[i]));
+  }
+  for (int i = 0; i < layout.num_per_input_dim; ++i) {
+    auto found = r.vector(table, layout.per_input_dim[i], 4);
+    node.per_input_dim->push_back(found ? std::optional<uint32_t>(found->second) : std::nullopt);
+  }
+  return node;
+}
+
 // The payload's fields as XNNPACK will read them (p.header already read); false when the walk leaves the bytes. A
 // header that places the graph outside the payload leaves everything past it unread (the header check reports it).
 bool read_payload(const uint8_t* payload, size_t size, Payload& p) {
@@ -220,8 +258,12 @@ bool read_payload(const uint8_t* payload, size_t size, Payload& p) {
   FlatReader r(graph_bytes, length);
   const size_t graph = r.target(0);
   p.num_externs = r.scalar<uint32_t>(graph, L::XNNGraph::kNumExterns);
-  if (auto nodes = r.vector(graph, L::XNNGraph::kXnodes, 4)) {
-    p.num_nodes = nodes->second;
+  if (auto nodes = r.tables(graph, L::XNNGraph::kXnodes)) {
+    p.num_nodes = static_cast<uint32_t>(nodes->size());
+    p.nodes.emplace();
+    for (size_t at : *nodes) {
+      p.nodes->push_back(read_node(r, at));
+    }
   }
   p.input_ids = r.scalars<uint32_t>(graph, L::XNNGraph::kInputIds);
   p.output_ids = r.scalars<uint32_t>(graph, L::XNNGraph::kOutputIds);
@@ -428,6 +470,77 @@ std::optional<std::string> value_problem(const Payload& p, const Value& v, const
   return v.quant ? quant_problem(p, v, context) : std::nullopt;
 }
 
+// The nodes in the order XNNPACK runs them: each of a kind XNNPACK knows, with its table, reading only values that
+// exist by then (external inputs, constants, what an earlier node wrote) and writing each other value once. XNNPACK's
+// subgraph optimizer follows a read value to its writer unchecked (libFuzzer: a Convert whose output id became its
+// input's left the FullyConnected after it reading a value no node writes: SIGSEGV).
+std::optional<std::string> nodes_problem(const Payload& p) {
+  std::map<uint32_t, size_t> by_id;  // id_out -> value index
+  for (size_t i = 0; i < p.values->size(); ++i) {
+    const Value& v = (*p.values)[i];
+    if (v.kind != L::kXValueTensor && v.kind != L::kXValueQuantized) {
+      continue;
+    }
+    if (auto [it, inserted] = by_id.emplace(v.id_out, i); !inserted) {
+      return "value " + std::to_string(i) + ": id_out " + std::to_string(v.id_out) + " is also value " +
+          std::to_string(it->second) + "'s";
+    }
+  }
+  std::map<uint32_t, size_t> written;  // value id -> the node that wrote it
+  for (size_t i = 0; i < p.nodes->size(); ++i) {
+    const Node& n = (*p.nodes)[i];
+    if (n.kind < 1 || n.kind > kNumNodeKinds) {
+      return "node " + std::to_string(i) + " is of kind " + std::to_string(n.kind) + ", not one XNNPACK knows (1 to " +
+          std::to_string(kNumNodeKinds) + ")";
+    }
+    const std::string what = "node " + std::to_string(i) + " (" + L::kNodeKinds[n.kind - 1].name + ")";
+    if (!n.present) {
+      return what + " has no table of fields";
+    }
+    for (uint32_t id : *n.inputs) {
+      if (id == L::kNoValue) {
+        continue;
+      }
+      auto found = by_id.find(id);
+      if (found == by_id.end()) {
+        return what + " reads value id " + std::to_string(id) + ", which no value defines";
+      }
+      const Value& v = (*p.values)[found->second];
+      if ((v.flags & L::kExternalInput) == 0 && v.constant_buffer_idx == 0 && written.count(id) == 0) {
+        return what + " reads value id " + std::to_string(id) + " before any node writes it";
+      }
+    }
+    if (!n.per_input_dim->empty()) {
+      auto input = by_id.find(n.inputs->front());
+      const uint32_t rank = input == by_id.end() ? 0 : (*p.values)[input->second].num_dims;
+      for (const auto& length : *n.per_input_dim) {
+        if (!length || *length < rank) {
+          return what + " has a vector shorter than its input's " + std::to_string(rank) + " dims";
+        }
+      }
+    }
+    for (uint32_t id : *n.outputs) {
+      if (id == L::kNoValue) {
+        continue;
+      }
+      auto found = by_id.find(id);
+      if (found == by_id.end()) {
+        return what + " writes value id " + std::to_string(id) + ", which no value defines";
+      }
+      const Value& v = (*p.values)[found->second];
+      if ((v.flags & L::kExternalInput) != 0 || v.constant_buffer_idx != 0) {
+        return what + " writes value id " + std::to_string(id) + ", " +
+            (v.constant_buffer_idx == 0 ? "an external input" : "a constant");
+      }
+      if (auto [it, inserted] = written.emplace(id, i); !inserted) {
+        return what + " writes value id " + std::to_string(id) + ", which node " + std::to_string(it->second) +
+            " wrote already";
+      }
+    }
+  }
+  return std::nullopt;
+}
+
 std::optional<std::string> graph_problem(const Payload& p, const PayloadContext& context) {
   if (!p.values || !p.num_nodes) {
     return std::string("its XNNPACK graph has no values or no nodes");
@@ -455,7 +568,7 @@ std::optional<std::string> graph_problem(const Payload& p, const PayloadContext&
       }
     }
   }
-  return std::nullopt;
+  return nodes_problem(p);
 }
 
 constexpr const char* kUnreadable = "its XNNPACK graph cannot be read (an offset or length points outside it)";
@@ -516,6 +629,20 @@ std::vector<std::string> describe_xnnpack_payload(const uint8_t* payload, size_t
     const Constant& c = (*p.constants)[i];
     lines.push_back("constant[" + std::to_string(i) + "]=" + std::to_string(c.offset) + "," + std::to_string(c.size) +
                     "," + c.named_key.value_or("-"));
+  }
+  for (size_t i = 0; p.nodes && i < p.nodes->size(); ++i) {
+    const Node& n = (*p.nodes)[i];
+    std::string lengths = "-";
+    if (n.per_input_dim) {
+      lengths.clear();
+      for (size_t j = 0; j < n.per_input_dim->size(); ++j) {
+        const auto& length = (*n.per_input_dim)[j];
+        lengths += (j ? "," : "") + (length ? std::to_string(*length) : std::string("-"));
+      }
+    }
+    lines.push_back("node[" + std::to_string(i) + "]=kind:" + std::to_string(n.kind) +
+                    " table:" + std::to_string(n.present ? 1 : 0) + " inputs:" + join(n.inputs) +
+                    " outputs:" + join(n.outputs) + " per_input_dim:" + lengths);
   }
   for (size_t i = 0; p.values && i < p.values->size(); ++i) {
     const Value& v = (*p.values)[i];

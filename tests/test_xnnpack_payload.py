@@ -81,11 +81,43 @@ def serialized_graph():
     inline = [(0, 0), (0, 48), (64, 15), (80, 12), (96, 8), (112, 16)]
     constant_data = [S.ConstantDataOffset(offset=o, size=n, named_key=None) for o, n in inline]
     constant_data.append(S.ConstantDataOffset(offset=128, size=16, named_key="held_by_the_program"))
-    graph = S.XNNGraph(version="0", xnodes=[S.XNode(S.XNNFullyConnected(0, 1, 6, 7, 0), 0)],
+    no_bias = 0xFFFFFFFF  # XNN_INVALID_VALUE_ID: value 6 is neither an input nor a constant, so no node may read it
+    graph = S.XNNGraph(version="0", xnodes=[S.XNode(S.XNNFullyConnected(0, 1, no_bias, 7, 0), 0)],
                        xvalues=values, num_externs=3, input_ids=[0, 5], output_ids=[7],
                        constant_data=constant_data)
     constants = bytes(range(144))
     return serialize_xnnpack_binary(graph, bytearray(constants)), graph, constants
+
+
+def union_tags() -> dict[str, int]:
+    """XNodeUnion's members -> their tags, from the schema the wheel's serializer compiles with."""
+    import re
+
+    from executorch.backends.xnnpack.serialization.xnnpack_graph_serialize import _get_schema_bytes
+
+    body = re.search(r"union XNodeUnion \{(.*?)\}", _get_schema_bytes().decode(), re.S).group(1)
+    members = [line.split(":")[0].strip().rstrip(",") for line in body.splitlines() if line.strip()]
+    return {name: i + 1 for i, name in enumerate(members)}
+
+
+# The vectors XNNPACK reads one entry per dim of the node's input (xnn_define_static_constant_pad).
+PER_INPUT_DIM = {"XNNStaticConstantPad": ("pre_paddings", "post_paddings")}
+
+
+def node_line(i: int, node) -> str:
+    """What the checkers must read from one node dataclass: the fields named `*_id` it reads and writes (a
+    Concatenate<k> reads its first k inputs)."""
+    import dataclasses
+
+    kind = type(node).__name__
+    ids = [f.name for f in dataclasses.fields(node) if f.name.endswith("_id")]
+    inputs = [name for name in ids if not name.startswith("output")]
+    if kind.startswith("XNNConcatenate"):
+        inputs = [f"input{k}_id" for k in range(1, int(kind[-1]) + 1)]
+    outputs = [name for name in ids if name.startswith("output")]
+    lengths = ",".join(str(len(getattr(node, name))) for name in PER_INPUT_DIM.get(kind, ()))
+    return (f"node[{i}]=kind:{union_tags()[kind]} table:1 inputs:{','.join(str(getattr(node, n)) for n in inputs)} "
+            f"outputs:{','.join(str(getattr(node, n)) for n in outputs)} per_input_dim:{lengths}")
 
 
 def expected_lines(graph, payload: bytes) -> list[str]:
@@ -102,6 +134,7 @@ def expected_lines(graph, payload: bytes) -> list[str]:
              f"input_ids={','.join(map(str, graph.input_ids))}", f"output_ids={','.join(map(str, graph.output_ids))}"]
     lines += [f"constant[{i}]={c.offset},{c.size},{'-' if c.named_key is None else c.named_key}"
               for i, c in enumerate(graph.constant_data)]
+    lines += [node_line(i, node.xnode_union) for i, node in enumerate(graph.xnodes)]
     quant_kinds = {S.PerChannelQuant: 1, S.PerTensorQuant: 2, S.PerTokenDynamicQuant: 3, S.PerChannelGroupQuant: 4}
     for i, value in enumerate(graph.xvalues):
         union = value.xvalue_union
@@ -128,6 +161,55 @@ def test_both_checkers_read_every_field_the_serializer_wrote(cpp_checker, tmp_pa
     # And the payload is valid by both (the named constant is not looked up without a program).
     assert xnnpack_payload.problem(payload) is None
     assert cpp(cpp_checker, "check", payload, tmp_path) == ["ok"]
+
+
+def every_node_kind():
+    """One node of every kind the writer's schema has, each field a distinct number (lists [2, 3, 5], floats 0.5)."""
+    import dataclasses
+    from typing import get_type_hints
+
+    from executorch.backends.xnnpack.serialization import xnnpack_graph_schema as S
+
+    nodes, number = [], 1000
+    for name in union_tags():
+        cls = getattr(S, name)
+        fields = {}
+        for field, hint in get_type_hints(cls).items():
+            if field in {f.name for f in dataclasses.fields(cls)}:
+                number += 1
+                fields[field] = [2, 3, 5] if "List" in str(hint) else 0.5 if hint is float else number
+        nodes.append(S.XNode(cls(**fields), debug_handle=len(nodes)))
+    return nodes
+
+
+def test_both_checkers_read_the_value_ids_of_every_node_kind_the_serializer_writes(cpp_checker, tmp_path):
+    from executorch.backends.xnnpack.serialization.xnnpack_graph_serialize import serialize_xnnpack_binary
+
+    _, graph, constants = serialized_graph()
+    graph.xnodes = every_node_kind()
+    assert [name for name, _ in L.NODE_KINDS] == list(union_tags()), "the table's kinds are the schema's, in order"
+    payload = serialize_xnnpack_binary(graph, bytearray(constants))
+    expected = [node_line(i, node.xnode_union) for i, node in enumerate(graph.xnodes)]
+    assert [line for line in xnnpack_payload.describe(xnnpack_payload.read(payload)) if line.startswith("node")] == \
+        expected
+    assert [line for line in cpp(cpp_checker, "describe", payload, tmp_path) if line.startswith("node")] == expected
+
+
+@pytest.mark.parametrize("dims, words", [(2, None), (3, "has a vector shorter than its input's 3 dims")])
+def test_a_padding_vector_shorter_than_the_inputs_rank_is_refused_alike(dims, words, cpp_checker, tmp_path):
+    """XNNPACK reads one padding per dim of the input, past the end of a shorter vector."""
+    from executorch.backends.xnnpack.serialization import xnnpack_graph_schema as S
+    from executorch.backends.xnnpack.serialization.xnnpack_graph_serialize import serialize_xnnpack_binary
+
+    _, graph, constants = serialized_graph()
+    graph.xvalues[0].xvalue_union.dims = [2] * dims
+    graph.xvalues[0].xvalue_union.num_dims = dims
+    graph.xnodes = [S.XNode(S.XNNStaticConstantPad(pre_paddings=[1, 1], post_paddings=[0, 0], padding_value=0.0,
+                                                   input_id=0, output_id=7, flags=0), 0)]
+    payload = serialize_xnnpack_binary(graph, bytearray(constants))
+    message = xnnpack_payload.problem(payload)
+    assert (message is None) if words is None else (words in message)
+    assert cpp(cpp_checker, "check", payload, tmp_path) == [message or "ok"]
 
 
 def payload_with_header(payload: bytes, **fields) -> bytes:
@@ -201,7 +283,7 @@ def targeted(decoder_programs, tmp_path_factory) -> list[tuple[str, str, str]]:
             file = directory / f"{variant}_{i:02d}.pte"
             file.write_bytes(mutant.data)
             found.append((f"{variant}: {mutant.name}", mutant.expect, str(file)))
-    assert len(found) >= 45, "every field's mutant of both decoders"
+    assert len(found) == 66, "every field's mutant of both decoders"
     return found
 
 

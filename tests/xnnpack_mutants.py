@@ -59,8 +59,9 @@ def split(payload: bytes) -> Payload:
     return Payload(as_json, constants)
 
 
-def join(p: Payload) -> bytes:
-    """The payload as XNNPACK's serializer lays it out (serialize_xnnpack_binary), from JSON instead of dataclasses."""
+def join(p: Payload, patch: Callable[[bytearray], None] | None = None) -> bytes:
+    """The payload as XNNPACK's serializer lays it out (serialize_xnnpack_binary), from JSON instead of dataclasses;
+    patch: edits the compiled flatbuffer in place (for what flatc refuses to write, e.g. an unknown union tag)."""
     from executorch.backends.xnnpack.serialization.xnnpack_graph_serialize import (
         CONSTANT_TENSOR_ALIGNMENT, XNNHeader, _aligned_size, _pad_to)
     from executorch.exir._serialize._flatbuffer import _flatc_compile
@@ -71,7 +72,9 @@ def join(p: Payload) -> bytes:
             json.dump(p.graph, f)
         _flatc_compile(d, schema, os.path.join(d, "schema.json"))
         with open(os.path.join(d, "schema.bin"), "rb") as f:
-            flatbuffer = f.read()
+            flatbuffer = bytearray(f.read())
+    if patch is not None:
+        patch(flatbuffer)
     header_length = _aligned_size(XNNHeader.EXPECTED_LENGTH, CONSTANT_TENSOR_ALIGNMENT)
     graph_length = _aligned_size(len(flatbuffer), CONSTANT_TENSOR_ALIGNMENT)
     header = XNNHeader(flatbuffer_offset=header_length, flatbuffer_size=len(flatbuffer),
@@ -119,6 +122,72 @@ def _graph_mutant(pte_bytes: bytes, name: str, expect: str, edit: Callable[[Payl
         edit(p)
         payloads[0] = join(p)
     return Mutant(name, expect, _rewrite(pte_bytes, change))
+
+
+def _node_ids(node: dict) -> tuple[list[str], list[str]]:
+    """The names of the value-id fields a node's table reads and writes (by the schema's naming: `*_id`)."""
+    ids = [k for k in node["xnode_union"] if k.endswith("_id")]
+    return [k for k in ids if not k.startswith("output")], [k for k in ids if k.startswith("output")]
+
+
+def _first_node_tag_patch(flatbuffer: bytearray) -> None:
+    """Sets the first node's union tag one past XNodeUnion's last member, read with flatbuffers' own table API."""
+    from flatbuffers import encode, number_types
+    from flatbuffers.table import Table
+
+    def slot(index):
+        return 4 + 2 * index
+
+    graph = Table(flatbuffer, encode.Get(number_types.UOffsetTFlags.packer_type, flatbuffer, 0))
+    nodes = graph.Vector(graph.Offset(slot(L.SLOTS["XNNGraph"]["xnodes"])))
+    node = Table(flatbuffer, graph.Indirect(nodes))
+    flatbuffer[node.Pos + node.Offset(slot(L.SLOTS["XNode"]["xnode_union_type"]))] = len(L.NODE_KINDS) + 1
+
+
+def _node_mutants(pte_bytes: bytes) -> list[Mutant]:
+    """The node fields XNNPACK's compiler and subgraph optimizer trust: kinds, tables, and which values each node reads
+    and writes (the first is the shape of a libFuzzer finding that crashed XNNPACK's optimizer)."""
+    def edit_first_delegate(change):
+        def edit(p):
+            nodes, values = p.graph["xnodes"], [t for _, t, _ in _tensors(p.graph)]
+            assert len(nodes) >= 2, "the node mutants need a delegate with two nodes"
+            change(nodes, values)
+        return edit
+
+    def writes_its_input(nodes, values):
+        node = next(n for n in nodes if any(v["id_out"] == n["xnode_union"][_node_ids(n)[0][0]] and v["flags"] & 1
+                                            for v in values))
+        inputs, outputs = _node_ids(node)
+        node["xnode_union"][outputs[0]] = node["xnode_union"][inputs[0]]
+
+    def reads_undefined(nodes, values):
+        nodes[0]["xnode_union"][_node_ids(nodes[0])[0][0]] = max(v["id_out"] for v in values) + 1
+
+    def reads_before_written(nodes, values):
+        nodes[0]["xnode_union"][_node_ids(nodes[0])[0][0]] = nodes[-1]["xnode_union"][_node_ids(nodes[-1])[1][0]]
+
+    def written_twice(nodes, values):
+        nodes[-1]["xnode_union"][_node_ids(nodes[-1])[1][0]] = nodes[0]["xnode_union"][_node_ids(nodes[0])[1][0]]
+
+    def id_out_shared(nodes, values):
+        values[1]["id_out"] = values[0]["id_out"]
+
+    def no_table(nodes, values):
+        del nodes[0]["xnode_union"]
+
+    def unknown_kind(pte, payloads):
+        payloads[0] = join(split(payloads[0]), patch=_first_node_tag_patch)
+
+    edits = [
+        ("a node writing the external input it reads", "an external input", writes_its_input),
+        ("a node reading a value id no value has", "which no value defines", reads_undefined),
+        ("a node reading a value before any node writes it", "before any node writes it", reads_before_written),
+        ("two nodes writing one value", "wrote already", written_twice),
+        ("two values with one id_out", "id_out", id_out_shared),
+        ("a node without its table", "has no table of fields", no_table),
+    ]
+    return [_graph_mutant(pte_bytes, name, expect, edit_first_delegate(change)) for name, expect, change in edits] + [
+        Mutant("a node of a kind XNNPACK does not know", "not one XNNPACK knows", _rewrite(pte_bytes, unknown_kind))]
 
 
 def _header_mutant(pte_bytes: bytes, name: str, expect: str, field: str, value: Callable[[bytes], int]) -> Mutant:
@@ -244,6 +313,7 @@ def mutants(pte_bytes: bytes, quantized: bool) -> list[Mutant]:
              lambda p: per_token(p)[2]["quant_params"].update(num_nonbatch_dims=len(per_token(p)[1]["dims"]) + 1)),
         ]
     out += [_graph_mutant(pte_bytes, name, expect, edit) for name, expect, edit in graph_edits]
+    out += _node_mutants(pte_bytes)
 
     # Constants held in the payload's own constant region (what an older serializer writes): offsets in play.
     def inline_edit(change):
