@@ -29,6 +29,24 @@ CODEGEN_DIR = os.path.join("build", "my_ops_codegen")  # relative: setuptools wa
 SHARED_MODULES = ["flow/torch_compat.py", "flow/vmap_rules.py"]
 
 
+def compile_through_ccache():
+    """The wheel's compiles through ccache when it is found, as CMake's are (cmake/CompilerCache.cmake): the same AOT
+    sources build again after a clean and in copies of the repository (an editable install compiles elsewhere,
+    against its own venv's include directory, and misses). ccache stands in for c++ (a link named c++ ahead on PATH);
+    paths under this directory are hashed relative to the build directory. CUSTOM_OPS_CCACHE=OFF compiles directly."""
+    ccache = shutil.which("ccache") or shutil.which("ccache", path=os.path.dirname(sys.executable))  # the venv's
+    if ccache is None or os.environ.get("CUSTOM_OPS_CCACHE", "ON").upper() in ("OFF", "0", "NO", "FALSE"):
+        return
+    links = os.path.join(HERE, "build", "ccache-bin")
+    os.makedirs(links, exist_ok=True)
+    for name in ("c++", "cc"):
+        if not os.path.lexists(os.path.join(links, name)):
+            os.symlink(ccache, os.path.join(links, name))
+    os.environ["PATH"] = links + os.pathsep + os.environ.get("PATH", "")
+    os.environ.setdefault("CCACHE_DIR", os.path.join(HERE, "cmake-out", "ccache"))
+    os.environ["CCACHE_BASEDIR"] = HERE
+
+
 def cpp_ops():
     return [op for op in declarations.load().values() if op.from_cpp]
 
@@ -76,6 +94,7 @@ class BuildPyWithRegistrations(build_py):
             f.write(f"OPS = {[op.as_manifest() for op in ops]!r}\n")
 
 
+compile_through_ccache()
 setup(
     packages=["my_ops"],
     py_modules=[],

@@ -323,13 +323,13 @@ def _nodes_problem(p: Payload) -> str | None:
         what = f"node {i} ({n.name})"
         if not n.present:
             return f"{what} has no table of fields"
+        for verb, ids in (("reads", n.inputs), ("writes", n.outputs)):
+            for id_ in ids:
+                if id_ != L.NO_VALUE and id_ not in by_id:
+                    return f"{what} {verb} value id {id_}, which no value defines"
         for id_ in n.inputs:
-            if id_ == L.NO_VALUE:
-                continue
-            if id_ not in by_id:
-                return f"{what} reads value id {id_}, which no value defines"
-            v = p.values[by_id[id_]]
-            if not (v.flags & L.EXTERNAL_INPUT or v.constant_buffer_idx or id_ in written):
+            v = p.values[by_id[id_]] if id_ != L.NO_VALUE else None
+            if v is not None and not (v.flags & L.EXTERNAL_INPUT or v.constant_buffer_idx or id_ in written):
                 return f"{what} reads value id {id_} before any node writes it"
         if n.per_input_dim:
             rank = p.values[by_id[n.inputs[0]]].num_dims if n.inputs[0] in by_id else 0
@@ -338,8 +338,6 @@ def _nodes_problem(p: Payload) -> str | None:
         for id_ in n.outputs:
             if id_ == L.NO_VALUE:
                 continue
-            if id_ not in by_id:
-                return f"{what} writes value id {id_}, which no value defines"
             v = p.values[by_id[id_]]
             if v.flags & L.EXTERNAL_INPUT or v.constant_buffer_idx:
                 return f"{what} writes value id {id_}, {'an external input' if v.constant_buffer_idx == 0 else 'a constant'}"

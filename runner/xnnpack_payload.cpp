@@ -497,15 +497,18 @@ std::optional<std::string> nodes_problem(const Payload& p) {
     if (!n.present) {
       return what + " has no table of fields";
     }
+    for (const auto& [verb, ids] : {std::make_pair(" reads", &*n.inputs), std::make_pair(" writes", &*n.outputs)}) {
+      for (uint32_t id : *ids) {
+        if (id != L::kNoValue && by_id.count(id) == 0) {
+          return what + verb + " value id " + std::to_string(id) + ", which no value defines";
+        }
+      }
+    }
     for (uint32_t id : *n.inputs) {
       if (id == L::kNoValue) {
         continue;
       }
-      auto found = by_id.find(id);
-      if (found == by_id.end()) {
-        return what + " reads value id " + std::to_string(id) + ", which no value defines";
-      }
-      const Value& v = (*p.values)[found->second];
+      const Value& v = (*p.values)[by_id.at(id)];
       if ((v.flags & L::kExternalInput) == 0 && v.constant_buffer_idx == 0 && written.count(id) == 0) {
         return what + " reads value id " + std::to_string(id) + " before any node writes it";
       }
@@ -523,11 +526,7 @@ std::optional<std::string> nodes_problem(const Payload& p) {
       if (id == L::kNoValue) {
         continue;
       }
-      auto found = by_id.find(id);
-      if (found == by_id.end()) {
-        return what + " writes value id " + std::to_string(id) + ", which no value defines";
-      }
-      const Value& v = (*p.values)[found->second];
+      const Value& v = (*p.values)[by_id.at(id)];
       if ((v.flags & L::kExternalInput) != 0 || v.constant_buffer_idx != 0) {
         return what + " writes value id " + std::to_string(id) + ", " +
             (v.constant_buffer_idx == 0 ? "an external input" : "a constant");

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import fcntl
 import glob
+import json
 import os
 import subprocess
 import sys
@@ -27,6 +28,8 @@ from helpers import CMakeBuild  # noqa: E402
 
 # One compiler cache for every build tree of the session, the repository copies' included (cmake/CompilerCache.cmake).
 os.environ.setdefault("CCACHE_DIR", os.path.join(REPO_ROOT, "cmake-out", "ccache"))
+# Without a precompiled header (it names its tree's paths), the AOT objects too are shared between those trees.
+os.environ.setdefault("CUSTOM_OPS_PRECOMPILED_HEADER", "OFF")
 
 _builds: dict[str, CMakeBuild] = {}
 
@@ -46,6 +49,21 @@ def cmake_build(name: str, *definitions: str) -> CMakeBuild:
                     pytest.fail(f"{' '.join(cmd)} failed:\n{proc.stdout[-6000:]}\n{proc.stderr[-6000:]}")
         _builds[name] = CMakeBuild(build_dir)
     return _builds[name]
+
+
+def shared_once(request, tmp_path_factory, name: str, compute):
+    """compute() once per test run, shared by the xdist workers (they wait on a lock, then read the first one's
+    result); its result must be JSON. Without xdist: compute() itself."""
+    workerinput = getattr(request.config, "workerinput", None)
+    if workerinput is None:
+        return compute()
+    root = tmp_path_factory.getbasetemp().parent  # the workers' basetemps share this parent
+    result = root / f"{name}-{workerinput['testrunuid']}.json"
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not result.exists():
+            result.write_text(json.dumps(compute()))
+        return json.loads(result.read_text())
 
 
 def op_build(op) -> CMakeBuild:
@@ -111,10 +129,15 @@ def mul3_pte(declared, tmp_path_factory) -> str:
 
 
 @pytest.fixture(scope="session")
-def aarch64_flow():
-    """Runs the aarch64 mode once (it installs the Debian packages when missing and fetches the wheel)."""
-    proc = subprocess.run(["bash", os.path.join(REPO_ROOT, "test_custom_ops.sh"), "aarch64"],
-                          capture_output=True, text=True, timeout=1800)
+def aarch64_flow(request, tmp_path_factory):
+    """Runs the aarch64 mode once per test run (it installs the Debian packages when missing and fetches the wheel);
+    its output."""
+    def run():
+        proc = subprocess.run(["bash", os.path.join(REPO_ROOT, "test_custom_ops.sh"), "aarch64"],
+                              capture_output=True, text=True, timeout=1800)
+        return {"returncode": proc.returncode, "stdout": proc.stdout, "stderr": proc.stderr}
+
+    proc = subprocess.CompletedProcess(args="aarch64", **shared_once(request, tmp_path_factory, "aarch64_flow", run))
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     return proc
 
@@ -129,12 +152,16 @@ def aarch64_package(aarch64_flow) -> str:
 
 
 @pytest.fixture(scope="session")
-def decoder_programs(aot_ops, python_ops, tmp_path_factory) -> dict[str, str]:
-    """The decoder exported as `test_custom_ops.sh model` tests it: float32 and 8-bit, both delegated to XNNPACK."""
+def decoder_programs(request, aot_ops, python_ops, tmp_path_factory) -> dict[str, str]:
+    """The decoder exported as `test_custom_ops.sh model` tests it: float32 and 8-bit, both delegated to XNNPACK;
+    exported once per test run."""
     from flow import model
 
-    directory = str(tmp_path_factory.mktemp("decoder"))
-    return {name: model.export(name, directory) for name in model.TESTED}
+    def export():
+        directory = str(tmp_path_factory.mktemp("decoder"))
+        return {name: model.export(name, directory) for name in model.TESTED}
+
+    return shared_once(request, tmp_path_factory, "decoder_programs", export)
 
 
 @pytest.fixture(scope="session")
