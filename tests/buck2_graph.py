@@ -340,9 +340,13 @@ class Executor:
     def _build_export_file(self, target):
         return Built(default=[os.path.join(self.repo, target.attrs["src"])])
 
-    def _expand_macros(self, text: str, target: Target, relative_to: str) -> str:
-        def expand(m):  # $(location x) and $(exe x): the path of x's output
-            return os.path.relpath(self.source(m.group(2), target.cell), relative_to)
+    def _expand_macros(self, text: str, target: Target, relative_to: str, inputs: list[str] | None = None) -> str:
+        """`text` with $(location x) and $(exe x) replaced by the path of x's output (appended to `inputs`)."""
+        def expand(m):
+            path = self.source(m.group(2), target.cell)
+            if inputs is not None:
+                inputs.append(path)
+            return os.path.relpath(path, relative_to)
 
         return MACRO.sub(expand, text).replace("\\$(", "$(")
 
@@ -370,19 +374,38 @@ class Executor:
             named = {name: [os.path.join(out_dir, p) for p in paths] for name, paths in attrs["outs"].items()}
             default = [os.path.join(out_dir, p) for p in attrs.get("default_outs", [])] or [out_dir]
         rel = lambda p: os.path.relpath(p, srcs_dir)  # noqa: E731  (buck2 relativizes every path to $SRCDIR)
-        cmd = self._expand_macros(attrs.get("bash") or attrs["cmd"], target, srcs_dir)
+        macro_inputs: list[str] = []
+        cmd = self._expand_macros(attrs.get("bash") or attrs["cmd"], target, srcs_dir, macro_inputs)
+        script_text = f"mkdir -p {shlex.quote(rel(prepare))} || exit 99\nexport TMP=${{TMPDIR:-/tmp}}\n{cmd}\n"
         script = os.path.join(base, "genrule.sh")
         with open(script, "w") as f:
-            f.write(f"mkdir -p {shlex.quote(rel(prepare))} || exit 99\nexport TMP=${{TMPDIR:-/tmp}}\n{cmd}\n")
-        env = {k: v for k, v in os.environ.items() if k not in self.ENV_DROPPED}
-        env.update(OUT=rel(out_env), SRCDIR="./.", SRCS=" ".join(f"./{p}" for p in short_paths),
-                   GEN_DIR="GEN_DIR_DEPRECATED", **{k: str(v) for k, v in (attrs.get("env") or {}).items()})
-        self.log(f"genrule {target.label}")
-        proc = subprocess.run(["/usr/bin/env", "bash", "-e", script], cwd=srcs_dir, env=env, capture_output=True,
-                              text=True)
-        if proc.returncode != 0:
-            raise GraphError(f"{target.label}: the genrule's cmd failed (exit {proc.returncode}): "
-                             f"{(proc.stderr or proc.stdout).strip()[-2000:]}")
+            f.write(script_text)
+        rule_env = dict(OUT=rel(out_env), SRCDIR="./.", SRCS=" ".join(f"./{p}" for p in short_paths),
+                        GEN_DIR="GEN_DIR_DEPRECATED", **{k: str(v) for k, v in (attrs.get("env") or {}).items()})
+        # The action cache, as buck2's: the command, its environment and every input by content (the srcs, and what
+        # its macros name), so a copy of the repository reruns only the genrules its change reaches.
+        key = hashlib.sha256("\0".join(
+            [script_text, repr(sorted(rule_env.items())), os.path.relpath(out_dir, base)]
+            + [f"{p}={self._content_key(os.path.join(srcs_dir, p))}" for p in short_paths]
+            + [self._content_key(p) for p in macro_inputs]).encode()).hexdigest()
+        cached = os.path.join(self.cache, f"genrule-{key}")
+        if os.path.isdir(cached):
+            shutil.copytree(cached, out_dir, symlinks=True)  # out_dir was removed above
+        else:
+            env = {k: v for k, v in os.environ.items() if k not in self.ENV_DROPPED}
+            env.update(rule_env)
+            self.log(f"genrule {target.label}")
+            proc = subprocess.run(["/usr/bin/env", "bash", "-e", script], cwd=srcs_dir, env=env, capture_output=True,
+                                  text=True)
+            if proc.returncode != 0:
+                raise GraphError(f"{target.label}: the genrule's cmd failed (exit {proc.returncode}): "
+                                 f"{(proc.stderr or proc.stdout).strip()[-2000:]}")
+            staged = f"{cached}.{os.getpid()}.tmp"  # whole or absent: another graph check may share the cache
+            shutil.copytree(out_dir, staged, symlinks=True)
+            try:
+                os.rename(staged, cached)
+            except OSError:  # another one stored it first
+                shutil.rmtree(staged)
         for path in default + [p for paths in named.values() for p in paths]:
             if not os.path.exists(path):
                 raise GraphError(f"{target.label}: the genrule's cmd did not write its output {rel(path)}")
@@ -544,10 +567,18 @@ def examples(repo: str):
 
 
 def cmake_plan(repo: str, ops) -> tuple[set[str], list[str], list[str]]:
-    """What CMake selects and compiles for `ops`: (selected operators, kernel sources, AOT sources)."""
+    """What CMake selects and compiles for `ops`: (selected operators, kernel sources, AOT sources), from the plan
+    CMake's configure step writes (codegen/run_codegen.py plan; called here, in this process, once per example)."""
+    if os.path.join(repo, "codegen") not in sys.path:
+        sys.path.insert(0, os.path.join(repo, "codegen"))
+    import run_codegen
+
     with tempfile.TemporaryDirectory() as tmp:
-        subprocess.run([sys.executable, os.path.join(repo, "codegen", "run_codegen.py"), "plan", "--build_dir", tmp,
-                        "--root_ops", ",".join(op.out_name for op in ops)], check=True, capture_output=True)
+        try:
+            run_codegen.plan(tmp, root_ops=[op.out_name for op in ops])
+        except Exception as err:  # noqa: BLE001  (whatever codegen refuses is the check's finding)
+            raise GraphError(f"codegen/run_codegen.py plan for {', '.join(op.name for op in ops)} failed: "
+                             f"{type(err).__name__}: {err}") from None
         with open(os.path.join(tmp, "custom_ops_plan.cmake")) as f:
             plan = dict(re.findall(r'set\((\w+) "([^"]*)"\)', f.read()))
         import yaml

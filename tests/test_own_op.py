@@ -141,7 +141,10 @@ DECLARATION_DRIVEN = ["tests/test_references.py", "tests/test_imports.py", "test
 
 
 def test_the_declaration_driven_tests_pass_with_the_new_ops(repo_with_recipe):
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n0", "-v", "--durations=0",
+    # The copy's own .venv (a link to this one): paths under the copy are what ccache hashes relative to it, so its
+    # builds reuse this tree's objects; through this interpreter's path, torch's headers would hash as another tree's.
+    python = os.path.join(repo_with_recipe, ".venv", "bin", "python")
+    proc = subprocess.run([python if os.path.exists(python) else sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n0", "-v", "--durations=0",
                            # The new ops' cases and every case not of one op: the project's own ops' cases ran in
                            # this suite already. wrong_functor copies the tree again; root_holds needs git.
                            *DECLARATION_DRIVEN, "-k", "(add7 or relu6 or scaled_add or not my_ops) and "
