@@ -3,7 +3,7 @@ runtime on random inputs that match the program's declared inputs, computes the 
 exported program saved beside it, .pt2, with each declared custom op replaced by its declared ATen reference), and
 compares. Each runtime executes the program several times (--num_executions) and every execution must match.
 
-    python -m flow.verify --pte x.pte --runner cmake-out/x/custom_ops_executor_runner
+    python -m flow.verify --pte x.pte [--pte y.pte ...] --runner cmake-out/x/custom_ops_executor_runner
     python -m flow.verify --pte x.pte --kernel_library cmake-out/x/libcustom_ops_lib.so     (the Python runtime)
 
 It needs no op-specific flags: the custom ops the program calls are registered with PyTorch from their declarations
@@ -147,7 +147,8 @@ def verify(pte: str, *, runner: str | None = None, kernel_library: str | None = 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pte", required=True, help="the program; its .pt2 must be beside it")
+    parser.add_argument("--pte", required=True, action="append",
+                        help="the program; its .pt2 must be beside it (repeat it to verify several, in turn)")
     parser.add_argument("--runner", help="a custom_ops_executor_runner to run it in")
     parser.add_argument("--kernel_library", help="a libcustom_ops_lib.so to run it with in the Python runtime")
     parser.add_argument("--aot_library", help="the AOT library of ops registered from C++ (default: beside the runner)")
@@ -158,17 +159,25 @@ def main() -> int:
                         help="executions per runtime; every one must match (default: %(default)s)")
     parser.add_argument("--tolerance", choices=("auto", "exact", "dtype"), default="auto")
     args = parser.parse_args()
-    try:
-        problems = verify(args.pte, runner=args.runner, kernel_library=args.kernel_library,
-                          aot_library=args.aot_library, seed=args.seed, tolerance=args.tolerance,
-                          num_executions=args.num_executions, emulator=shlex.split(args.emulator))
-    except (VerificationError, RunnerError, OSError, RuntimeError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
-    for line in problems:
-        print(f"MISMATCH {line}", file=sys.stderr)
-    print("outputs match the reference" if not problems else "error: outputs DIFFER from the reference")
-    return 1 if problems else 0
+    failed = []
+    for pte in args.pte:
+        # With several programs, each verdict names its program (one process: torch imported once).
+        named = f"{os.path.basename(pte)}: " if len(args.pte) > 1 else ""
+        try:
+            problems = verify(pte, runner=args.runner, kernel_library=args.kernel_library,
+                              aot_library=args.aot_library, seed=args.seed, tolerance=args.tolerance,
+                              num_executions=args.num_executions, emulator=shlex.split(args.emulator))
+        except (VerificationError, RunnerError, OSError, RuntimeError, ValueError) as err:
+            print(f"error: {named}{err}", file=sys.stderr)
+            print(f"{named}error: not verified")
+            failed.append(pte)
+            continue
+        for line in problems:
+            print(f"MISMATCH {named}{line}", file=sys.stderr)
+        print(f"{named}outputs match the reference" if not problems else
+              f"{named}error: outputs DIFFER from the reference")
+        failed += [pte] if problems else []
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

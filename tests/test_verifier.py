@@ -52,6 +52,19 @@ class AFewUlpsAbove(torch.nn.Module):
         return torch.ops.my_ops.mul3(x) * (1 + 2**-22)  # ~2 ulps: inside float32's default tolerance, not exact
 
 
+def test_several_programs_get_one_verdict_each_and_one_failing_fails_the_run(mul3_pte, mul3_copy, mul3_build):
+    os.remove(pt2_path(mul3_copy))  # this one cannot be verified; the others still are, each named in its verdict
+    proc = run_flow("verify", "--pte", mul3_pte, "--pte", str(mul3_copy), "--pte", mul3_pte,
+                    "--runner", mul3_build.runner)
+    assert proc.returncode == 1
+    name = os.path.basename(mul3_pte)
+    verdicts = [line for line in proc.stdout.splitlines()
+                if line.endswith(("outputs match the reference", "not verified", "DIFFER from the reference"))]
+    assert verdicts == [f"{name}: outputs match the reference", "program.pte: error: not verified",
+                        f"{name}: outputs match the reference"], proc.stdout
+    assert "error: program.pte: no reference for" in proc.stderr
+
+
 def test_a_reference_a_few_ulps_away_fails_the_exact_comparison(mul3_copy, mul3_build, tmp_path):
     export_to_pte(AFewUlpsAbove(), (torch.randn(2, 3),), tmp_path / "ulp.pte")
     shutil.copy(pt2_path(tmp_path / "ulp.pte"), pt2_path(mul3_copy))
