@@ -301,6 +301,7 @@ class Executor:
         self.cache = os.environ.get("BUCK2_GRAPH_CACHE", os.path.join(self.out, "cache"))
         os.makedirs(self.cache, exist_ok=True)
         self.built: dict[str, Built] = {}
+        self._keys: dict[str, str] = {}  # _content_key by path
         self.log = log
         cxx = targets["toolchains//:cxx"].attrs
         self.cxx = shutil.which(cxx.get("cxx_compiler") or "clang++")
@@ -459,7 +460,13 @@ class Executor:
             return list(pool.map(lambda src: self._compile_one(target, src, flags), sources))
 
     def _content_key(self, path: str) -> str:
-        """A header tree by the content of its files, any other path by the content of the file."""
+        """A header tree by the content of its files, any other path by the content of the file. Read once per run:
+        a source, a header tree or a built output does not change after it is first keyed."""
+        if path not in self._keys:
+            self._keys[path] = self._read_content_key(path)
+        return self._keys[path]
+
+    def _read_content_key(self, path: str) -> str:
         digest = hashlib.sha256()
         files = sorted(os.path.join(r, f) for r, _, fs in os.walk(path) for f in fs) if os.path.isdir(path) else [path]
         for file in files:

@@ -4,6 +4,7 @@ serialize_xnnpack_binary, field by field, in both checkers; the C++ layout heade
 each field they rely on, set to a hostile value in the float32 and the 8-bit decoder (tests/xnnpack_mutants.py), is
 one error naming that field in the runner and in the Python runtime's checked loader, never a signal or a hang."""
 
+import functools
 import os
 import subprocess
 
@@ -89,6 +90,7 @@ def serialized_graph():
     return serialize_xnnpack_binary(graph, bytearray(constants)), graph, constants
 
 
+@functools.cache
 def union_tags() -> dict[str, int]:
     """XNodeUnion's members -> their tags, from the schema the wheel's serializer compiles with."""
     import re
