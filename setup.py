@@ -60,7 +60,7 @@ def aot_extension():
     sources = [s for op in ops for s in (*op.aot_sources, *op.kernel_sources)]
     sources += [os.path.relpath(s, HERE) for s in run_codegen.generate(selection, CODEGEN_DIR, aten=True)]
     # -g0 and a stripped link: Python's own flags add -g, which made the library 14 MB instead of under 1 MB.
-    flags = ["-O3", "-g0", "-DUSE_ATEN_LIB"]  # BuildExtension adds -DPy_LIMITED_API (its minimum, Python 3.10)
+    flags = ["-O3", "-g0", *compiler_flags.ATEN_MODE]  # BuildExtension adds -DPy_LIMITED_API (its minimum, Python 3.10)
     kwargs = dict(include_dirs=[HERE], py_limited_api=True, extra_link_args=["-Wl,--strip-all"])
     if torch.version.cuda and CUDA_HOME:
         flags.append("-DCUSTOM_OPS_WITH_CUDA")

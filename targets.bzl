@@ -81,6 +81,8 @@ def wheel_libraries():
             "-isystem",
             torch + "/include/torch/csrc/api/include",
             "-D_GLIBCXX_USE_CXX11_ABI=" + _wheel_dir("torch_cxx11_abi"),
+            # Each ATen op's declarations only where included (as cmake/TorchFromWheel.cmake).
+            "-DAT_PER_OPERATOR_HEADERS",
         ],
         exported_linker_flags = ["-L" + torch + "/lib", "-ltorch", "-ltorch_cpu", "-lc10", "-Wl,-rpath," + torch + "/lib"],
         visibility = ["PUBLIC"],

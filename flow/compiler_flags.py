@@ -10,3 +10,6 @@ contract floating-point expressions; a kernel that wants an FMA writes std::fma.
 
 CXX = ["-ffp-contract=off"]
 NVCC = ["--fmad=false", "-Xcompiler=-ffp-contract=off"]
+# Kernels compiled against at::Tensor (the AOT library). AT_PER_OPERATOR_HEADERS: ATen's headers declare an op only
+# where ATen/ops/<op>.h is included, not every op (a third of each such compile); CMake's torch target says the same.
+ATEN_MODE = ["-DUSE_ATEN_LIB", "-DAT_PER_OPERATOR_HEADERS"]

@@ -105,11 +105,12 @@ def build_jit_library(ops=None, verbose: bool = False) -> str:
     run_codegen.write_selection(selection, [op.out_name for op in ops])
     sources = [os.path.join(REPO_ROOT, s) for op in ops for s in (*op.aot_sources, *op.kernel_sources)]
     sources += run_codegen.generate(selection, generated, aten=True)
-    flags = ["-O3", "-DUSE_ATEN_LIB"]
+    from flow import compiler_flags
+
+    flags = ["-O3", *compiler_flags.ATEN_MODE]
     if torch.version.cuda:
         sources += [os.path.join(REPO_ROOT, s) for op in ops for s in op.cuda_sources]
         flags.append("-DCUSTOM_OPS_WITH_CUDA")
-    from flow import compiler_flags
 
     path = load(name="custom_ops_aot_lib_jit", sources=sources, extra_cflags=flags + compiler_flags.CXX,
                 extra_cuda_cflags=flags + compiler_flags.NVCC,

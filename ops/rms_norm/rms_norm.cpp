@@ -3,7 +3,10 @@
 // and the CPU kernel's checks, for torch.export's fake tensors) and Autograd (gradients for input and weight, written
 // in ATen ops so they are differentiable again). rms_norm.out's schema and CPU kernel come from codegen
 // (custom_ops.yaml); rms_norm.py holds the ATen reference and the example model.
-#include <ATen/ATen.h>
+#include <ATen/TensorOperators.h>  // the backward's a * b: ATen/ATen.h would declare every op
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/rsqrt.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/library.h>
 

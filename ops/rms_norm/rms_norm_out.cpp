@@ -7,6 +7,10 @@
 #include "kernel_helpers/kernel_contract.h"
 #include "kernel_helpers/row_wise.h"
 
+#ifdef USE_ATEN_LIB
+#include <ATen/ops/empty_like.h>
+#endif
+
 namespace custom {
 namespace native {
 namespace {
