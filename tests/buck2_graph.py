@@ -36,6 +36,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ATTRIBUTES = os.path.join(HERE, "buck2", "prelude-rule-attrs.json")
@@ -301,7 +302,8 @@ class Executor:
         self.cache = os.environ.get("BUCK2_GRAPH_CACHE", os.path.join(self.out, "cache"))
         os.makedirs(self.cache, exist_ok=True)
         self.built: dict[str, Built] = {}
-        self._keys: dict[str, str] = {}  # _content_key by path
+        self._keys: dict = {}  # _content_key by path, _names_key by ("names", path)
+        self._manifest_lock = threading.Lock()
         self.log = log
         cxx = targets["toolchains//:cxx"].attrs
         self.cxx = shutil.which(cxx.get("cxx_compiler") or "clang++")
@@ -460,13 +462,14 @@ class Executor:
             return list(pool.map(lambda src: self._compile_one(target, src, flags), sources))
 
     def _content_key(self, path: str) -> str:
-        """A header tree by the content of its files, any other path by the content of the file. Read once per run:
-        a source, a header tree or a built output does not change after it is first keyed."""
+        """A header tree or output directory by the content of its files, any other path by the content of the file.
+        Read once per run: a source, a header tree or a built output does not change after it is first keyed."""
         if path not in self._keys:
             self._keys[path] = self._read_content_key(path)
         return self._keys[path]
 
-    def _read_content_key(self, path: str) -> str:
+    @staticmethod
+    def _read_content_key(path: str) -> str:
         digest = hashlib.sha256()
         files = sorted(os.path.join(r, f) for r, _, fs in os.walk(path) for f in fs) if os.path.isdir(path) else [path]
         for file in files:
@@ -475,21 +478,82 @@ class Executor:
                 digest.update(f.read())
         return digest.hexdigest()
 
+    def _names_key(self, tree: str) -> str:
+        """A header tree by the names it offers (what an #include can find there), not their contents."""
+        if ("names", tree) not in self._keys:
+            names = sorted(os.path.relpath(os.path.join(r, f), tree) for r, _, fs in os.walk(tree) for f in fs)
+            self._keys[("names", tree)] = hashlib.sha256("\n".join(names).encode()).hexdigest()
+        return self._keys[("names", tree)]
+
     def _compile_one(self, target, src, flags) -> str:
-        """One compile, cached by its command and inputs (like buck2's action cache): header trees and the source by
-        content, so the same compile in two targets runs once."""
-        key = [self._content_key(f) if f.startswith(self.out) else f for f in flags]
-        digest = hashlib.sha256(" ".join([self.cxx, *key, self._content_key(src)]).encode())
-        obj = os.path.join(self.cache, digest.hexdigest() + ".o")
-        if not os.path.isfile(obj):
-            self.log(f"compile {target.label}: {os.path.relpath(src, self.repo)}")
-            proc = subprocess.run([self.cxx, *flags, "-c", src, "-o", obj + ".tmp"], cwd=self.repo,
+        """One compile, cached like buck2's action cache by the command and its inputs: the source and every header
+        it read, by content (from the compiler's dependency list, as ccache's direct mode does). Header trees enter the
+        command by the names they hold, not their paths, so one source compiled by two targets whose trees offer the
+        same headers compiles once, even where the trees differ in headers it does not include."""
+        trees = [f for f in flags if f.startswith(self.out) and os.path.isdir(f)]
+        command = [f"tree:{self._names_key(f)}" if f in trees else self._content_key(f) if f.startswith(self.out)
+                   else f for f in flags]
+        command_key = hashlib.sha256(" ".join([self.cxx, *command, self._content_key(src)]).encode()).hexdigest()
+        manifest = os.path.join(self.cache, command_key + ".deps.json")
+        for deps in self._manifest_entries(manifest):
+            obj = self._object_path(command_key, deps, trees)
+            if obj and os.path.isfile(obj):
+                return obj
+        self.log(f"compile {target.label}: {os.path.relpath(src, self.repo)}")
+        with tempfile.TemporaryDirectory(dir=self.cache) as scratch:
+            depfile, tmp_obj = os.path.join(scratch, "deps.d"), os.path.join(scratch, "out.o")
+            proc = subprocess.run([self.cxx, *flags, "-MD", "-MF", depfile, "-c", src, "-o", tmp_obj], cwd=self.repo,
                                   capture_output=True, text=True)
             if proc.returncode != 0:
                 raise GraphError(f"{target.label}: compiling {os.path.relpath(src, self.repo)} failed: "
                                  f"{proc.stderr.strip()[-3000:]}")
-            os.replace(obj + ".tmp", obj)
+            deps = self._portable_deps(depfile, src, trees)
+            obj = self._object_path(command_key, deps, trees)
+            os.replace(tmp_obj, obj)
+        with self._manifest_lock:
+            entries = self._manifest_entries(manifest)
+            if deps not in entries:
+                with open(manifest + ".tmp", "w") as f:
+                    json.dump(entries + [deps], f)
+                os.replace(manifest + ".tmp", manifest)
         return obj
+
+    @staticmethod
+    def _manifest_entries(manifest: str) -> list:
+        try:
+            with open(manifest) as f:
+                return json.load(f)
+        except FileNotFoundError:
+            return []
+
+    def _portable_deps(self, depfile: str, src: str, trees: list[str]) -> list:
+        """The headers a compile read, each as [tree index, path in that tree], ["repo", path in the repository] (a
+        copy of the repository reads the same) or [None, absolute path]."""
+        with open(depfile) as f:
+            paths = shlex.split(f.read().replace("\\\n", " ").split(":", 1)[1])
+        deps = []
+        for path in (os.path.normpath(os.path.join(self.repo, p)) for p in paths):
+            if path == os.path.normpath(src):
+                continue
+            tree = next((i for i, t in enumerate(trees) if path.startswith(t + os.sep)), None)
+            if tree is None and path.startswith(self.repo + os.sep):
+                tree = "repo"
+            deps.append([tree, path if tree is None else os.path.relpath(path, self._root(tree, trees))])
+        return deps
+
+    def _object_path(self, command_key: str, deps: list, trees: list[str]) -> str | None:
+        """Where the object of this command over these headers' contents lives; None if one no longer exists."""
+        digest = hashlib.sha256(command_key.encode())
+        for tree, path in deps:
+            digest.update(f"{tree}:{path}".encode())
+            path = os.path.join(self._root(tree, trees), path) if tree is not None else path
+            if not os.path.isfile(path):
+                return None
+            digest.update(self._content_key(path).encode())
+        return os.path.join(self.cache, digest.hexdigest() + ".o")
+
+    def _root(self, tree, trees: list[str]) -> str:
+        return self.repo if tree == "repo" else trees[tree]
 
     def _dep_labels(self, target):
         return [parse_label(d, target.cell)[0] for d in deps_of(target)]

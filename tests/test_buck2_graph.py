@@ -105,3 +105,34 @@ def test_with_a_buck2_on_path_the_script_builds_exports_runs_and_verifies_each_o
     proc = run_script_buck2(os.path.join(REPO_ROOT, "tests", "buck2") + ":", "mul3", "rms_norm")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "All buck2 flows passed: mul3 rms_norm match their references" in proc.stdout
+
+
+def test_the_compile_cache_keys_on_the_headers_a_source_reads(tmp_path, monkeypatch):
+    # The graph check's compile cache: a source whose header trees sit elsewhere but offer the same names, and whose
+    # included headers have the same content, is compiled once; a change to an included header compiles again.
+    sys.path.insert(0, os.path.dirname(GRAPH_CHECK))
+    import buck2_graph
+
+    monkeypatch.setenv("BUCK2_GRAPH_CACHE", str(tmp_path / "cache"))
+    targets, _ = buck2_graph.evaluate(REPO_ROOT)
+    compiled = []
+    executor = buck2_graph.Executor(str(tmp_path), targets, log=compiled.append)
+    source = tmp_path / "use.cpp"
+    source.write_text('#include "read.h"\nint value() { return VALUE; }\n')
+
+    def compile_with(tree_name, read, unread="", extra=None):
+        tree = os.path.join(executor.out, tree_name)
+        os.makedirs(tree)
+        for name, text in {"read.h": read, "unread.h": unread, **({extra: ""} if extra else {})}.items():
+            with open(os.path.join(tree, name), "w") as f:
+                f.write(text)
+        before = len(compiled)
+        obj = executor._compile_one(targets["root//:custom_ops_lib"], str(source), ["-I", tree])
+        return obj, len(compiled) > before
+
+    first, ran = compile_with("a", "#define VALUE 1\n")
+    assert ran
+    assert compile_with("b", "#define VALUE 1\n", unread="// not included") == (first, False)
+    changed, ran = compile_with("c", "#define VALUE 2\n")
+    assert ran and changed != first
+    assert compile_with("d", "#define VALUE 1\n", extra="more.h")[1]  # a tree offering other names: compiled
