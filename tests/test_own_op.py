@@ -92,25 +92,35 @@ def test_the_new_ops_compute_what_aten_does(repo_with_recipe, program, shapes, r
         assert mismatches(run_pte(runner, pte, inputs, expected), expected, exact=True) == []
 
 
-@pytest.mark.parametrize("shapes", [[(3, 40), (3, 1)], [(2, 1, 5), (4, 1)], [(1,), (2, 3)], [(4, 1, 3), (1, 6, 1)]],
-                         ids=str)
-def test_scaled_add_broadcasts_like_aten(repo_with_recipe, shapes, tmp_path):
-    # The N-input helper's strided loop: a broadcast innermost dimension, a new leading one, the first input broadcast.
-    pte = str(tmp_path / "scaled_add.pte")
+BROADCASTS = [[(3, 40), (3, 1)], [(2, 1, 5), (4, 1)], [(1,), (2, 3)], [(4, 1, 3), (1, 6, 1)]]
+
+
+@pytest.fixture(scope="module")
+def broadcast_programs(repo_with_recipe, tmp_path_factory):
+    """scaled_add exported at each broadcast case's shapes, by the copy's own modules (one process for all)."""
+    directory = tmp_path_factory.mktemp("broadcasts")
+    programs = [str(directory / f"scaled_add_{i}.pte") for i in range(len(BROADCASTS))]
     code = f"""
 import sys
 sys.path.insert(0, {repo_with_recipe!r})
 import torch
 from ops.scaled_add import scaled_add
 from flow.export import export_to_pte
-inputs = tuple(torch.ones(s) for s in {shapes!r})
-export_to_pte(scaled_add.ScaledAddExample(), inputs, {pte!r})
+for shapes, pte in zip({BROADCASTS!r}, {programs!r}):
+    export_to_pte(scaled_add.ScaledAddExample(), tuple(torch.ones(s) for s in shapes), pte)
 """
     subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, timeout=300)
+    return programs
+
+
+@pytest.mark.parametrize("case", range(len(BROADCASTS)), ids=[str(shapes) for shapes in BROADCASTS])
+def test_scaled_add_broadcasts_like_aten(repo_with_recipe, broadcast_programs, case):
+    # The N-input helper's strided loop: a broadcast innermost dimension, a new leading one, the first input broadcast.
+    shapes = BROADCASTS[case]
     runner = os.path.join(repo_with_recipe, "cmake-out", "scaled_add", "custom_ops_executor_runner")
     inputs = [full_range(shape, torch.float32, i) / 1e3 for i, shape in enumerate(shapes)]
     expected = [inputs[0] + 0.1 * inputs[1]]
-    assert mismatches(run_pte(runner, pte, inputs, expected), expected, exact=True) == []
+    assert mismatches(run_pte(runner, broadcast_programs[case], inputs, expected), expected, exact=True) == []
 
 
 def test_scaled_add_equals_aten_bit_for_bit_on_arm64(repo_with_recipe, aarch64_package):
