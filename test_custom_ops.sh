@@ -223,23 +223,26 @@ aarch64_executorch_package() {
   echo "${site}/executorch"
 }
 
-# ARM64: the selected ops' kernels and one runner cross-compiled once (cmake-out/aarch64/all_ops), then each op's
-# example exported on this machine, run and verified under qemu. The host's combined build (cmake-out/all_ops) gives
-# PyTorch here the C++-registered ops.
-run_flow_aarch64() {
-  local short="$1" name="$2" program="$3"
-  local build_dir="${BUILD_ROOT}/aarch64/all_ops" pte="${REPO_ROOT}/${program}.pte"
+# ARM64: the selected ops' kernels and one runner cross-compiled once (cmake-out/aarch64/all_ops); every example
+# exported on this machine in one process, each run under qemu, then all verified in one process (one runner and one
+# AOT library serve them all). The host's combined build (cmake-out/all_ops) gives PyTorch here the C++-registered ops.
+run_flows_aarch64() {
+  local runner="${BUILD_ROOT}/aarch64/all_ops/custom_ops_executor_runner" ops names=() exports=() ptes=() op
   local aot=(--aot_library "${BUILD_ROOT}/all_ops/libcustom_ops_aot_lib.so")
-  step "${short} 1/3: export ${program}.pte on this machine (flow/export.py)"
-  "${PYTHON}" -m flow.export --op "${name}" --output_dir "${REPO_ROOT}" "${aot[@]}"
-
-  step "${short} 2/3: run ${program}.pte in the aarch64 runner under ${QEMU_AARCH64[*]}"
-  "${QEMU_AARCH64[@]}" "${build_dir}/custom_ops_executor_runner" --model_path="${pte}"
-
-  step "${short} 3/3: the example's inputs through the aarch64 runner, checked against the op's ATen reference here \
+  ops="$(selected_ops "$@")"
+  while IFS=$'\t' read -r -a op; do
+    names+=("${op[0]}") exports+=(--op "${op[1]}") ptes+=(--pte "${REPO_ROOT}/${op[2]}.pte")
+  done <<< "${ops}"
+  step "1/3: export the examples of ${names[*]} on this machine (flow/export.py)"
+  "${PYTHON}" -m flow.export "${exports[@]}" --output_dir "${REPO_ROOT}" "${aot[@]}"
+  while IFS=$'\t' read -r -a op; do
+    step "2/3: run ${op[2]}.pte (${op[0]}) in the aarch64 runner under ${QEMU_AARCH64[*]}"
+    "${QEMU_AARCH64[@]}" "${runner}" --model_path="${REPO_ROOT}/${op[2]}.pte"
+  done <<< "${ops}"
+  step "3/3: each example's inputs through the aarch64 runner, checked against its op's ATen reference here \
 (flow/verify.py)"
-  "${PYTHON}" -m flow.verify --pte "${pte}" --runner "${build_dir}/custom_ops_executor_runner" \
-    --emulator "${QEMU_AARCH64[*]}" "${aot[@]}"
+  "${PYTHON}" -m flow.verify "${ptes[@]}" --runner "${runner}" --emulator "${QEMU_AARCH64[*]}" "${aot[@]}"
+  step "All aarch64 flows (under qemu-aarch64) passed: ${names[*]} match their references"
 }
 
 mode_aarch64() {
@@ -255,7 +258,7 @@ machine's AOT library (cmake-out/all_ops)"
   cmake_build "${BUILD_ROOT}/aarch64/all_ops" --toolchain "${REPO_ROOT}/cmake/aarch64-linux-gnu.toolchain.cmake" \
     -DEXECUTORCH_PACKAGE_DIR="${AARCH64_EXECUTORCH}" -DCUSTOM_OPS_BUILD_AOT_LIBRARY=OFF "-DCUSTOM_OPS_ROOT_OPS=${ops}"
   cmake_build "${BUILD_ROOT}/all_ops" >/dev/null
-  run_flows run_flow_aarch64 "aarch64 flows (under qemu-aarch64)" "$@"
+  run_flows_aarch64 "$@"
 }
 
 mode_profile() {

@@ -199,14 +199,15 @@ def main() -> int:
     from flow import declarations
 
     parser = _parser("Exports the example program of a declared op to <program>.pte")
-    parser.add_argument("--op", required=True, help="a declared op, e.g. mul3 or my_ops::mul3")
+    parser.add_argument("--op", required=True, action="append",
+                        help="a declared op, e.g. mul3 or my_ops::mul3 (repeat it to export several in one process)")
     args = parser.parse_args()
     try:
-        op = declarations.find(args.op)
+        ops = [declarations.find(name) for name in args.op]
     except declarations.DeclarationError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
-    return _export([op], args)
+    return _export(ops, args)
 
 
 if __name__ == "__main__":
