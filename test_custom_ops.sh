@@ -226,10 +226,10 @@ aarch64_executorch_package() {
 # ARM64: the selected ops' kernels and one runner cross-compiled once (cmake-out/aarch64/all_ops); every example
 # exported on this machine in one process, each run under qemu, then all verified in one process (one runner and one
 # AOT library serve them all). The host's combined build (cmake-out/all_ops) gives PyTorch here the C++-registered ops.
+# $1: the selected ops, as selected_ops prints them.
 run_flows_aarch64() {
-  local runner="${BUILD_ROOT}/aarch64/all_ops/custom_ops_executor_runner" ops names=() exports=() ptes=() op
+  local ops="$1" runner="${BUILD_ROOT}/aarch64/all_ops/custom_ops_executor_runner" names=() exports=() ptes=() op
   local aot=(--aot_library "${BUILD_ROOT}/all_ops/libcustom_ops_aot_lib.so")
-  ops="$(selected_ops "$@")"
   while IFS=$'\t' read -r -a op; do
     names+=("${op[0]}") exports+=(--op "${op[1]}") ptes+=(--pte "${REPO_ROOT}/${op[2]}.pte")
   done <<< "${ops}"
@@ -251,14 +251,15 @@ mode_aarch64() {
   bash "${REPO_ROOT}/tools/require_packages.sh" g++-aarch64-linux-gnu qemu-user ||
     die "the ARM64 flow needs the GNU cross toolchain and qemu-user (see above)"
   AARCH64_EXECUTORCH="$(aarch64_executorch_package)"
-  local ops
-  ops="$(selected_ops "$@" | cut -f2 | sed 's/$/.out/' | paste -sd, -)"
+  local selected ops
+  selected="$(selected_ops "$@")"
+  ops="$(cut -f2 <<< "${selected}" | sed 's/$/.out/' | paste -sd, -)"
   step "Cross-compile the kernels of ${ops} and the runner for aarch64 into cmake-out/aarch64/all_ops; build this \
 machine's AOT library (cmake-out/all_ops)"
   cmake_build "${BUILD_ROOT}/aarch64/all_ops" --toolchain "${REPO_ROOT}/cmake/aarch64-linux-gnu.toolchain.cmake" \
     -DEXECUTORCH_PACKAGE_DIR="${AARCH64_EXECUTORCH}" -DCUSTOM_OPS_BUILD_AOT_LIBRARY=OFF "-DCUSTOM_OPS_ROOT_OPS=${ops}"
   cmake_build "${BUILD_ROOT}/all_ops" >/dev/null
-  run_flows_aarch64 "$@"
+  run_flows_aarch64 "${selected}"
 }
 
 mode_profile() {

@@ -302,7 +302,8 @@ class Executor:
         self.cache = os.environ.get("BUCK2_GRAPH_CACHE", os.path.join(self.out, "cache"))
         os.makedirs(self.cache, exist_ok=True)
         self.built: dict[str, Built] = {}
-        self._keys: dict = {}  # _content_key by path, _names_key by ("names", path)
+        self._keys: dict[str, str] = {}  # _content_key by path
+        self._names: dict[str, str] = {}  # _names_key by header tree
         self._manifest_lock = threading.Lock()
         self.log = log
         cxx = targets["toolchains//:cxx"].attrs
@@ -469,21 +470,22 @@ class Executor:
         return self._keys[path]
 
     @staticmethod
-    def _read_content_key(path: str) -> str:
+    def _files_under(directory: str) -> list[str]:
+        return sorted(os.path.relpath(os.path.join(r, f), directory) for r, _, fs in os.walk(directory) for f in fs)
+
+    def _read_content_key(self, path: str) -> str:
         digest = hashlib.sha256()
-        files = sorted(os.path.join(r, f) for r, _, fs in os.walk(path) for f in fs) if os.path.isdir(path) else [path]
-        for file in files:
-            digest.update(os.path.relpath(file, path).encode() if file != path else b"")
-            with open(file, "rb") as f:
+        for name in self._files_under(path) if os.path.isdir(path) else [""]:
+            digest.update(name.encode())
+            with open(os.path.join(path, name) if name else path, "rb") as f:
                 digest.update(f.read())
         return digest.hexdigest()
 
     def _names_key(self, tree: str) -> str:
         """A header tree by the names it offers (what an #include can find there), not their contents."""
-        if ("names", tree) not in self._keys:
-            names = sorted(os.path.relpath(os.path.join(r, f), tree) for r, _, fs in os.walk(tree) for f in fs)
-            self._keys[("names", tree)] = hashlib.sha256("\n".join(names).encode()).hexdigest()
-        return self._keys[("names", tree)]
+        if tree not in self._names:
+            self._names[tree] = hashlib.sha256("\n".join(self._files_under(tree)).encode()).hexdigest()
+        return self._names[tree]
 
     def _compile_one(self, target, src, flags) -> str:
         """One compile, cached like buck2's action cache by the command and its inputs: the source and every header
