@@ -23,6 +23,7 @@
 #   bash test_custom_ops.sh bench [ARGS]      the kernels vs ExecuTorch's aten::mul.out and memcpy (benchmark/);
 #                                             bench rms_norm: rms_norm vs the same math in ATen ops;
 #                                             bench decoder: the decoder's tokens/s, custom vs ATen ops, XNNPACK, 8-bit
+#                                             bench attention: sdpa_with_cache vs ATen ops and llama::custom_sdpa
 #                                             bench aoti: the decoder in ExecuTorch vs AOTInductor (speed, memory,
 #                                             size, start)
 set -euo pipefail
@@ -66,11 +67,13 @@ ensure_venv() {
 }
 
 # Run the venv's tools (cmake, ninja, ccache from PyPI) ahead of the system's. One compiler cache for every build tree
-# (cmake/CompilerCache.cmake), the copies of the repository the tests make included: they inherit CCACHE_DIR.
+# (cmake/CompilerCache.cmake) and one of codegen output (codegen/run_codegen.py generate), the copies of the repository
+# the tests make included: they inherit CCACHE_DIR and CUSTOM_OPS_CODEGEN_CACHE.
 use_venv() {
   export PATH="${VENV}/bin:${PATH}"
   export PYTHONPATH="${REPO_ROOT}${PYTHONPATH:+:${PYTHONPATH}}"
   export CCACHE_DIR="${CCACHE_DIR:-${BUILD_ROOT}/ccache}"
+  export CUSTOM_OPS_CODEGEN_CACHE="${CUSTOM_OPS_CODEGEN_CACHE:-${BUILD_ROOT}/codegen-cache}"
 }
 
 # ---- CMake flow ---------------------------------------------------------------------------------------------------
@@ -355,7 +358,7 @@ mode_bench() {
     return
   fi
   cmake_build "${BUILD_ROOT}/bench" -DCUSTOM_OPS_BUILD_BENCHMARK=ON >/dev/null
-  if [[ "${1:-}" == rms_norm || "${1:-}" == decoder ]]; then
+  if [[ "${1:-}" == rms_norm || "${1:-}" == decoder || "${1:-}" == attention ]]; then
     local which="$1"
     shift
     "${PYTHON}" "${REPO_ROOT}/benchmark/${which}.py" --build_dir "${BUILD_ROOT}/bench" "$@"

@@ -180,25 +180,71 @@ def selected_root_ops(ops, *, root_ops=None, model_file=None, example=None) -> l
     return [op.out_name for op in ops.values()]
 
 
+def _generation_key(selection: str, aten: bool, native: str) -> str:
+    """What codegen's output depends on: the selection, the bindings, the templates, this file (the argument checks it
+    inserts), ATen's yaml files and the executorch and torch versions."""
+    import hashlib
+    from importlib import metadata
+
+    digest = hashlib.sha256(f"aten={aten};executorch={metadata.version('executorch')};"
+                            f"torch={metadata.version('torch')}".encode())
+    templates = os.path.join(CODEGEN_DIR, "templates")
+    inputs = [selection, CUSTOM_OPS_YAML, os.path.abspath(__file__), os.path.join(native, "tags.yaml"),
+              os.path.join(native, "native_functions.yaml"),
+              *sorted(os.path.join(templates, name) for name in os.listdir(templates))]
+    for path in inputs:
+        with open(path, "rb") as f:
+            digest.update(os.path.basename(path).encode() + b"\0" + hashlib.sha256(f.read()).digest())
+    return digest.hexdigest()
+
+
 def generate(selection: str, output_dir: str, aten: bool) -> list[str]:
-    """Runs executorch.codegen.gen; returns the generated sources."""
+    """Runs executorch.codegen.gen; returns the generated sources. With $CUSTOM_OPS_CODEGEN_CACHE set (test_custom_ops.sh
+    sets it, and the copies of the repository the tests build inherit it), output already generated from the same
+    inputs is copied from there instead: each build tree and copy otherwise runs codegen for the same selection."""
+    import shutil
+
     import torchgen
 
     native = os.path.join(os.path.dirname(torchgen.__file__), "packaged", "ATen", "native")
+    names = ["RegisterCPUCustomOps.cpp", "RegisterSchema.cpp"] if aten else ["RegisterCodegenUnboxedKernelsEverything.cpp"]
+    cache = os.environ.get("CUSTOM_OPS_CODEGEN_CACHE")
+    entry = os.path.join(cache, _generation_key(selection, aten, native)) if cache else None
+    os.makedirs(output_dir, exist_ok=True)
+    if cache:
+        os.makedirs(cache, exist_ok=True)
+    source = entry
+    if not (entry and os.path.isdir(entry)):
+        # Generated aside, so a cache entry holds exactly this run's files, and renamed into place, so a concurrent
+        # build sees a whole entry or none.
+        source = f"{entry or os.path.join(output_dir, 'codegen')}.{os.getpid()}.tmp"
+        shutil.rmtree(source, ignore_errors=True)
+        _run_codegen(selection, source, aten, native)
+        if not aten:
+            insert_argument_checks(os.path.join(source, names[0]))
+    for name in os.listdir(source):
+        shutil.copyfile(os.path.join(source, name), os.path.join(output_dir, name))
+    if source != entry:
+        try:
+            if not entry:
+                raise OSError("no cache")
+            os.rename(source, entry)
+        except OSError:  # no cache, or another build stored the entry first
+            shutil.rmtree(source, ignore_errors=True)
+    return [os.path.join(output_dir, name) for name in names]
+
+
+def _run_codegen(selection: str, output_dir: str, aten: bool, native: str) -> None:
     cmd = [sys.executable, "-m", "executorch.codegen.gen", "--source-path", CODEGEN_DIR, "--install-dir", output_dir,
            "--custom-ops-yaml-path", CUSTOM_OPS_YAML, "--op-selection-yaml-path", selection,
            "--tags-path", os.path.join(native, "tags.yaml"),
            "--aten-yaml-path", os.path.join(native, "native_functions.yaml")]
     if aten:
         cmd.append("--use-aten-lib")
-    os.makedirs(output_dir, exist_ok=True)
+    os.makedirs(output_dir)
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise SelectionError(f"executorch.codegen.gen failed:\n{proc.stderr[-4000:]}")
-    names = ["RegisterCPUCustomOps.cpp", "RegisterSchema.cpp"] if aten else ["RegisterCodegenUnboxedKernelsEverything.cpp"]
-    if not aten:
-        insert_argument_checks(os.path.join(output_dir, names[0]))
-    return [os.path.join(output_dir, name) for name in names]
 
 
 # The EValue tags each schema type accepts, for the checked unboxing (see templates/RegisterCodegenUnboxedKernels.cpp).

@@ -134,10 +134,18 @@ def import_repository_module(name: str):
     return importlib.import_module(name)
 
 
-def _is_dtype_name(name: object) -> bool:
-    import torch
+# torch's dtype names (str(dtype) without "torch.") of every scalar type a program may hold (flow/dtypes.py's table,
+# which tests/test_imports.py checks this against). Spelled out so reading the declarations does not import torch:
+# codegen's configure step reads them for every build tree.
+DTYPE_NAMES = frozenset({
+    "uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64", "complex32", "complex64",
+    "complex128", "bool", "qint8", "quint8", "qint32", "bfloat16", "quint4x2", "quint2x4", "bits16", "float8_e5m2",
+    "float8_e4m3fn", "float8_e5m2fnuz", "float8_e4m3fnuz", "uint16", "uint32", "uint64",
+})
 
-    return isinstance(name, str) and isinstance(getattr(torch, name, None), torch.dtype)
+
+def _is_dtype_name(name: object) -> bool:
+    return isinstance(name, str) and name in DTYPE_NAMES
 
 
 def _parse(path: str) -> dict:

@@ -85,3 +85,56 @@ def test_program_needing_an_unselected_op_fails_naming_it(mul4_build, mul3_pte):
     assert "error: the program calls operator(s) that no kernel library linked into this runner registers: " \
            "my_ops::mul3.out." in proc.stderr
     assert "custom_ops.yaml" in proc.stderr
+
+
+def _codegen(*args, cache=None):
+    env = {k: v for k, v in os.environ.items() if k != "CUSTOM_OPS_CODEGEN_CACHE"}
+    if cache:
+        env["CUSTOM_OPS_CODEGEN_CACHE"] = str(cache)
+    return subprocess.run([sys.executable, os.path.join(REPO_ROOT, "codegen", "run_codegen.py"), *args],
+                          capture_output=True, text=True, env=env, check=True)
+
+
+def _files(directory):
+    return {name: (directory / name).read_bytes() for name in sorted(os.listdir(directory))}
+
+
+@pytest.mark.parametrize("aten", [[], ["--aten"]], ids=["ExecuTorch mode", "ATen mode"])
+def test_the_codegen_cache_gives_what_codegen_writes_and_keys_on_the_selection(aten, tmp_path):
+    # Every build tree and copy of the repository runs codegen for its selection; with CUSTOM_OPS_CODEGEN_CACHE, a
+    # selection generated before is copied from there. What it copies must be what codegen writes.
+    for ops in ("my_ops::mul4.out", "my_ops::mul4.out,my_ops::rms_norm.out"):
+        name = ops.count(",")
+        _codegen("select", "--output", str(tmp_path / f"selection{name}.yaml"), "--root_ops", ops)
+    plain, cached, hit = tmp_path / "plain", tmp_path / "cached", tmp_path / "hit"
+    cache = tmp_path / "cache"
+    _codegen("generate", "--selection", str(tmp_path / "selection1.yaml"), "--output_dir", str(plain), *aten)
+    _codegen("generate", "--selection", str(tmp_path / "selection1.yaml"), "--output_dir", str(cached), *aten,
+             cache=cache)
+    (entry,) = os.listdir(cache)
+    marker = b"// served from the cache\n"
+    for name in os.listdir(cache / entry):  # a hit copies the entry, not a new generation
+        (cache / entry / name).write_bytes(marker + (cache / entry / name).read_bytes())
+    _codegen("generate", "--selection", str(tmp_path / "selection1.yaml"), "--output_dir", str(hit), *aten,
+             cache=cache)
+    assert _files(plain) == _files(cached)
+    assert _files(hit) == {name: marker + data for name, data in _files(plain).items()}
+    # another selection is another entry, generated for it
+    other = tmp_path / "other"
+    _codegen("generate", "--selection", str(tmp_path / "selection0.yaml"), "--output_dir", str(other), *aten,
+             cache=cache)
+    assert len(os.listdir(cache)) == 2 and marker not in b"".join(_files(other).values())
+    assert _files(other) != _files(plain)
+
+
+def test_reading_the_declarations_imports_no_torch():
+    # codegen's plan step reads them at every configure of every build tree: torch's import would cost a second each.
+    code = ("import sys; from flow import declarations; declarations.load(); "
+            "assert 'torch' not in sys.modules, 'torch imported'")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO_ROOT, env=dict(os.environ, PYTHONPATH=REPO_ROOT))
+
+
+def test_the_declarations_dtype_names_are_torchs():
+    from flow import declarations, dtypes
+
+    assert declarations.DTYPE_NAMES == {str(d).removeprefix("torch.") for d in dtypes.SCALAR_TYPES.values()}
