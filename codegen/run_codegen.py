@@ -225,12 +225,10 @@ def generate(selection: str, output_dir: str, aten: bool) -> list[str]:
     for name in os.listdir(source):
         shutil.copyfile(os.path.join(source, name), os.path.join(output_dir, name))
     if source != entry:
-        try:
-            if not entry:
-                raise OSError("no cache")
-            os.rename(source, entry)
-        except OSError:  # no cache, or another build stored the entry first
-            shutil.rmtree(source, ignore_errors=True)
+        if entry:
+            with contextlib.suppress(OSError):  # another build may have stored the entry first
+                os.rename(source, entry)
+        shutil.rmtree(source, ignore_errors=True)  # gone once renamed
     return [os.path.join(output_dir, name) for name in names]
 
 

@@ -135,7 +135,7 @@ def import_repository_module(name: str):
 
 
 # torch's dtype names (str(dtype) without "torch.") of every scalar type a program may hold (flow/dtypes.py's table,
-# which tests/test_imports.py checks this against). Spelled out so reading the declarations does not import torch:
+# which tests/test_selective_build.py checks this against). Spelled out so reading the declarations does not import torch:
 # codegen's configure step reads them for every build tree.
 DTYPE_NAMES = frozenset({
     "uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64", "complex32", "complex64",
