@@ -7,10 +7,21 @@
 #                                     whose source registers them: runtime_registration "executorch_library")
 #   custom_ops_executor_runner<sfx>   the runner: custom ops + ExecuTorch's optimized aten kernels, the XNNPACK
 #                                     delegate and the quantized kernels (as CMake's default)
+#   argument_kinds                    (once) the value kinds ExecuTorch's own kernels unbox, for the runners' check
 #   custom_ops_aot_lib<sfx>           ops registered from C++: their PyTorch registration, kernels in ATen mode and
 #                                     codegen's schemas (build its [shared] sub-target: libcustom_ops_aot_lib.so)
 load(":custom_ops.bzl", "CUSTOM_OPS")
-load("//codegen:codegen.bzl", "et_operator_library", "executorch_generated_lib")
+load("//codegen:codegen.bzl", "argument_kinds_header", "et_operator_library", "executorch_generated_lib")
+
+_RUNNER_HEADERS = [
+    "runner/command_line.h",
+    "runner/flat_reader.h",
+    "runner/greedy_decoding.h",
+    "runner/kernel_calls.h",
+    "runner/program_runner.h",
+    "runner/xnnpack_layout.h",
+    "runner/xnnpack_payload.h",
+]
 
 def _wheel_dir(key):
     value = read_config("custom_ops", key)
@@ -121,21 +132,19 @@ def _define_example(suffix, ops):
             deps = [":executorch"],
         )
         registration = ":custom_ops_lib" + suffix
+    # A dict of include path -> source: the generated table is included by its bare name.
+    runner_headers = {h: h for h in _RUNNER_HEADERS}
+    runner_headers["argument_kinds.h"] = ":argument_kinds"
     native.cxx_binary(
         name = "custom_ops_executor_runner" + suffix,
         srcs = [
             "runner/custom_ops_executor_runner.cpp",
             "runner/command_line.cpp",
+            "runner/kernel_calls.cpp",
             "runner/program_runner.cpp",
             "runner/xnnpack_payload.cpp",
         ],
-        headers = [
-            "runner/command_line.h",
-            "runner/greedy_decoding.h",
-            "runner/program_runner.h",
-            "runner/xnnpack_layout.h",
-            "runner/xnnpack_payload.h",
-        ],
+        headers = runner_headers,
         compiler_flags = _COMPILER_FLAGS,
         link_style = "static",
         deps = [
@@ -167,6 +176,7 @@ def _define_example(suffix, ops):
 def define_common_targets():
     wheel_libraries()
     native.export_file(name = "custom_ops.yaml", visibility = ["PUBLIC"])
+    argument_kinds_header(name = "argument_kinds")
     for name in CUSTOM_OPS:
         _define_example("_" + name.split("::")[1], [name])
     _define_example("", list(CUSTOM_OPS))

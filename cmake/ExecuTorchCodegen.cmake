@@ -11,6 +11,9 @@
 #   generate_kernel_bindings(OUTPUT_DIR <dir> SELECTION <yaml> [ATEN] SOURCES_VAR <var>)
 #       at build time: the registration sources for the ExecuTorch runtime, or (ATEN) the schemas and CPU
 #       registration for the PyTorch AOT library.
+#   generate_argument_kinds(OUTPUT_DIR <dir>)
+#       at build time: <dir>/argument_kinds.h, the value kinds ExecuTorch's own kernels unbox, from PyTorch's schemas
+#       (flow/argument_kinds.py), for the runner's check of a program's kernel calls.
 
 set(CODEGEN_ENTRY_POINT "${CMAKE_CURRENT_LIST_DIR}/../codegen/run_codegen.py")
 get_filename_component(CODEGEN_ENTRY_POINT "${CODEGEN_ENTRY_POINT}" ABSOLUTE)
@@ -70,4 +73,15 @@ function(generate_kernel_bindings)
     COMMENT "Generating kernel bindings in ${ARG_OUTPUT_DIR}"
     VERBATIM)
   set(${ARG_SOURCES_VAR} ${outputs} PARENT_SCOPE)
+endfunction()
+
+function(generate_argument_kinds)
+  cmake_parse_arguments(ARG "" "OUTPUT_DIR" "" ${ARGN})
+  add_custom_command(
+    OUTPUT "${ARG_OUTPUT_DIR}/argument_kinds.h"
+    COMMAND "${Python3_EXECUTABLE}" "${CODEGEN_ENTRY_POINT}" argument_kinds --output "${ARG_OUTPUT_DIR}/argument_kinds.h"
+    DEPENDS "${CODEGEN_ENTRY_POINT}" "${CUSTOM_OPS_REPO_ROOT}/flow/argument_kinds.py"
+            "${CUSTOM_OPS_REPO_ROOT}/flow/xnnpack_layout.py"
+    COMMENT "Generating the runner's table of argument kinds in ${ARG_OUTPUT_DIR}"
+    VERBATIM)
 endfunction()

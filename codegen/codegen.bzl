@@ -8,10 +8,12 @@ def _codegen_srcs(custom_ops_yaml_target):
     return [
         "codegen/run_codegen.py",
         "flow/__init__.py",
+        "flow/argument_kinds.py",
         "flow/declarations.py",
         "flow/dtypes.py",
         "flow/program.py",
         "flow/schema_types.py",
+        "flow/xnnpack_layout.py",
         "custom_ops.bzl",
         custom_ops_yaml_target,
     ] + native.glob(["codegen/templates/*"])
@@ -87,4 +89,15 @@ def executorch_generated_lib(
         deps = kernel_deps + deps,
         visibility = visibility,
         **kwargs
+    )
+
+def argument_kinds_header(name, custom_ops_yaml_target = ":custom_ops.yaml", visibility = ["PUBLIC"]):
+    """argument_kinds.h: the value kinds ExecuTorch's own kernels unbox, from PyTorch's schemas
+    (flow/argument_kinds.py), for the runner's check of a program's kernel calls (runner/kernel_calls.cpp)."""
+    native.genrule(
+        name = name,
+        srcs = _codegen_srcs(custom_ops_yaml_target),
+        out = "argument_kinds.h",
+        cmd = "{} $SRCDIR/codegen/run_codegen.py argument_kinds --output $OUT".format(codegen_python()),
+        visibility = visibility,
     )

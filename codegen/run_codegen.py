@@ -11,6 +11,8 @@ the fix. CMake's configure step and custom commands, the JIT build (custom_ops_2
       Ops registered by EXECUTORCH_LIBRARY in their source (runtime_registration) are left to it in both commands.
   run_codegen.py generate --selection FILE --output_dir DIR [--aten]
       the registration sources: ExecuTorch mode, or --aten for the PyTorch AOT library (schemas + CPU kernels).
+  run_codegen.py argument_kinds --output FILE
+      the runner's table of the value kinds ExecuTorch's own kernels unbox (flow/argument_kinds.py).
 
 Errors go to stderr as one `error:` line and exit 1.
 """
@@ -180,48 +182,52 @@ def selected_root_ops(ops, *, root_ops=None, model_file=None, example=None) -> l
     return [op.out_name for op in ops.values()]
 
 
-def _generation_key(selection: str, aten: bool, native: str) -> str:
-    """What codegen's output depends on: the selection, the bindings, the templates, this file (the argument checks it
-    inserts), ATen's yaml files and the executorch and torch versions."""
+def _key(*texts: str, files: list[str]) -> str:
+    """A digest of `texts` (versions, switches) and of the contents of `files`."""
     import hashlib
-    from importlib import metadata
 
-    digest = hashlib.sha256(f"aten={aten};executorch={metadata.version('executorch')};"
-                            f"torch={metadata.version('torch')}".encode())
-    templates = os.path.join(CODEGEN_DIR, "templates")
-    inputs = [selection, CUSTOM_OPS_YAML, os.path.abspath(__file__), os.path.join(native, "tags.yaml"),
-              os.path.join(native, "native_functions.yaml"),
-              *sorted(os.path.join(templates, name) for name in os.listdir(templates))]
-    for path in inputs:
+    digest = hashlib.sha256(";".join(texts).encode())
+    for path in files:
         with open(path, "rb") as f:
             digest.update(os.path.basename(path).encode() + b"\0" + hashlib.sha256(f.read()).digest())
     return digest.hexdigest()
 
 
-def generate(selection: str, output_dir: str, aten: bool) -> list[str]:
-    """Runs executorch.codegen.gen; returns the generated sources. With $CUSTOM_OPS_CODEGEN_CACHE set (test_custom_ops.sh
-    sets it, and the copies of the repository the tests build inherit it), output already generated from the same
-    inputs is copied from there instead: each build tree and copy otherwise runs codegen for the same selection."""
+def _versions() -> list[str]:
+    from importlib import metadata
+
+    return [f"executorch={metadata.version('executorch')}", f"torch={metadata.version('torch')}"]
+
+
+def _generation_key(selection: str, aten: bool, native: str) -> str:
+    """What codegen's output depends on: the selection, the bindings, the templates, this file (the argument checks it
+    inserts), ATen's yaml files and the executorch and torch versions."""
+    templates = os.path.join(CODEGEN_DIR, "templates")
+    return _key(f"aten={aten}", *_versions(), files=[
+        selection, CUSTOM_OPS_YAML, os.path.abspath(__file__), os.path.join(native, "tags.yaml"),
+        os.path.join(native, "native_functions.yaml"),
+        *sorted(os.path.join(templates, name) for name in os.listdir(templates))])
+
+
+def _cached(key: str, output_dir: str, make) -> None:
+    """Fills output_dir with what make(directory) writes into an empty directory. With $CUSTOM_OPS_CODEGEN_CACHE set
+    (test_custom_ops.sh sets it, and the copies of the repository the tests build inherit it), output already made
+    from the same inputs (`key`) is copied from there instead: each build tree and copy would otherwise make it again."""
     import shutil
 
-    import torchgen
-
-    native = os.path.join(os.path.dirname(torchgen.__file__), "packaged", "ATen", "native")
-    names = ["RegisterCPUCustomOps.cpp", "RegisterSchema.cpp"] if aten else ["RegisterCodegenUnboxedKernelsEverything.cpp"]
     cache = os.environ.get("CUSTOM_OPS_CODEGEN_CACHE")
-    entry = os.path.join(cache, _generation_key(selection, aten, native)) if cache else None
+    entry = os.path.join(cache, key) if cache else None
     os.makedirs(output_dir, exist_ok=True)
     if cache:
         os.makedirs(cache, exist_ok=True)
     source = entry
     if not (entry and os.path.isdir(entry)):
-        # Generated aside, so a cache entry holds exactly this run's files, and renamed into place, so a concurrent
-        # build sees a whole entry or none.
+        # Made aside, so a cache entry holds exactly this run's files, and renamed into place, so a concurrent build
+        # sees a whole entry or none.
         source = f"{entry or os.path.join(output_dir, 'codegen')}.{os.getpid()}.tmp"
         shutil.rmtree(source, ignore_errors=True)
-        _run_codegen(selection, source, aten, native)
-        if not aten:
-            insert_argument_checks(os.path.join(source, names[0]))
+        os.makedirs(source)
+        make(source)
     for name in os.listdir(source):
         shutil.copyfile(os.path.join(source, name), os.path.join(output_dir, name))
     if source != entry:
@@ -229,7 +235,40 @@ def generate(selection: str, output_dir: str, aten: bool) -> list[str]:
             with contextlib.suppress(OSError):  # another build may have stored the entry first
                 os.rename(source, entry)
         shutil.rmtree(source, ignore_errors=True)  # gone once renamed
+
+
+def generate(selection: str, output_dir: str, aten: bool) -> list[str]:
+    """Runs executorch.codegen.gen (through the cache, see _cached); returns the generated sources."""
+    import torchgen
+
+    native = os.path.join(os.path.dirname(torchgen.__file__), "packaged", "ATen", "native")
+    names = ["RegisterCPUCustomOps.cpp", "RegisterSchema.cpp"] if aten else ["RegisterCodegenUnboxedKernelsEverything.cpp"]
+
+    def make(directory):
+        _run_codegen(selection, directory, aten, native)
+        if not aten:
+            insert_argument_checks(os.path.join(directory, names[0]))
+
+    _cached(_generation_key(selection, aten, native), output_dir, make)
     return [os.path.join(output_dir, name) for name in names]
+
+
+def argument_kinds(output: str) -> None:
+    """The runner's table of the value kinds ExecuTorch's own kernels unbox (flow/argument_kinds.py), through the
+    cache: reading PyTorch's and ExecuTorch's schemas takes seconds."""
+    import tempfile
+
+    from flow import argument_kinds as kinds
+
+    files = [os.path.join(REPO_ROOT, "flow", name) for name in ("argument_kinds.py", "xnnpack_layout.py")]
+    with tempfile.TemporaryDirectory() as tmp:
+        _cached("argument_kinds-" + _key(*_versions(), files=files), tmp,
+                lambda directory: kinds.main(["--output", os.path.join(directory, "argument_kinds.h")]))
+        with open(os.path.join(tmp, "argument_kinds.h")) as f:
+            text = f.read()
+    os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
+    with open(output, "w") as f:
+        f.write(text)
 
 
 def _run_codegen(selection: str, output_dir: str, aten: bool, native: str) -> None:
@@ -239,7 +278,6 @@ def _run_codegen(selection: str, output_dir: str, aten: bool, native: str) -> No
            "--aten-yaml-path", os.path.join(native, "native_functions.yaml")]
     if aten:
         cmd.append("--use-aten-lib")
-    os.makedirs(output_dir)
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise SelectionError(f"executorch.codegen.gen failed:\n{proc.stderr[-4000:]}")
@@ -357,6 +395,8 @@ def main() -> int:
     g.add_argument("--selection", required=True)
     g.add_argument("--output_dir", required=True)
     g.add_argument("--aten", action="store_true")
+    k = sub.add_parser("argument_kinds")
+    k.add_argument("--output", required=True)
     args = parser.parse_args()
 
     root_ops = [op.strip() for op in args.root_ops.split(",") if op.strip()] if getattr(args, "root_ops", None) else None
@@ -370,6 +410,8 @@ def main() -> int:
                 keep = {op.out_name for op in ops.values() if op.registered_from == args.registered_from}
                 selected = [name for name in selected if name in keep]
             write_selection(args.output, selected)
+        elif args.command == "argument_kinds":
+            argument_kinds(args.output)
         else:
             generate(args.selection, args.output_dir, args.aten)
     except SelectionError as err:

@@ -10,9 +10,9 @@ on the same fields (the runner reads them through MethodMeta, this through execu
   4. every output refers to a value of the method (ExecuTorch aborts in Method::get_outputs otherwise), and a tensor
      output has valid metadata;
   5. every operator name fits ExecuTorch's 100-byte buffer (the runner: no error logged while the method loads);
-  6. (Python only) every kernel call passes the kinds of values its operator's PyTorch schema declares: ExecuTorch's
-     own kernels unbox unchecked and would abort the interpreter (the runner has no schemas for them; its last-resort
-     abort hook turns that abort into an error line, and this project's kernels check their own arguments);
+  6. every kernel call names an operator of the method and passes the kinds of values its operator's schema declares
+     (flow/argument_kinds.py; the runner: runner/kernel_calls.cpp over the table generated from it): ExecuTorch's own
+     kernels unbox unchecked and would abort the process;
   7. every delegate entry has its backend id, data and compile specs (ExecuTorch's BackendDelegate::Init reads them
      unchecked), and every XNNPACK payload is one XNNPACK can read safely (flow/xnnpack_payload.py; the runner:
      runner/xnnpack_payload.cpp, both reading flow/xnnpack_layout.py): its header's regions, and every field
@@ -233,41 +233,20 @@ def _delegate_problem(index: int, delegate, program, data: bytes, segment_base: 
     return None
 
 
-# The value kinds a kernel argument of each PyTorch schema type must have (types not listed are not checked).
-_ARGUMENT_KINDS = {"Tensor": {"Tensor"}, "int": {"Int"}, "SymInt": {"Int"}, "float": {"Double"}, "bool": {"Bool"},
-                   "List[int]": {"IntList"}, "List[SymInt]": {"IntList"}, "List[Tensor]": {"TensorList"},
-                   "Optional[Tensor]": {"Tensor", "Null"}, "Scalar": {"Int", "Double", "Bool"}}
-
-
-def _schema(name: str):
-    """PyTorch's schema of an operator "ns::op.overload", or None when PyTorch does not know it."""
-    import torch
-
-    qualified, _, overload = name.partition(".")
-    namespace, _, op = qualified.partition("::")
-    try:
-        return getattr(getattr(getattr(torch.ops, namespace), op), overload or "default")._schema
-    except (AttributeError, RuntimeError):
-        return None
-
-
 def kernel_call_problem(spec: MethodSpec) -> str | None:
-    """A kernel call whose arguments do not match its operator's schema (as PyTorch knows it), or None. ExecuTorch's
-    own kernels unbox their arguments unchecked (EValue::toTensor() aborts on an Int), so this is checked first."""
+    """Check 6: a kernel call naming an operator the method lacks, or passing values of kinds its operator's schema
+    (as PyTorch knows it) does not take, or None. ExecuTorch's own kernels unbox their arguments unchecked
+    (EValue::toTensor() aborts on an Int). The table and the words are flow/argument_kinds.py's, as the runner's."""
+    from flow import argument_kinds
+
+    argument_kinds.import_runtime_schemas()
     for op_index, kinds in spec.kernel_calls:
         if not 0 <= op_index < len(spec.operators):
             return f"a kernel call names operator {op_index}, but the method has {len(spec.operators)}"
         name = spec.operators[op_index]
-        schema = _schema(name)
-        if schema is None:
-            continue
-        if len(kinds) != len(schema.arguments) + 1:
-            return (f"{name} is called with {len(kinds)} values, its schema has {len(schema.arguments)} arguments "
-                    "plus the result")
-        for argument, kind in zip(schema.arguments, kinds):
-            allowed = _ARGUMENT_KINDS.get(str(argument.type))
-            if allowed is not None and kind not in allowed:
-                return f"{name}: argument {argument.name} is {kind}, but the schema declares {argument.type}"
+        arguments = argument_kinds.arguments_of_operator(name)
+        if arguments is not None and (problem := argument_kinds.call_problem(name, arguments, kinds)):
+            return problem
     return None
 
 

@@ -40,11 +40,13 @@ SLOTS = {
     "PerChannelGroupQuant": {"scale": 0, "channel_dim": 1, "group_size": 2, "scale_buffer_idx": 4, "num_scales": 5},
     "ConstantDataOffset": {"offset": 0, "size": 1, "named_key": 2},
     "Program": {"execution_plan": 1, "backend_delegate_data": 3, "segments": 4, "named_data": 7},
-    "ExecutionPlan": {"values": 2, "chains": 5, "delegates": 7},
+    "ExecutionPlan": {"values": 2, "chains": 5, "operators": 6, "delegates": 7},
+    "Operator": {"name": 0, "overload": 1},
     "EValue": {"val_type": 0, "val": 1},
     "ListItems": {"items": 0},  # IntList (int64 items), TensorList and OptionalTensorList (int32 items)
     "Chain": {"instructions": 2},
     "Instruction": {"instr_args_type": 0, "instr_args": 1},
+    "KernelCall": {"op_index": 0, "args": 1},
     "DelegateCall": {"delegate_index": 0, "args": 1},
     "BackendDelegate": {"id": 0, "processed": 1, "compile_specs": 2},
     "BackendDataReference": {"location": 0, "index": 1},
@@ -57,7 +59,7 @@ SLOTS = {
 # Union member tags (0 is NONE).
 XVALUE_TENSOR, XVALUE_QUANTIZED = 1, 2
 QUANT_PER_CHANNEL, QUANT_PER_TENSOR, QUANT_PER_TOKEN_DYNAMIC, QUANT_PER_CHANNEL_GROUP = 1, 2, 3, 4
-INSTRUCTION_DELEGATE_CALL = 2
+INSTRUCTION_KERNEL_CALL, INSTRUCTION_DELEGATE_CALL = 1, 2
 # program.fbs KernelTypes, the EValue union: each member's tag, by the name flow/program.py uses for its kind.
 KERNEL_TYPES = ("Null", "Int", "Bool", "Double", "Tensor", "String", "IntList", "DoubleList", "BoolList", "TensorList",
                 "OptionalTensorList")
@@ -138,7 +140,8 @@ def cpp_header() -> str:
     lines += ["", f"constexpr uint8_t kXValueTensor = {XVALUE_TENSOR}, kXValueQuantized = {XVALUE_QUANTIZED};",
               f"constexpr uint8_t kQuantPerChannel = {QUANT_PER_CHANNEL}, kQuantPerTensor = {QUANT_PER_TENSOR},",
               f"    kQuantPerTokenDynamic = {QUANT_PER_TOKEN_DYNAMIC}, kQuantPerChannelGroup = {QUANT_PER_CHANNEL_GROUP};",
-              f"constexpr uint8_t kInstructionDelegateCall = {INSTRUCTION_DELEGATE_CALL};",
+              f"constexpr uint8_t kInstructionKernelCall = {INSTRUCTION_KERNEL_CALL}, "
+              f"kInstructionDelegateCall = {INSTRUCTION_DELEGATE_CALL};",
               "// KernelTypes (the EValue union) by tag - 1.",
               "constexpr const char* kKernelTypes[] = {" + ", ".join(f'"{k}"' for k in KERNEL_TYPES) + "};",
               f"constexpr int8_t kDataInline = {DATA_INLINE}, kDataSegment = {DATA_SEGMENT};", "",

@@ -3,6 +3,7 @@
 #include "program_runner.h"
 
 #include "greedy_decoding.h"
+#include "kernel_calls.h"
 #include "xnnpack_payload.h"
 
 #include <executorch/devtools/etdump/etdump_flatcc.h>
@@ -583,8 +584,8 @@ struct Profiling {
   }
 };
 
-// What the runtime and a backend trust unchecked, read first (xnnpack_payload.h): every list value's items, and the
-// delegates' entries and payloads. The program was verified already; its whole file is read once more here.
+// What the runtime and a backend trust unchecked, read first: every kernel call's values (kernel_calls.h), every list
+// value's items and the delegates' entries and payloads (xnnpack_payload.h). The program was verified already; its whole file is read once more here.
 std::optional<std::string> check_whole_file(const executorch::runtime::DataLoader& loader, bool delegated) {
   auto size = loader.size();
   if (!size.ok()) {
@@ -596,6 +597,9 @@ std::optional<std::string> check_whole_file(const executorch::runtime::DataLoade
     return "cannot be read whole to check its values and delegates: " + describe(file.error());
   }
   const auto* data = static_cast<const uint8_t*>(file->data());
+  if (auto problem = check_kernel_calls(data, file->size())) {
+    return "has a kernel call the runtime cannot unbox safely: " + *problem;
+  }
   if (auto problem = check_value_lists(data, file->size())) {
     return "has a value the runtime cannot read safely: " + *problem;
   }

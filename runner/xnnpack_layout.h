@@ -77,8 +77,13 @@ constexpr int kNamedData = 7;
 namespace ExecutionPlan {
 constexpr int kValues = 2;
 constexpr int kChains = 5;
+constexpr int kOperators = 6;
 constexpr int kDelegates = 7;
 } // namespace ExecutionPlan
+namespace Operator {
+constexpr int kName = 0;
+constexpr int kOverload = 1;
+} // namespace Operator
 namespace EValue {
 constexpr int kValType = 0;
 constexpr int kVal = 1;
@@ -93,6 +98,10 @@ namespace Instruction {
 constexpr int kInstrArgsType = 0;
 constexpr int kInstrArgs = 1;
 } // namespace Instruction
+namespace KernelCall {
+constexpr int kOpIndex = 0;
+constexpr int kArgs = 1;
+} // namespace KernelCall
 namespace DelegateCall {
 constexpr int kDelegateIndex = 0;
 constexpr int kArgs = 1;
@@ -125,7 +134,7 @@ constexpr int kValue = 1;
 constexpr uint8_t kXValueTensor = 1, kXValueQuantized = 2;
 constexpr uint8_t kQuantPerChannel = 1, kQuantPerTensor = 2,
     kQuantPerTokenDynamic = 3, kQuantPerChannelGroup = 4;
-constexpr uint8_t kInstructionDelegateCall = 2;
+constexpr uint8_t kInstructionKernelCall = 1, kInstructionDelegateCall = 2;
 // KernelTypes (the EValue union) by tag - 1.
 constexpr const char* kKernelTypes[] = {"Null", "Int", "Bool", "Double", "Tensor", "String", "IntList", "DoubleList", "BoolList", "TensorList", "OptionalTensorList"};
 constexpr int8_t kDataInline = 0, kDataSegment = 1;

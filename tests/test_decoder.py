@@ -169,12 +169,12 @@ def test_mutants_of_the_delegated_program_through_the_runner(decoder_mutants, co
         except subprocess.TimeoutExpired:
             result = "hang (30 s)"
         counts[result] = counts.get(result, 0) + 1
-        # As for the op examples' mutants: ExecuTorch's own kernels unbox unchecked, so a mutant may reach its
-        # ET_CHECK, which the abort hook turns into the one error line.
-        if result not in ("ok", "clean", "abort hook"):
+        # Refused or run, never stopped by ExecuTorch's own ET_CHECK (which the abort hook would turn into an error
+        # line): the pre-flight checks every kernel call's values against the schemas' kinds first.
+        if result not in ("ok", "clean"):
             problems.append(f"{os.path.basename(path)} ({what}): {result}")
     assert problems == [], f"{counts}\n" + "\n".join(problems[:20])
-    assert counts.get("clean", 0) + counts.get("abort hook", 0) > MUTANTS // 4
+    assert counts.get("clean", 0) > MUTANTS // 4
 
 
 PYTHON_RUNTIME = """

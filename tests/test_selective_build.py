@@ -33,7 +33,8 @@ def test_an_op_registered_by_its_source_has_no_generated_registration(declared):
     build = op_build(op)
     with open(os.path.join(build.build_dir, "compile_commands.json")) as f:
         compiled = {os.path.basename(entry["file"]) for entry in json.load(f)}
-    assert compiled == {*map(os.path.basename, op.kernel_sources), "custom_ops_executor_runner.cpp", "command_line.cpp", "program_runner.cpp",
+    assert compiled == {*map(os.path.basename, op.kernel_sources), "custom_ops_executor_runner.cpp", "command_line.cpp",
+                        "kernel_calls.cpp", "program_runner.cpp",
                         "xnnpack_payload.cpp"}
     assert custom_ops(build.kernel_lib) == [op.out_name]
 

@@ -1,0 +1,83 @@
+// The kernel-call check of the runner (kernel_calls.h), over the Program's FlatBuffers tables (flat_reader.h), the
+// field slots from xnnpack_layout.h and the schemas' kinds from the generated argument_kinds.h.
+#include "kernel_calls.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "argument_kinds.h"
+#include "flat_reader.h"
+#include "xnnpack_layout.h"
+
+namespace custom_ops_runner {
+namespace {
+
+namespace L = xnnpack_layout;
+namespace K = argument_kinds;
+
+const K::Operator* find_operator(const std::string& name) {
+  const auto* begin = std::begin(K::kOperators);
+  const auto* end = std::end(K::kOperators);
+  const auto* it = std::lower_bound(begin, end, name, [](const K::Operator& op, const std::string& key) {
+    return std::strcmp(op.name, key.c_str()) < 0;
+  });
+  return it != end && name == it->name ? it : nullptr;
+}
+
+} // namespace
+
+std::optional<std::string> check_kernel_calls(const uint8_t* data, size_t size) {
+  constexpr size_t kTypes = sizeof(L::kKernelTypes) / sizeof(L::kKernelTypes[0]);
+  FlatReader r(data, size);
+  const size_t program = r.target(0);
+  for (size_t plan : r.tables(program, L::Program::kExecutionPlan).value_or(std::vector<size_t>{})) {
+    std::vector<uint8_t> tags;
+    for (size_t value : r.tables(plan, L::ExecutionPlan::kValues).value_or(std::vector<size_t>{})) {
+      tags.push_back(r.scalar<uint8_t>(value, L::EValue::kValType));
+    }
+    std::vector<std::string> names;
+    for (size_t op : r.tables(plan, L::ExecutionPlan::kOperators).value_or(std::vector<size_t>{})) {
+      const std::string overload = r.string(op, L::Operator::kOverload).value_or("");
+      names.push_back(r.string(op, L::Operator::kName).value_or("") + (overload.empty() ? "" : "." + overload));
+    }
+    for (size_t chain : r.tables(plan, L::ExecutionPlan::kChains).value_or(std::vector<size_t>{})) {
+      for (size_t instruction : r.tables(chain, L::Chain::kInstructions).value_or(std::vector<size_t>{})) {
+        if (!r.ok() || r.scalar<uint8_t>(instruction, L::Instruction::kInstrArgsType) != L::kInstructionKernelCall) {
+          continue;
+        }
+        const size_t call = r.child(instruction, L::Instruction::kInstrArgs);
+        const int32_t op_index = r.scalar<int32_t>(call, L::KernelCall::kOpIndex);
+        if (op_index < 0 || static_cast<size_t>(op_index) >= names.size()) {
+          return "a kernel call names operator " + std::to_string(op_index) + ", but the method has " +
+              std::to_string(names.size());
+        }
+        const std::string& name = names[op_index];
+        const K::Operator* op = find_operator(name);
+        if (op == nullptr) {
+          continue;
+        }
+        const auto args = r.scalars<int32_t>(call, L::KernelCall::kArgs).value_or(std::vector<int32_t>{});
+        if (args.size() != op->count) {
+          return name + " is called with " + std::to_string(args.size()) + " values, its schema has " +
+              std::to_string(op->count - 1) + " arguments plus the result";
+        }
+        for (uint32_t i = 0; i < op->count; ++i) {  // the arguments, then the result
+          const K::Argument& argument = K::kArguments[op->first + i];
+          const int32_t value = args[i];
+          const bool inside = value >= 0 && static_cast<size_t>(value) < tags.size();
+          const uint8_t tag = inside ? tags[value] : 0;
+          if (argument.kinds == 0 || (inside && tag < 32 && (argument.kinds >> tag) & 1u)) {
+            continue;
+          }
+          const std::string kind = !inside ? "missing" : tag >= 1 && tag <= kTypes ? L::kKernelTypes[tag - 1] :
+              "of unknown kind";
+          return name + ": argument " + argument.name + " is " + kind + ", but the schema declares " + argument.type;
+        }
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+} // namespace custom_ops_runner

@@ -1,0 +1,19 @@
+// Part of the runner's pre-load checks (program_runner.cpp): every kernel call of a .pte against the value kinds its
+// operator's schema declares. ExecuTorch's own kernels (aten, prims, quantized) unbox their arguments unchecked, so a
+// call passing an Int where the kernel takes a Tensor would abort the process (EValue::toTensor()'s ET_CHECK). The
+// table is argument_kinds.h, generated from PyTorch's schemas at build time (flow/argument_kinds.py); flow/program.py
+// makes the same check in the same words for the Python runtime.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace custom_ops_runner {
+
+// The first kernel call naming an operator the method lacks, or passing a number or kinds of values its schema does
+// not take; nullopt when every call matches (operators the table does not list are left to their kernels' checks).
+std::optional<std::string> check_kernel_calls(const uint8_t* data, size_t size);
+
+} // namespace custom_ops_runner
