@@ -85,5 +85,14 @@ CUSTOM_OPS = {
         "example_program": "quantize_rows",
         "example_model": "ops.quantize_rows.quantize_rows.example",
     },
+    "my_ops::sdpa_with_cache": {
+        "registered_from": "cpp",
+        "aot_sources": ["ops/sdpa_with_cache/sdpa_with_cache.cpp"],
+        "kernel_sources": ["ops/sdpa_with_cache/sdpa_with_cache_out.cpp"],
+        "reference": "ops.sdpa_with_cache.sdpa_with_cache.sdpa_with_cache_reference",
+        "dtypes": ["float32", "bfloat16"],
+        "example_program": "sdpa_with_cache",
+        "example_model": "ops.sdpa_with_cache.sdpa_with_cache.example",
+    },
     # Add new ops above this line.
 }

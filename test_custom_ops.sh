@@ -23,6 +23,7 @@
 #   bash test_custom_ops.sh bench [ARGS]      the kernels vs ExecuTorch's aten::mul.out and memcpy (benchmark/);
 #                                             bench rms_norm: rms_norm vs the same math in ATen ops;
 #                                             bench decoder: the decoder's tokens/s, custom vs ATen ops, XNNPACK, 8-bit
+#                                             bench attention: sdpa_with_cache vs ATen ops and llama::custom_sdpa
 #                                             bench aoti: the decoder in ExecuTorch vs AOTInductor (speed, memory,
 #                                             size, start)
 set -euo pipefail
@@ -357,7 +358,7 @@ mode_bench() {
     return
   fi
   cmake_build "${BUILD_ROOT}/bench" -DCUSTOM_OPS_BUILD_BENCHMARK=ON >/dev/null
-  if [[ "${1:-}" == rms_norm || "${1:-}" == decoder ]]; then
+  if [[ "${1:-}" == rms_norm || "${1:-}" == decoder || "${1:-}" == attention ]]; then
     local which="$1"
     shift
     "${PYTHON}" "${REPO_ROOT}/benchmark/${which}.py" --build_dir "${BUILD_ROOT}/bench" "$@"

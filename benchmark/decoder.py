@@ -24,6 +24,7 @@ GENERATIONS = 3
 # (what, faster variant, baseline, goal): the ratio of decode tokens/s, per issue 19
 COMPARISONS = [
     ("custom ops vs ATen ops", "decoder", "decoder_aten_ops", 1.3),
+    ("sdpa_with_cache vs ATen attention", "decoder", "decoder_aten_attention", 1.3),
     ("XNNPACK vs undelegated", "decoder", "decoder_undelegated", 3.0),
     ("8-bit vs float32", "decoder_q8", "decoder", None),
 ]

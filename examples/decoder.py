@@ -1,10 +1,13 @@
 """The example ops in a real model: a small Llama-style decoder (seeded random weights, nothing downloaded) whose norms
-are my_ops::rms_norm and whose K/V caches are mutable buffers written with my_ops::update_cache. Its linear layers go to
-the XNNPACK delegate (flow/model.py lowers and runs it); the custom ops stay on this project's CPU kernels.
+are my_ops::rms_norm, whose K/V caches are mutable buffers written with my_ops::update_cache and whose attention over
+them is my_ops::sdpa_with_cache. Its linear layers go to the XNNPACK delegate (flow/model.py lowers and runs it); the
+custom ops stay on this project's CPU kernels.
 
 One method, forward(tokens [1, T], input_pos [1]) -> logits of the last position [1, VOCAB], serves prefill (T = the
 prompt's length, input_pos 0) and each decode step (T = 1, input_pos = tokens so far): the caches carry the state from
-one execution to the next. With custom_ops=False the same model writes both ops as ATen ops (the benchmark's baseline).
+one execution to the next. With custom_ops=False the same model writes every op as ATen ops (the eager reference and
+the benchmark's baseline); with fused_attention=False it keeps the norms and cache writes on the custom ops but attends
+with ATen ops (slice, bmm, softmax, bmm: the attention before my_ops::sdpa_with_cache).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-import ops.update_cache.update_cache  # noqa: F401  (registers my_ops::update_cache; rms_norm comes from the AOT library)
+import ops.update_cache.update_cache  # noqa: F401  (registers my_ops::update_cache; the C++ ops come from the AOT library)
 from ops.rms_norm.rms_norm import rms_norm_reference
 
 
@@ -48,14 +51,17 @@ class RMSNorm(torch.nn.Module):
 
 
 class Attention(torch.nn.Module):
-    def __init__(self, config: Config, custom_ops: bool):
+    def __init__(self, config: Config, custom_ops: bool, fused: bool):
         super().__init__()
         self.config = config
         self.custom_ops = custom_ops
+        self.fused = custom_ops and fused
         self.wq, self.wk, self.wv, self.wo = (torch.nn.Linear(config.dim, config.dim, bias=False) for _ in range(4))
-        # [head, position, head_dim]: each head's filled positions are one contiguous block, read without a copy
-        # of the whole cache (update_cache writes along dimension 1, whatever the others are).
-        cache_shape = (config.heads, config.max_seq, config.head_dim)
+        # Fused: [1, position, head, head_dim], the layout sdpa_with_cache reads (and ExecuTorch's llama ops), which the
+        # projections produce without a transpose. ATen: [head, position, head_dim], so each head's filled positions
+        # are one contiguous block for bmm. update_cache writes along dimension 1 either way.
+        cache_shape = ((1, config.max_seq, config.heads, config.head_dim) if self.fused
+                       else (config.heads, config.max_seq, config.head_dim))
         self.register_buffer("k_cache", torch.zeros(cache_shape), persistent=False)
         self.register_buffer("v_cache", torch.zeros(cache_shape), persistent=False)
 
@@ -72,6 +78,12 @@ class Attention(torch.nn.Module):
     def forward(self, x: torch.Tensor, start: int, mask: torch.Tensor) -> torch.Tensor:
         c = self.config
         length = x.shape[1]
+        if self.fused:
+            split = (1, length, c.heads, c.head_dim)
+            torch.ops.my_ops.update_cache(self.wk(x).view(split), self.k_cache, start)
+            torch.ops.my_ops.update_cache(self.wv(x).view(split), self.v_cache, start)
+            attention = torch.ops.my_ops.sdpa_with_cache(self.wq(x).view(split), self.k_cache, self.v_cache, start)
+            return self.wo(attention.view(1, length, c.dim))
         self._write(self._heads(self.wk(x)), self.k_cache, start)
         self._write(self._heads(self.wv(x)), self.v_cache, start)
         # Only the filled positions are read (a decode step's work grows with the tokens so far, not the cache's
@@ -85,10 +97,10 @@ class Attention(torch.nn.Module):
 
 
 class Block(torch.nn.Module):
-    def __init__(self, config: Config, custom_ops: bool):
+    def __init__(self, config: Config, custom_ops: bool, fused_attention: bool):
         super().__init__()
         self.attention_norm = RMSNorm(config, custom_ops)
-        self.attention = Attention(config, custom_ops)
+        self.attention = Attention(config, custom_ops, fused_attention)
         self.mlp_norm = RMSNorm(config, custom_ops)
         self.w1 = torch.nn.Linear(config.dim, config.hidden, bias=False)
         self.w3 = torch.nn.Linear(config.dim, config.hidden, bias=False)
@@ -101,11 +113,11 @@ class Block(torch.nn.Module):
 
 
 class Decoder(torch.nn.Module):
-    def __init__(self, config: Config = Config(), custom_ops: bool = True, seed: int = 0):
+    def __init__(self, config: Config = Config(), custom_ops: bool = True, seed: int = 0, fused_attention: bool = True):
         super().__init__()
         self.config = config
         self.embedding = torch.nn.Embedding(config.vocab, config.dim)
-        self.blocks = torch.nn.ModuleList(Block(config, custom_ops) for _ in range(config.layers))
+        self.blocks = torch.nn.ModuleList(Block(config, custom_ops, fused_attention) for _ in range(config.layers))
         self.norm = RMSNorm(config, custom_ops)
         self.output = torch.nn.Linear(config.dim, config.vocab, bias=False)
         generator = torch.Generator().manual_seed(seed)

@@ -5,8 +5,9 @@ eager PyTorch:
 
     python -m flow.model --build_dir cmake-out/all_ops [--variants decoder,decoder_q8] [--output_dir DIR]
 
-The eager reference is the same model with the custom ops written as ATen ops (rms_norm's reference and a slice
-assignment into the cache), so no kernel under test computes its own expected values. float32: the same tokens, and
+The eager reference is the same model with the custom ops written as ATen ops (rms_norm's reference, a slice
+assignment into the cache, attention as bmm/softmax/bmm over the filled positions), so no kernel under test computes
+its own expected values. float32: the same tokens, and
 logits within FLOAT32_TOLERANCE (XNNPACK's GEMMs and the fused norm round differently from ATen's, never more). 8-bit:
 the same tokens as the quantized graph run in eager, logits within QUANTIZED_TOLERANCE (XNNPACK quantizes each
 token's activations itself, with its own rounding).
@@ -34,7 +35,8 @@ QUANTIZED_TOLERANCE = dict(atol=0.3, rtol=0.0)  # logits span about +-4
 
 @dataclass(frozen=True)
 class Variant:
-    custom_ops: bool = True  # False: rms_norm and the cache update written as ATen ops (the benchmark's baseline)
+    custom_ops: bool = True  # False: rms_norm, the cache update and attention written as ATen ops (the baseline)
+    fused_attention: bool = True  # False: attention as ATen ops over the caches (before my_ops::sdpa_with_cache)
     xnnpack: bool = True  # linear layers (and what else XNNPACK takes) lowered to the XNNPACK delegate
     quantized: bool = False  # 8-bit: int8 weights per channel, activations quantized per token at run time
 
@@ -43,6 +45,7 @@ VARIANTS = {
     "decoder": Variant(),
     "decoder_q8": Variant(quantized=True),
     "decoder_aten_ops": Variant(custom_ops=False),
+    "decoder_aten_attention": Variant(fused_attention=False),
     "decoder_undelegated": Variant(xnnpack=False),
 }
 TESTED = ("decoder", "decoder_q8")  # what `test_custom_ops.sh model` checks; the benchmark times them all
@@ -88,7 +91,8 @@ def build(variant: Variant, *, reference: bool = False, max_seq: int | None = No
     m = model_module()
     # No gradients: an inference model, and the quantizer's folded weights would otherwise be non-leaf tensors the
     # ETRecord cannot copy.
-    model = m.Decoder(config(max_seq), custom_ops=variant.custom_ops and not reference).eval().requires_grad_(False)
+    model = m.Decoder(config(max_seq), custom_ops=variant.custom_ops and not reference,
+                      fused_attention=variant.fused_attention).eval().requires_grad_(False)
     if variant.quantized:
         model = _quantize(model, m.prompt_inputs(), m.dynamic_shapes(config(max_seq)))
     return model

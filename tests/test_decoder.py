@@ -54,21 +54,23 @@ def test_the_comparison_sees_a_wrong_cache_position(programs, expected, load_met
 @pytest.mark.parametrize("name", model.TESTED)
 def test_the_custom_ops_stay_on_their_kernels_and_the_linears_go_to_xnnpack(name, programs):
     program = read(programs[name])
-    assert {"my_ops::rms_norm.out", "my_ops::update_cache.out"} <= set(program.operators)
+    assert {"my_ops::rms_norm.out", "my_ops::update_cache.out", "my_ops::sdpa_with_cache.out"} <= set(program.operators)
     assert program.backends == ["XnnpackBackend"]
-    matmuls = [op for op in program.operators if op.split("::")[1].split(".")[0] in ("mm", "addmm", "linear")]
-    assert matmuls == []  # every linear layer went to XNNPACK
+    matmuls = [op for op in program.operators if op.split("::")[1].split(".")[0] in ("mm", "addmm", "linear", "bmm")]
+    assert matmuls == []  # every linear layer went to XNNPACK, and attention is the fused op
 
 
 def test_the_exporters_check_names_what_a_runner_lacks(programs, combined_build, mul3_build):
     assert missing_from(programs["decoder"], registered_in(combined_build.runner)) == []
     missing = missing_from(programs["decoder"], registered_in(mul3_build.runner))
-    assert missing == ["operator my_ops::rms_norm.out", "operator my_ops::update_cache.out"]
+    assert missing == ["operator my_ops::rms_norm.out", "operator my_ops::sdpa_with_cache.out",
+                       "operator my_ops::update_cache.out"]
     proc = run_runner(mul3_build.runner, f"--model_path={programs['decoder']}", f"--prompt={PROMPT[0]}",
                       "--new_tokens=1")
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
     assert proc.returncode == 1 and len(errors) == 1
-    assert "my_ops::rms_norm.out" in errors[0] and "my_ops::update_cache.out" in errors[0]
+    assert all(op in errors[0] for op in ("my_ops::rms_norm.out", "my_ops::sdpa_with_cache.out",
+                                          "my_ops::update_cache.out"))
 
 
 def test_a_runner_without_xnnpack_refuses_the_delegated_program_naming_the_backend(programs):

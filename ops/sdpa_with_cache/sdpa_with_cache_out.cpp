@@ -1,0 +1,469 @@
+// The kernel of my_ops::sdpa_with_cache.out, compiled twice like rms_norm's: ExecuTorch mode into libcustom_ops_lib.so
+// (the runtime kernel) and ATen mode into libcustom_ops_aot_lib.so (sdpa_with_cache.cpp's CPU kernel). Attention of T
+// new queries over a KV cache, causal, in one pass: each block of cached positions is scored, folded into a running
+// (online) softmax and accumulated, so each filled K and V row is read once per task, nothing past a query's causal
+// limit is read, and no [T, positions] matrix is stored. Tasks (batch, kv head, block of queries) run on the thread
+// pool; the query heads sharing a kv head (grouped-query attention) share each K and V row read. float32 and bfloat16,
+// computed in float32 with vector code compiled for AVX-512, AVX2 and the baseline ISA (picked at run time).
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "kernel_helpers/elementwise_loop.h"
+#include "kernel_helpers/kernel_contract.h"
+
+#ifdef USE_ATEN_LIB
+#include <ATen/ops/empty_like.h>
+#endif
+
+namespace custom {
+namespace native {
+namespace {
+
+constexpr const char* kOp = "my_ops::sdpa_with_cache.out";
+using Dtypes = contract::DtypeSet<ScalarType::Float, ScalarType::BFloat16>;
+
+constexpr int64_t kPositionsPerBlock = 64;  // scores kept per query row between the two passes over a block
+constexpr int64_t kRowsPerTask = 32;        // query rows (query position x head) a task carries through the cache
+
+// ---- Vectors: GCC/Clang vector extensions, widths 4, 8, 16 ----------------------------------------------------------
+// Written once for every width; a task function compiled for AVX-512 (or AVX2) inlines them and the compiler emits
+// that ISA's instructions. No intrinsics, so the same code is NEON on AArch64.
+#define CUSTOM_OPS_INLINE inline __attribute__((always_inline))
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wpsabi"  // vectors only pass between always-inline functions: no ABI is involved
+#endif
+
+template <int W>
+struct Vec;
+#define CUSTOM_OPS_VEC(W)                                                      \
+  template <>                                                                  \
+  struct Vec<W> {                                                              \
+    typedef float F __attribute__((vector_size(4 * W)));                       \
+    typedef int32_t I __attribute__((vector_size(4 * W)));                     \
+    typedef uint16_t H __attribute__((vector_size(2 * W)));                    \
+  };
+CUSTOM_OPS_VEC(4)
+CUSTOM_OPS_VEC(8)
+CUSTOM_OPS_VEC(16)
+#undef CUSTOM_OPS_VEC
+
+template <int W>
+using F = typename Vec<W>::F;
+template <int W>
+using I = typename Vec<W>::I;
+
+template <class To, class From>
+CUSTOM_OPS_INLINE To bit_cast(const From& from) {
+  static_assert(sizeof(To) == sizeof(From));
+  To to;
+  std::memcpy(&to, &from, sizeof(To));
+  return to;
+}
+
+template <int W>
+CUSTOM_OPS_INLINE F<W> load(const float* p) {
+  F<W> v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+// BFloat16 is the top half of a float: widening is a shift.
+template <int W>
+CUSTOM_OPS_INLINE F<W> load(const c10::BFloat16* p) {
+  typename Vec<W>::H half;
+  std::memcpy(&half, p, sizeof(half));
+  return bit_cast<F<W>>(__builtin_convertvector(half, I<W>) << 16);
+}
+
+template <int W>
+CUSTOM_OPS_INLINE void store(float* p, F<W> v) {
+  std::memcpy(p, &v, sizeof(v));
+}
+
+template <int W>
+CUSTOM_OPS_INLINE F<W> splat(float x) {
+  return F<W>{} + x;
+}
+
+// mask lanes (-1) take a, the others b.
+template <int W>
+CUSTOM_OPS_INLINE F<W> select(I<W> mask, F<W> a, F<W> b) {
+  return bit_cast<F<W>>((mask & bit_cast<I<W>>(a)) | (~mask & bit_cast<I<W>>(b)));
+}
+
+template <int W>
+CUSTOM_OPS_INLINE float sum(F<W> v) {
+  if constexpr (W == 4) {
+    return (v[0] + v[2]) + (v[1] + v[3]);
+  } else {
+    F<W / 2> low, high;
+    std::memcpy(&low, &v, sizeof(low));
+    std::memcpy(&high, reinterpret_cast<const char*>(&v) + sizeof(low), sizeof(high));
+    return sum<W / 2>(low + high);
+  }
+}
+
+template <int W>
+CUSTOM_OPS_INLINE float max(F<W> v) {
+  float m = v[0];
+  for (int k = 1; k < W; ++k) {
+    m = v[k] > m ? v[k] : m;
+  }
+  return m;
+}
+
+// e^x for x <= 0 (scores minus their running maximum), within 2 ulp; -inf and x below float's range give exactly 0,
+// NaN stays NaN. Cody-Waite reduction to r in [-ln2/2, ln2/2], then Cephes' degree-5 polynomial for e^r.
+template <int W>
+CUSTOM_OPS_INLINE F<W> exp_nonpositive(F<W> x) {
+  const F<W> lowest = splat<W>(-87.33654f);  // e^lowest = 2^-126, the smallest normal float
+  const I<W> underflow = x < lowest;
+  x = select<W>(underflow, lowest, x);
+  const F<W> y = x * 1.44269504088896341f + 0.5f;
+  I<W> n = __builtin_convertvector(y, I<W>);              // truncated ...
+  n += __builtin_convertvector(n, F<W>) > y;                 // ... to floor(y): -1 where truncation rounded up
+  const F<W> nf = __builtin_convertvector(n, F<W>);
+  const F<W> r = (x - nf * 0.693359375f) + nf * 2.12194440e-4f;
+  F<W> p = splat<W>(1.9875691500e-4f);
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  const F<W> e = (p * r * r + r) + 1.0f;
+  return select<W>(underflow, F<W>{}, e * bit_cast<F<W>>((n + 127) << 23));
+}
+
+template <typename T>
+CUSTOM_OPS_INLINE float to_float(T x) {
+  return static_cast<float>(x);
+}
+
+// q[0, n) . k[0, n), q already in float.
+template <int W, typename T>
+CUSTOM_OPS_INLINE float dot(const float* q, const T* k, int64_t n) {
+  F<W> a = {}, b = {};
+  int64_t d = 0;
+  for (; d + 2 * W <= n; d += 2 * W) {
+    a += load<W>(q + d) * load<W>(k + d);
+    b += load<W>(q + d + W) * load<W>(k + d + W);
+  }
+  for (; d + W <= n; d += W) {
+    a += load<W>(q + d) * load<W>(k + d);
+  }
+  float s = sum<W>(a + b);
+  for (; d < n; ++d) {
+    s += q[d] * to_float(k[d]);
+  }
+  return s;
+}
+
+// acc[0, n) += w * v[0, n)
+template <int W, typename T>
+CUSTOM_OPS_INLINE void add_scaled(float* acc, float w, const T* v, int64_t n) {
+  int64_t d = 0;
+  for (; d + W <= n; d += W) {
+    store<W>(acc + d, load<W>(acc + d) + w * load<W>(v + d));
+  }
+  for (; d < n; ++d) {
+    acc[d] += w * to_float(v[d]);
+  }
+}
+
+// ---- The attention ------------------------------------------------------------------------------------------------
+struct Geometry {
+  int64_t batch, length, heads, kv_heads, head_dim, positions, start;
+  float scale;
+
+  int64_t group() const { return heads / kv_heads; }
+  // A task: one kv head's `group()` query heads at up to this many consecutive query positions.
+  int64_t queries_per_task() const {
+    return std::max<int64_t>(1, std::min<int64_t>(kRowsPerTask / group(), length));
+  }
+  int64_t query_blocks() const { return length == 0 ? 0 : (length + queries_per_task() - 1) / queries_per_task(); }
+  int64_t tasks() const { return batch * kv_heads * query_blocks(); }
+};
+
+template <typename T>
+struct Tensors {
+  const T* query;  // [B, T, H, D]
+  const T* key;    // [B, S, H_kv, D]
+  const T* value;
+  T* out;          // [B, T, H, D]
+};
+
+// One task: rows r = (query position - first) * group + (head - kv_head * group). Row r may attend to cache
+// positions 0 .. start + first + r / group.
+template <int W, typename T>
+CUSTOM_OPS_INLINE void attend(const Geometry& g, const Tensors<T>& t, int64_t task) {
+  const int64_t group = g.group(), per_task = g.queries_per_task(), D = g.head_dim;
+  const int64_t query_block = task % g.query_blocks();
+  const int64_t kv_head = (task / g.query_blocks()) % g.kv_heads;
+  const int64_t b = task / (g.query_blocks() * g.kv_heads);
+  const int64_t first = query_block * per_task;
+  const int64_t rows = (std::min(g.length, first + per_task) - first) * group;
+  const int64_t end = g.start + first + rows / group;  // positions [0, end) are read by the task's last query
+  constexpr int64_t kScoreStride = (kPositionsPerBlock + W - 1) / W * W;
+
+  // Heap, not stack: head_dim is the program's to choose.
+  std::vector<float> buffer(static_cast<size_t>(rows * (2 * D + kScoreStride + 2)));
+  float* q = buffer.data();                           // [rows, D], scaled
+  float* acc = q + rows * D;                          // [rows, D]
+  float* scores = acc + rows * D;                     // [rows, kScoreStride]: scores, then their exponentials
+  float* running_max = scores + rows * kScoreStride;  // [rows]
+  float* running_sum = running_max + rows;            // [rows]
+  std::vector<int64_t> valid(static_cast<size_t>(rows));  // positions of the block each row may attend to
+
+  const auto query_row = [&](int64_t r) {
+    const int64_t position = first + r / group, head = kv_head * group + r % group;
+    return ((b * g.length + position) * g.heads + head) * D;
+  };
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* in = t.query + query_row(r);
+    for (int64_t d = 0; d < D; ++d) {
+      q[r * D + d] = to_float(in[d]) * g.scale;
+    }
+    running_max[r] = -std::numeric_limits<float>::infinity();
+    running_sum[r] = 0.0f;
+  }
+  std::fill(acc, acc + rows * D, 0.0f);
+
+  const int64_t stride = g.kv_heads * D;  // from one cached position to the next
+  const T* keys = t.key + (b * g.positions * g.kv_heads + kv_head) * D;
+  const T* values = t.value + (b * g.positions * g.kv_heads + kv_head) * D;
+  for (int64_t p0 = 0; p0 < end; p0 += kPositionsPerBlock) {
+    const int64_t n = std::min(kPositionsPerBlock, end - p0);
+    for (int64_t r = 0; r < rows; ++r) {
+      valid[r] = std::clamp<int64_t>(g.start + first + r / group + 1 - p0, 0, n);
+    }
+    for (int64_t j = 0; j < n; ++j) {
+      const T* k = keys + (p0 + j) * stride;
+      for (int64_t r = rows - 1; r >= 0 && j < valid[r]; --r) {  // valid[] grows with r
+        scores[r * kScoreStride + j] = dot<W>(q + r * D, k, D);
+      }
+    }
+    for (int64_t r = 0; r < rows; ++r) {
+      if (valid[r] == 0) {
+        continue;
+      }
+      float* s = scores + r * kScoreStride;
+      const int64_t padded = (valid[r] + W - 1) / W * W;
+      std::fill(s + valid[r], s + padded, -std::numeric_limits<float>::infinity());
+      F<W> block_max = load<W>(s);
+      for (int64_t j = W; j < padded; j += W) {
+        const F<W> x = load<W>(s + j);
+        block_max = select<W>(x > block_max, x, block_max);
+      }
+      const float new_max = std::max(running_max[r], max<W>(block_max));
+      F<W> total = {};
+      for (int64_t j = 0; j < padded; j += W) {
+        const F<W> e = exp_nonpositive<W>(load<W>(s + j) - new_max);
+        store<W>(s + j, e);
+        total += e;
+      }
+      const float correction = std::exp(running_max[r] - new_max);  // 0 on the first block (e^-inf)
+      running_sum[r] = running_sum[r] * correction + sum<W>(total);
+      running_max[r] = new_max;
+      if (correction != 1.0f) {
+        float* a = acc + r * D;
+        for (int64_t d = 0; d < D; ++d) {
+          a[d] *= correction;
+        }
+      }
+    }
+    for (int64_t j = 0; j < n; ++j) {
+      const T* v = values + (p0 + j) * stride;
+      for (int64_t r = rows - 1; r >= 0 && j < valid[r]; --r) {
+        add_scaled<W>(acc + r * D, scores[r * kScoreStride + j], v, D);
+      }
+    }
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    T* out = t.out + query_row(r);
+    const float inverse = 1.0f / running_sum[r];
+    for (int64_t d = 0; d < D; ++d) {
+      out[d] = static_cast<T>(acc[r * D + d] * inverse);
+    }
+  }
+}
+
+template <int W, typename T>
+CUSTOM_OPS_INLINE void attend_tasks(const Geometry& g, const Tensors<T>& t, int64_t first, int64_t end) {
+  for (int64_t task = first; task < end; ++task) {
+    attend<W>(g, t, task);
+  }
+}
+
+template <typename T>
+void attend_baseline(const Geometry& g, const Tensors<T>& t, int64_t first, int64_t end) {
+  attend_tasks<4>(g, t, first, end);
+}
+
+#ifdef CUSTOM_OPS_X86_DISPATCH
+template <typename T>
+CUSTOM_OPS_AVX2 void attend_avx2(const Geometry& g, const Tensors<T>& t, int64_t first, int64_t end) {
+  attend_tasks<8>(g, t, first, end);
+}
+
+template <typename T>
+CUSTOM_OPS_AVX512 void attend_avx512(const Geometry& g, const Tensors<T>& t, int64_t first, int64_t end) {
+  attend_tasks<16>(g, t, first, end);
+}
+#endif
+
+// Tasks [first, end) with the best vector ISA this CPU has (CUSTOM_OPS_ISA caps it); counts the output elements each
+// ISA's code wrote, where it wrote them.
+template <typename T>
+void attend_range(const Geometry& g, const Tensors<T>& t, int64_t first, int64_t end) {
+  elementwise::Path path = elementwise::kBaselineElements;
+#ifdef CUSTOM_OPS_X86_DISPATCH
+  switch (elementwise::detected_isa()) {
+    case elementwise::Isa::kAvx512:
+      attend_avx512(g, t, first, end);
+      path = elementwise::kAvx512Elements;
+      break;
+    case elementwise::Isa::kAvx2:
+      attend_avx2(g, t, first, end);
+      path = elementwise::kAvx2Elements;
+      break;
+    case elementwise::Isa::kBaseline:
+      attend_baseline(g, t, first, end);
+      break;
+  }
+#else
+  attend_baseline(g, t, first, end);
+#endif
+  int64_t rows = 0;  // query rows of these tasks (the last query block of a head may be short)
+  for (int64_t task = first; task < end; ++task) {
+    const int64_t block = task % g.query_blocks();
+    rows += (std::min(g.length, (block + 1) * g.queries_per_task()) - block * g.queries_per_task()) * g.group();
+  }
+  elementwise::count(path, static_cast<uint64_t>(rows * g.head_dim));
+}
+
+template <typename T>
+bool run(const Geometry& g, const Tensor& query, const Tensor& key, const Tensor& value, Tensor& out) {
+  const Tensors<T> t{query.template const_data_ptr<T>(), key.template const_data_ptr<T>(),
+                     value.template const_data_ptr<T>(), out.template mutable_data_ptr<T>()};
+  const int64_t tasks = g.tasks();
+  // Multiply-adds of the whole call, roughly: small calls stay on the calling thread.
+  const double work = static_cast<double>(g.batch * g.heads * g.length) * (g.start + g.length) * g.head_dim;
+  if (tasks < 2 || work < 1 << 16) {
+    attend_range(g, t, 0, tasks);
+    return true;
+  }
+  return contract::parallel_for(0, tasks, 1, [&](int64_t first, int64_t end) { attend_range(g, t, first, end); });
+}
+
+// ---- Checks: one body for both modes -------------------------------------------------------------------------------
+contract::Problem arguments_problem(const Tensor& query, const Tensor& key, const Tensor& value, int64_t start,
+                                    const std::optional<double>& scale, const Tensor& out) {
+  if (auto p = contract::dtype_problem<Dtypes>(query, kOp, "query")) {
+    return p;
+  }
+  for (const auto& [tensor, name] : {std::pair<const Tensor&, const char*>{key, "key_cache"}, {value, "value_cache"},
+                                     {out, "out"}}) {
+    if (auto p = contract::same_dtype_problem(tensor, query, kOp, name, "query")) {
+      return p;
+    }
+  }
+  const std::string op = kOp;
+  if (query.dim() != 4 || key.dim() != 4) {
+    return op + ": query " + contract::shape_text(query) + " must be [batch, length, heads, head_dim] and key_cache " +
+        contract::shape_text(key) + " [batch, positions, kv_heads, head_dim], 4 dimensions each";
+  }
+  if (value.dim() != 4 || value.size(0) != key.size(0) || value.size(1) != key.size(1) ||
+      value.size(2) != key.size(2) || value.size(3) != key.size(3)) {
+    return op + ": value_cache " + contract::shape_text(value) + " must have key_cache's shape " +
+        contract::shape_text(key);
+  }
+  if (key.size(0) != query.size(0)) {
+    return op + ": key_cache " + contract::shape_text(key) + " holds batch " + std::to_string(key.size(0)) +
+        " but query " + contract::shape_text(query) + " has batch " + std::to_string(query.size(0));
+  }
+  if (key.size(3) != query.size(3) || query.size(3) == 0) {
+    return op + ": query " + contract::shape_text(query) + " has head_dim " + std::to_string(query.size(3)) +
+        " but key_cache " + contract::shape_text(key) + " has " + std::to_string(key.size(3)) +
+        "; they must be equal and at least 1";
+  }
+  if (key.size(2) == 0 || query.size(2) % key.size(2) != 0) {
+    return op + ": query's " + std::to_string(query.size(2)) + " heads are not a multiple of the cache's " +
+        std::to_string(key.size(2)) + " kv heads; each kv head serves heads / kv_heads query heads";
+  }
+  if (start < 0 || start + query.size(1) > key.size(1)) {
+    return op + ": " + std::to_string(query.size(1)) + " queries at start_pos " + std::to_string(start) +
+        " need cache positions up to " + std::to_string(start + query.size(1)) + " but the cache holds " +
+        std::to_string(key.size(1)) + (start < 0 ? " (start_pos is negative)" : "") +
+        "; start_pos + length must be within [0, positions]";
+  }
+  if (scale.has_value() && !std::isfinite(*scale)) {
+    return op + ": scale " + std::to_string(*scale) + " is not finite; pass a finite scale or None for 1/sqrt(head_dim)";
+  }
+  return std::nullopt;
+}
+
+contract::Problem layout_problem(const Tensor& query, const Tensor& key, const Tensor& value, const Tensor& out) {
+  for (const auto& [t, name] : {std::pair<const Tensor&, const char*>{query, "query"}, {key, "key_cache"},
+                                {value, "value_cache"}, {out, "out"}}) {
+    if (auto p = contract::dense_problem(t, kOp, name)) {
+      return p;
+    }
+  }
+  return contract::memory_problem(kOp, {{out, "out"}}, {{query, "query"}, {key, "key_cache"}, {value, "value_cache"}});
+}
+
+Geometry geometry(const Tensor& query, const Tensor& key, int64_t start, const std::optional<double>& scale) {
+  const int64_t head_dim = query.size(3);
+  return Geometry{query.size(0), query.size(1), query.size(2), key.size(2), head_dim, key.size(1), start,
+                  static_cast<float>(scale.value_or(1.0 / std::sqrt(static_cast<double>(head_dim))))};
+}
+
+} // namespace
+
+#ifdef USE_ATEN_LIB
+at::Tensor& sdpa_with_cache_out_impl(const at::Tensor& query, const at::Tensor& key_cache,
+                                     const at::Tensor& value_cache, int64_t start_pos, std::optional<double> scale,
+                                     at::Tensor& out) {
+  contract::require(arguments_problem(query, key_cache, value_cache, start_pos, scale, out));
+  contract::resize_output(out, query.sym_sizes(), kOp);
+  contract::check_memory(kOp, {{out, "out"}}, {{query, "query"}, {key_cache, "key_cache"},
+                                              {value_cache, "value_cache"}});
+  // PyTorch's tensors may be strided: the loop runs on dense copies, and a strided `out` gets the result copied in.
+  const at::Tensor q = query.contiguous(), k = key_cache.contiguous(), v = value_cache.contiguous();
+  at::Tensor y = out.is_contiguous() ? out : at::empty_like(q);
+  contract::require(layout_problem(q, k, v, y));
+  const Geometry g = geometry(q, k, start_pos, scale);
+  Dtypes::visit(q.scalar_type(), [&](auto tag) { run<decltype(tag)>(g, q, k, v, y); });
+  if (!y.is_same(out)) {
+    out.copy_(y);
+  }
+  return out;
+}
+#else
+executorch::aten::Tensor& sdpa_with_cache_out_impl(
+    executorch::runtime::KernelRuntimeContext& ctx,
+    const executorch::aten::Tensor& query,
+    const executorch::aten::Tensor& key_cache,
+    const executorch::aten::Tensor& value_cache,
+    int64_t start_pos,
+    std::optional<double> scale,
+    executorch::aten::Tensor& out) {
+  if (!contract::require(ctx, arguments_problem(query, key_cache, value_cache, start_pos, scale, out)) ||
+      !contract::resize_output(ctx, out, query.sizes(), kOp, "out") ||
+      !contract::require(ctx, layout_problem(query, key_cache, value_cache, out))) {
+    return out;
+  }
+  const Geometry g = geometry(query, key_cache, start_pos, scale);
+  bool all_tasks_ran = true;
+  Dtypes::visit(query.scalar_type(),
+                [&](auto tag) { all_tasks_ran = run<decltype(tag)>(g, query, key_cache, value_cache, out); });
+  ET_KERNEL_CHECK_MSG(ctx, all_tasks_ran, Internal, out, "%s: the threadpool did not run all of the tasks", kOp);
+  return out;
+}
+#endif
+
+} // namespace native
+} // namespace custom
