@@ -1,7 +1,8 @@
 // The helper for row-wise ops (a reduction over the last dimension, then a pass over the row: norms, softmax, per-row
 // quantization): the rows of a contiguous tensor split across the thread pool, whole rows per task, with the same
 // grain as the elementwise loop so small inputs stay on the calling thread. Rows of 16-bit floats are widened to float
-// a block at a time (the elementwise loop's vector conversions), so a kernel accumulates in float.
+// a block at a time, in order, so a kernel accumulates in float; a kernel compiled for AVX-512 (elementwise's
+// CUSTOM_OPS_AVX512, chosen by elementwise::detected_isa()) converts whole blocks with it.
 #pragma once
 
 #include <algorithm>
@@ -26,27 +27,68 @@ bool for_each_row(int64_t rows, int64_t bytes_per_row, const Fn& fn) {
   return contract::parallel_for(int64_t{0}, rows, grain, fn);
 }
 
-// Elements [begin, begin + n) of a row, n <= kBlock, as floats in `block` (exact for every floating type).
+// Elements [begin, begin + n) of a row, n <= kBlock, as floats in `block` (exact for every floating type), in order:
+// a reduction over the row must see the same order whatever the ISA, so its result does not depend on the CPU.
 constexpr int64_t kBlock = elementwise::kConvertBlock;
 
-template <typename T>
-inline void load_floats(const T* in, float* block, int64_t n) {
+#ifdef CUSTOM_OPS_X86_DISPATCH
+// Whole blocks with AVX-512, in order (the elementwise loop's bfloat16 blocks are lane-permuted, which an elementwise
+// op may ignore and a reduction may not): bfloat16 zero-extended and shifted, narrowed with the same rounding and
+// packed back in order; half through the hardware conversions, which keep the order.
+CUSTOM_OPS_AVX512 inline void widen_block_avx512(const c10::BFloat16* in, float* block) {
+  for (int64_t k = 0; k < kBlock; k += 16) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(elementwise::bits_of(in) + k));
+    _mm512_store_si512(block + k, _mm512_slli_epi32(_mm512_cvtepu16_epi32(v), 16));
+  }
+}
+
+CUSTOM_OPS_AVX512 inline void narrow_block_avx512(const float* block, c10::BFloat16* out) {
+  for (int64_t k = 0; k < kBlock; k += 16) {
+    const __m512i rounded = elementwise::round_to_bfloat16_avx512(_mm512_load_si512(block + k));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(elementwise::bits_of(out) + k), _mm512_cvtepi32_epi16(rounded));
+  }
+}
+
+CUSTOM_OPS_AVX512 inline void widen_block_avx512(const c10::Half* in, float* block) {
+  elementwise::widen_block_avx512(in, block);
+}
+
+CUSTOM_OPS_AVX512 inline void narrow_block_avx512(const float* block, c10::Half* out) {
+  elementwise::narrow_block_avx512(block, out);
+}
+#endif
+
+// kAvx512: called from a function compiled for AVX-512 (see rms_norm's kernel), whole blocks converted with it.
+template <typename T, bool kAvx512 = false>
+__attribute__((always_inline)) inline void load_floats(const T* in, float* block, int64_t n) {
   if constexpr (std::is_same_v<T, float>) {
     std::copy(in, in + n, block);
   } else if (n == kBlock) {
-    elementwise::widen_block(in, block);
+#ifdef CUSTOM_OPS_X86_DISPATCH
+    if constexpr (kAvx512) {
+      widen_block_avx512(in, block);
+      return;
+    }
+#endif
+    elementwise::widen(in, block, kBlock);  // in order (the portable conversion), vectorized for a whole block
   } else {
     elementwise::widen(in, block, n);
   }
 }
 
 // Rounds n floats once to T.
-template <typename T>
-inline void store_floats(const float* block, T* out, int64_t n) {
+template <typename T, bool kAvx512 = false>
+__attribute__((always_inline)) inline void store_floats(const float* block, T* out, int64_t n) {
   if constexpr (std::is_same_v<T, float>) {
     std::copy(block, block + n, out);
   } else if (n == kBlock) {
-    elementwise::narrow_block(block, out);
+#ifdef CUSTOM_OPS_X86_DISPATCH
+    if constexpr (kAvx512) {
+      narrow_block_avx512(block, out);
+      return;
+    }
+#endif
+    elementwise::narrow(block, out, kBlock);
   } else {
     elementwise::narrow(block, out, n);
   }

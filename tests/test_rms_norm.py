@@ -124,3 +124,34 @@ def test_the_runtime_kernel_matches_the_reference(dtype, load_method, tmp_path):
     for execution in range(2):
         (actual,) = method.execute([x, w])
         torch.testing.assert_close(actual, rms_norm_reference(x, w, 1e-5), **TOLERANCE[dtype])
+
+
+ISA_PROBE = """
+import ctypes
+import torch
+torch.ops.load_library({aot_lib!r})
+generator = torch.Generator().manual_seed(3)
+outputs = {{}}
+for dtype in ("float32", "float16", "bfloat16"):
+    x = (torch.randn(64, 4096 + 37, generator=generator) * 3).to(getattr(torch, dtype))  # 37: a tail past the blocks
+    w = (1 + 0.1 * torch.randn(4096 + 37, generator=generator)).to(x.dtype)
+    outputs[dtype] = torch.ops.my_ops.rms_norm(x, w, 1e-5).view(torch.int16 if x.itemsize == 2 else torch.int32).tolist()
+counts = (ctypes.c_uint64 * 8)()
+ctypes.CDLL({aot_lib!r}).custom_ops_elementwise_stats(counts, 8)
+result = {{"outputs": outputs, "stats": dict(zip({counters!r}, counts))}}
+"""
+
+
+def test_every_isa_gives_the_same_bits_and_the_rows_run_on_the_best(combined_build):
+    # The AVX-512 variant converts 16-bit rows in order with its own code; a reduction must not depend on the CPU.
+    from helpers import run_in_fresh_python
+    from test_kernel_paths import COUNTERS, expected_isa
+
+    results = {}
+    for cap in ("baseline", None):
+        results[cap] = run_in_fresh_python(ISA_PROBE.format(aot_lib=combined_build.aot_lib, counters=COUNTERS),
+                                           env={"CUSTOM_OPS_ISA": cap} if cap else {})
+        isa = expected_isa(cap)
+        elements = 3 * 64 * (4096 + 37)
+        assert results[cap]["stats"][isa] == elements, (cap, results[cap]["stats"])
+    assert results["baseline"]["outputs"] == results[None]["outputs"]

@@ -2,6 +2,7 @@
 // runtime kernel) and ATen mode into libcustom_ops_aot_lib.so (rms_norm.cpp's CPU kernel). Each row of the input:
 // y = x / sqrt(mean(x^2) + eps) * weight, in one read for the sum of squares and one read-and-write pass, where the
 // same math in ATen ops is five passes with four intermediates. Half types are accumulated and computed in float.
+// On a CPU with AVX-512 the rows run in a variant compiled for it (the same sums in the same order: the same bits).
 #include <cmath>
 
 #include "kernel_helpers/kernel_contract.h"
@@ -18,8 +19,9 @@ namespace {
 constexpr const char* kOp = "my_ops::rms_norm.out";
 using Dtypes = contract::FloatingDtypes;
 
-// Sum of squares of n floats: 16 independent partial sums, which the compiler vectorizes without reassociating.
-inline void sum_of_squares(const float* x, int64_t n, float (&acc)[16]) {
+// Sum of squares of n floats: 16 independent partial sums, which the compiler vectorizes without reassociating (the
+// same sums at every vector width, so every ISA gives the same bits).
+__attribute__((always_inline)) inline void sum_of_squares(const float* x, int64_t n, float (&acc)[16]) {
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
     for (int k = 0; k < 16; ++k) {
@@ -31,8 +33,10 @@ inline void sum_of_squares(const float* x, int64_t n, float (&acc)[16]) {
   }
 }
 
-template <typename T>
-void rms_norm_rows(const T* in, const T* weight, T* out, int64_t first, int64_t end, int64_t cols, float eps) {
+// kAvx512: inlined into rms_norm_rows_avx512, so the whole body is compiled for AVX-512.
+template <typename T, bool kAvx512>
+__attribute__((always_inline)) inline void rms_norm_rows_body(const T* in, const T* weight, T* out, int64_t first,
+                                                              int64_t end, int64_t cols, float eps) {
   alignas(64) float x[rows::kBlock];
   alignas(64) float w[rows::kBlock];
   for (int64_t r = first; r < end; ++r) {
@@ -44,7 +48,7 @@ void rms_norm_rows(const T* in, const T* weight, T* out, int64_t first, int64_t 
       if constexpr (std::is_same_v<T, float>) {
         sum_of_squares(row + c, n, acc);
       } else {
-        rows::load_floats(row + c, x, n);
+        rows::load_floats<T, kAvx512>(row + c, x, n);
         sum_of_squares(x, n, acc);
       }
     }
@@ -60,16 +64,29 @@ void rms_norm_rows(const T* in, const T* weight, T* out, int64_t first, int64_t 
           out_row[c + i] = row[c + i] * inv_rms * weight[c + i];
         }
       } else {
-        rows::load_floats(row + c, x, n);
-        rows::load_floats(weight + c, w, n);
+        rows::load_floats<T, kAvx512>(row + c, x, n);
+        rows::load_floats<T, kAvx512>(weight + c, w, n);
         for (int64_t i = 0; i < n; ++i) {
           x[i] = x[i] * inv_rms * w[i];
         }
-        rows::store_floats(x, out_row + c, n);
+        rows::store_floats<T, kAvx512>(x, out_row + c, n);
       }
     }
   }
 }
+
+template <typename T>
+void rms_norm_rows(const T* in, const T* weight, T* out, int64_t first, int64_t end, int64_t cols, float eps) {
+  rms_norm_rows_body<T, false>(in, weight, out, first, end, cols, eps);
+}
+
+#ifdef CUSTOM_OPS_X86_DISPATCH
+template <typename T>
+CUSTOM_OPS_AVX512 void rms_norm_rows_avx512(const T* in, const T* weight, T* out, int64_t first, int64_t end,
+                                            int64_t cols, float eps) {
+  rms_norm_rows_body<T, true>(in, weight, out, first, end, cols, eps);
+}
+#endif
 
 template <typename T>
 bool run(const Tensor& in, const Tensor& weight, Tensor& out, double eps) {
@@ -78,8 +95,21 @@ bool run(const Tensor& in, const Tensor& weight, Tensor& out, double eps) {
   const T* x = in.template const_data_ptr<T>();
   const T* w = weight.template const_data_ptr<T>();
   T* y = out.template mutable_data_ptr<T>();
+#ifdef CUSTOM_OPS_X86_DISPATCH
+  const bool avx512 = elementwise::detected_isa() == elementwise::Isa::kAvx512;
+#else
+  const bool avx512 = false;
+#endif
   return rows::for_each_row(rows_count, cols * static_cast<int64_t>(sizeof(T)), [&](int64_t first, int64_t end) {
+#ifdef CUSTOM_OPS_X86_DISPATCH
+    if (avx512) {
+      rms_norm_rows_avx512<T>(x, w, y, first, end, cols, static_cast<float>(eps));
+      elementwise::count(elementwise::kAvx512Elements, static_cast<uint64_t>((end - first) * cols));
+      return;
+    }
+#endif
     rms_norm_rows<T>(x, w, y, first, end, cols, static_cast<float>(eps));
+    elementwise::count(elementwise::kBaselineElements, static_cast<uint64_t>((end - first) * cols));
   });
 }
 
