@@ -104,6 +104,7 @@ def main() -> int:
     parser.add_argument("--build_dir", default=os.path.join(REPO_ROOT, "cmake-out", "bench"))
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--dtypes", default="float32,bfloat16")
+    parser.add_argument("--cases", default="", help="only the cases whose name contains this, e.g. decode")
     args = parser.parse_args()
     registration.register_with_pytorch(list(declarations.load().values()),
                                        aot_library=os.path.join(args.build_dir, "libcustom_ops_aot_lib.so"))
@@ -118,6 +119,8 @@ def main() -> int:
     programs, methods, inputs = {}, {}, {}
     for dtype in dtypes:
         for case in CASES:
+            if args.cases not in case_name(case, dtype):
+                continue
             key = (case, dtype)
             inputs[key] = inputs_of(case, dtype)
             for side, cls in (("fused", Fused), ("aten", AtenOps), ("upstream", Upstream)):
