@@ -70,7 +70,7 @@ __attribute__((always_inline)) inline void load_floats(const T* in, float* block
       return;
     }
 #endif
-    elementwise::widen(in, block, kBlock);  // in order (the portable conversion), vectorized for a whole block
+    elementwise::widen_block(in, block);  // in order: the portable conversion, or NEON's on AArch64
   } else {
     elementwise::widen(in, block, n);
   }
@@ -88,7 +88,7 @@ __attribute__((always_inline)) inline void store_floats(const float* block, T* o
       return;
     }
 #endif
-    elementwise::narrow(block, out, kBlock);
+    elementwise::narrow_block(block, out);
   } else {
     elementwise::narrow(block, out, n);
   }
