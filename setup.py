@@ -74,6 +74,13 @@ class BuildExtensionWithoutPythonAPI(BuildExtension):
     """BuildExtension minus TORCH_API_INCLUDE_EXTENSION_H: with it, torch/torch.h (which the generated headers include)
     pulls in pybind11 and Python's full C API, which the limited API lacks and this library does not use."""
 
+    def finalize_options(self):
+        # Objects always under the checkout's build/, also for an editable install (setuptools would compile in a
+        # fresh /tmp directory): the paths ccache hashes relative to this directory are then the same in every build
+        # of these sources, so the wheel's objects serve `pip install -e` and copies of the repository.
+        super().finalize_options()
+        self.build_temp = os.path.join(HERE, "build", "temp.aot")
+
     def _add_compile_flag(self, extension, flag):
         if flag != "-DTORCH_API_INCLUDE_EXTENSION_H":
             super()._add_compile_flag(extension, flag)

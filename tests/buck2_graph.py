@@ -28,6 +28,7 @@ import dataclasses
 import fnmatch
 import glob as globlib
 import hashlib
+import itertools
 import json
 import os
 import re
@@ -691,48 +692,72 @@ def check_against_cmake(repo: str, targets, executor: Executor) -> list[str]:
 
 
 def build_and_run(repo: str, executor: Executor, log=print, fail_fast: bool = False) -> list[str]:
-    problems = []
+    """Each op's example exported (with its own AOT library for a C++ op) and verified in its own runner, then every
+    example in the all-ops runner. One process per AOT library (PyTorch takes one per process), not two per example:
+    the Python ops' examples and the all-ops runner's share one."""
     programs = os.path.join(executor.out, "programs")
     os.makedirs(programs, exist_ok=True)
-    env = dict(os.environ, PYTHONPATH=repo)
-    everything = []
+    groups: dict[str | None, list[dict]] = {}
+    combined = []
     for suffix, ops in examples(repo):
         runner = executor.build(f"root//:custom_ops_executor_runner{suffix}").default[0]
         aot_label = f"root//:custom_ops_aot_lib{suffix}"
         aot = executor.build(aot_label).shared_library if aot_label in executor.targets else None
         if suffix == "":
-            everything = [(runner, aot, op) for op in ops]
-            continue
-        (op,) = ops
-        export = [sys.executable, "-m", "flow.export", "--op", op.name, "--output_dir", programs]
-        proc = subprocess.run(export + (["--aot_library", aot] if aot else []), capture_output=True, text=True,
-                              env=env, cwd=repo)
-        if proc.returncode != 0:
-            problems.append(f"exporting {op.name} with {aot or 'its Python module'} failed: {proc.stderr[-1500:]}")
-            continue
-        problems += _verify(repo, runner, aot, [op], programs, env, log)
-        if fail_fast and problems:
-            return problems
-    if everything:  # the runner of every op, on every example, in one verifier process
-        runner, aot, _ = everything[0]
-        problems += _verify(repo, runner, aot, [op for _, _, op in everything], programs, env, log)
-    return problems
-
-
-def _verify(repo, runner, aot, ops, programs, env, log) -> list[str]:
-    ptes = [os.path.join(programs, f"{op.example_program}.pte") for op in ops]
-    cmd = [sys.executable, "-m", "flow.verify", *(a for pte in ptes for a in ("--pte", pte)), "--runner", runner]
-    proc = subprocess.run(cmd + (["--aot_library", aot] if aot else []), capture_output=True, text=True, env=env,
-                          cwd=repo)
+            combined = [dict(op=op.name, runner=runner, aot=aot, export=False) for op in ops]
+        else:
+            groups.setdefault(aot, []).append(dict(op=ops[0].name, runner=runner, aot=aot, export=True))
+    # The C++ ops' groups first: the all-ops runner's verification reads every example they export.
+    order = [aot for aot in groups if aot is not None] + [None]
     problems = []
-    for op in ops:
-        program = f"{op.example_program}.pte"
-        verdict = "outputs match the reference" if len(ops) == 1 else f"{program}: outputs match the reference"
-        matched = proc.returncode == 0 or verdict in proc.stdout.splitlines()
-        log(f"verify {os.path.relpath(runner, repo)} on {program}: {'match' if matched else 'FAILED'}")
-        if not matched:
-            problems.append(f"{os.path.relpath(runner, repo)} on {program}: {(proc.stderr + proc.stdout)[-2000:]}")
+    for aot in order:
+        jobs = groups.get(aot, []) + (combined if aot is None else [])
+        problems += _export_and_verify(repo, programs, jobs, log)
+        if fail_fast and problems:
+            break
     return problems
+
+
+def _export_and_verify(repo, programs, jobs, log) -> list[str]:
+    spec = json.dumps(dict(repo=repo, programs=programs, jobs=jobs))
+    proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--examples", spec], capture_output=True,
+                          text=True, env=dict(os.environ, PYTHONPATH=repo), cwd=repo)
+    verdicts = [json.loads(line[2:]) for line in proc.stdout.splitlines() if line.startswith("@@")]
+    problems = []
+    for job, verdict in itertools.zip_longest(jobs, verdicts):
+        runner = os.path.relpath(job["runner"], repo)
+        program = f"{job['op']}'s example"
+        if verdict is None:
+            problems.append(f"{runner} on {program}: not run; the process ended with {proc.returncode}: "
+                            f"{proc.stderr[-2000:]}")
+            log(f"verify {runner} on {program}: FAILED")
+            continue
+        log(f"verify {runner} on {verdict['program']}: {'FAILED' if verdict['problems'] else 'match'}")
+        problems += [f"{runner} on {verdict['program']}: {p}" for p in verdict["problems"]]
+    return problems
+
+
+def export_and_verify_here(spec: dict) -> int:
+    """The child of _export_and_verify(): for each job, in order, exports the op's example (when asked) and verifies
+    it in the job's runner, printing one `@@{json}` verdict per job."""
+    sys.path.insert(0, spec["repo"])
+    from flow import declarations, registration
+    from flow.export import export_example
+    from flow.verify import verify
+
+    declared = declarations.load(os.path.join(spec["repo"], "custom_ops.bzl"))
+    for job in spec["jobs"]:
+        op = declared[job["op"]]
+        pte = os.path.join(spec["programs"], f"{op.example_program}.pte")
+        try:
+            if job["export"]:
+                registration.register_with_pytorch([op], aot_library=job["aot"])
+                export_example(op, spec["programs"])
+            problems = verify(pte, runner=job["runner"], aot_library=job["aot"], report=lambda *_: None)
+        except Exception as err:  # noqa: BLE001  (whatever fails is this example's finding)
+            problems = [f"{type(err).__name__}: {err}"]
+        print("@@" + json.dumps(dict(program=os.path.basename(pte), problems=problems)), flush=True)
+    return 0
 
 
 def main() -> int:
@@ -741,7 +766,10 @@ def main() -> int:
     parser.add_argument("--stage", choices=("evaluate", "check", "build", "run"), default="run")
     parser.add_argument("--quiet", action="store_true")
     parser.add_argument("--fail_fast", action="store_true", help="stop running examples at the first failure")
+    parser.add_argument("--examples", help=argparse.SUPPRESS)  # the run stage's child: a JSON spec of its jobs
     args = parser.parse_args()
+    if args.examples:
+        return export_and_verify_here(json.loads(args.examples))
     repo = os.path.abspath(args.repo)
     log = (lambda *a: None) if args.quiet else (lambda message: print(f"[buck2 graph] {message}", flush=True))
     stages = ["evaluate", "check", "build", "run"][: ["evaluate", "check", "build", "run"].index(args.stage) + 1]

@@ -61,7 +61,8 @@ MUTATIONS = {
         "root//:custom_ops_lib_mul3_combined: the genrule's cmd failed"),
     "the registration not linked whole": (
         "codegen/codegen.bzl", "        link_whole = True,\n", "", "run",
-        "no kernel library linked into this runner registers: my_ops::mul3.out"),
+        # the first runner verified stops the run: a C++ op's (their examples run first)
+        "no kernel library linked into this runner registers: my_ops::mul4.out"),
     "a default_only attribute set": (
         "targets.bzl", '        link_style = "static",', '        link_style = "static",\n        link_whole = True,',
         "evaluate", "attribute 'link_whole' is default_only in the prelude"),

@@ -137,7 +137,12 @@ def test_an_editable_install_reads_the_checkout(tmp_path):
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     (pth_dir,) = [p for p in (venv / "lib").glob("python*/site-packages")]
-    (pth_dir / "dev_venv.pth").write_text("\n".join(site_module.getsitepackages()) + "\n")
+    # This venv's packages through the copy's .venv link: torch's headers then lie under the copy, as they do under
+    # the checkout, so ccache hashes the same relative paths and the wheel's objects serve this build.
+    venv_root = os.path.join(REPO_ROOT, ".venv")
+    packages = [os.path.join(repo, ".venv", os.path.relpath(p, venv_root)) if p.startswith(venv_root + os.sep) else p
+                for p in site_module.getsitepackages()]
+    (pth_dir / "dev_venv.pth").write_text("\n".join(packages) + "\n")
     python = str(venv / "bin" / "python")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the script puts this repository on it
     install = subprocess.run([python, "-m", "pip", "install", "--quiet", "--no-build-isolation", "--no-deps", "-e",
