@@ -170,15 +170,54 @@ CUSTOM_OPS_INLINE float dot(const float* q, const T* k, int64_t n) {
   return s;
 }
 
-// acc[0, n) += w * v[0, n)
+// out[i] = q[0, n) . k[i * stride, i * stride + n) for i < 4: four independent chains that share q's loads.
 template <int W, typename T>
-CUSTOM_OPS_INLINE void add_scaled(float* acc, float w, const T* v, int64_t n) {
+CUSTOM_OPS_INLINE void dot4(const float* q, const T* k, int64_t stride, int64_t n, float* out) {
+  F<W> a0 = {}, a1 = {}, a2 = {}, a3 = {};
   int64_t d = 0;
   for (; d + W <= n; d += W) {
-    store<W>(acc + d, load<W>(acc + d) + w * load<W>(v + d));
+    const F<W> x = load<W>(q + d);
+    a0 += x * load<W>(k + d);
+    a1 += x * load<W>(k + stride + d);
+    a2 += x * load<W>(k + 2 * stride + d);
+    a3 += x * load<W>(k + 3 * stride + d);
+  }
+  out[0] = sum<W>(a0), out[1] = sum<W>(a1), out[2] = sum<W>(a2), out[3] = sum<W>(a3);
+  for (; d < n; ++d) {
+    for (int i = 0; i < 4; ++i) {
+      out[i] += q[d] * to_float(k[i * stride + d]);
+    }
+  }
+}
+
+// acc[0, n) += sum over j < m of w[j] * v[j * stride, j * stride + n): the accumulators stay in registers, four
+// vectors' worth of acc at a time, while the positions stream by.
+template <int W, typename T>
+CUSTOM_OPS_INLINE void add_weighted_rows(float* acc, const float* w, const T* v, int64_t stride, int64_t m,
+                                         int64_t n) {
+  int64_t d = 0;
+  for (; d + 4 * W <= n; d += 4 * W) {
+    F<W> a0 = load<W>(acc + d), a1 = load<W>(acc + d + W), a2 = load<W>(acc + d + 2 * W),
+         a3 = load<W>(acc + d + 3 * W);
+    for (int64_t j = 0; j < m; ++j) {
+      const F<W> x = splat<W>(w[j]);
+      const T* row = v + j * stride + d;
+      a0 += x * load<W>(row), a1 += x * load<W>(row + W), a2 += x * load<W>(row + 2 * W),
+          a3 += x * load<W>(row + 3 * W);
+    }
+    store<W>(acc + d, a0), store<W>(acc + d + W, a1), store<W>(acc + d + 2 * W, a2), store<W>(acc + d + 3 * W, a3);
+  }
+  for (; d + W <= n; d += W) {
+    F<W> a = load<W>(acc + d);
+    for (int64_t j = 0; j < m; ++j) {
+      a += splat<W>(w[j]) * load<W>(v + j * stride + d);
+    }
+    store<W>(acc + d, a);
   }
   for (; d < n; ++d) {
-    acc[d] += w * to_float(v[d]);
+    for (int64_t j = 0; j < m; ++j) {
+      acc[d] += w[j] * to_float(v[j * stride + d]);
+    }
   }
 }
 
@@ -248,9 +287,18 @@ CUSTOM_OPS_INLINE void attend(const Geometry& g, const Tensors<T>& t, int64_t ta
     for (int64_t r = 0; r < rows; ++r) {
       valid[r] = std::clamp<int64_t>(g.start + first + r / group + 1 - p0, 0, n);
     }
-    for (int64_t j = 0; j < n; ++j) {
+    // Four positions at a time while every row that needs one of them gets all four: a row's scores past its own
+    // limit (positions below `end`, filled) are overwritten with -inf or never read.
+    int64_t j = 0;
+    for (; j + 4 <= n; j += 4) {
       const T* k = keys + (p0 + j) * stride;
       for (int64_t r = rows - 1; r >= 0 && j < valid[r]; --r) {  // valid[] grows with r
+        dot4<W>(q + r * D, k, stride, D, scores + r * kScoreStride + j);
+      }
+    }
+    for (; j < n; ++j) {
+      const T* k = keys + (p0 + j) * stride;
+      for (int64_t r = rows - 1; r >= 0 && j < valid[r]; --r) {
         scores[r * kScoreStride + j] = dot<W>(q + r * D, k, D);
       }
     }
@@ -283,11 +331,8 @@ CUSTOM_OPS_INLINE void attend(const Geometry& g, const Tensors<T>& t, int64_t ta
         }
       }
     }
-    for (int64_t j = 0; j < n; ++j) {
-      const T* v = values + (p0 + j) * stride;
-      for (int64_t r = rows - 1; r >= 0 && j < valid[r]; --r) {
-        add_scaled<W>(acc + r * D, scores[r * kScoreStride + j], v, D);
-      }
+    for (int64_t r = 0; r < rows; ++r) {
+      add_weighted_rows<W>(acc + r * D, scores + r * kScoreStride, values + p0 * stride, stride, valid[r], D);
     }
   }
   for (int64_t r = 0; r < rows; ++r) {
