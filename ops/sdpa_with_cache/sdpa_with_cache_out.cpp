@@ -151,41 +151,22 @@ CUSTOM_OPS_INLINE float to_float(T x) {
   return static_cast<float>(x);
 }
 
-// q[0, n) . k[0, n), q already in float.
-template <int W, typename T>
-CUSTOM_OPS_INLINE float dot(const float* q, const T* k, int64_t n) {
-  F<W> a = {}, b = {};
-  int64_t d = 0;
-  for (; d + 2 * W <= n; d += 2 * W) {
-    a += load<W>(q + d) * load<W>(k + d);
-    b += load<W>(q + d + W) * load<W>(k + d + W);
-  }
-  for (; d + W <= n; d += W) {
-    a += load<W>(q + d) * load<W>(k + d);
-  }
-  float s = sum<W>(a + b);
-  for (; d < n; ++d) {
-    s += q[d] * to_float(k[d]);
-  }
-  return s;
-}
-
-// out[i] = q[0, n) . k[i * stride, i * stride + n) for i < 4: four independent chains that share q's loads.
-template <int W, typename T>
-CUSTOM_OPS_INLINE void dot4(const float* q, const T* k, int64_t stride, int64_t n, float* out) {
-  F<W> a0 = {}, a1 = {}, a2 = {}, a3 = {};
+// out[i] = q[0, n) . k[i * stride, i * stride + n) for i < N, q already in float: N independent chains that share
+// q's loads (four while whole groups of positions remain, one for the rest).
+template <int N, int W, typename T>
+CUSTOM_OPS_INLINE void dots(const float* q, const T* k, int64_t stride, int64_t n, float* out) {
+  F<W> acc[N] = {};
   int64_t d = 0;
   for (; d + W <= n; d += W) {
     const F<W> x = load<W>(q + d);
-    a0 += x * load<W>(k + d);
-    a1 += x * load<W>(k + stride + d);
-    a2 += x * load<W>(k + 2 * stride + d);
-    a3 += x * load<W>(k + 3 * stride + d);
+    for (int i = 0; i < N; ++i) {
+      acc[i] += x * load<W>(k + i * stride + d);
+    }
   }
-  out[0] = sum<W>(a0), out[1] = sum<W>(a1), out[2] = sum<W>(a2), out[3] = sum<W>(a3);
-  for (; d < n; ++d) {
-    for (int i = 0; i < 4; ++i) {
-      out[i] += q[d] * to_float(k[i * stride + d]);
+  for (int i = 0; i < N; ++i) {
+    out[i] = sum<W>(acc[i]);
+    for (int64_t e = d; e < n; ++e) {
+      out[i] += q[e] * to_float(k[i * stride + e]);
     }
   }
 }
@@ -293,13 +274,13 @@ CUSTOM_OPS_INLINE void attend(const Geometry& g, const Tensors<T>& t, int64_t ta
     for (; j + 4 <= n; j += 4) {
       const T* k = keys + (p0 + j) * stride;
       for (int64_t r = rows - 1; r >= 0 && j < valid[r]; --r) {  // valid[] grows with r
-        dot4<W>(q + r * D, k, stride, D, scores + r * kScoreStride + j);
+        dots<4, W>(q + r * D, k, stride, D, scores + r * kScoreStride + j);
       }
     }
     for (; j < n; ++j) {
       const T* k = keys + (p0 + j) * stride;
       for (int64_t r = rows - 1; r >= 0 && j < valid[r]; --r) {
-        scores[r * kScoreStride + j] = dot<W>(q + r * D, k, D);
+        dots<1, W>(q + r * D, k, stride, D, scores + r * kScoreStride + j);
       }
     }
     for (int64_t r = 0; r < rows; ++r) {
