@@ -7,7 +7,7 @@ loading untrusted programs with the checks the runtime itself skips.
     outputs = method.execute([torch.ones(2, 3)])             # as often as you like, for as long as `method` lives
 
 Three behaviours of ExecuTorch's Python runtime end or corrupt the process instead of raising, so these helpers stop
-them first:
+them first (and a fourth hangs it: load_kernel_library() makes the threadpool, see _make_threadpool()):
 - registering an operator twice aborts ("Re-registering my_ops::mul3.out"), which two kernel libraries with a common op
   do: a process takes one kernel library, the same one again is a no-op, a second is a RuntimeError;
 - a program whose output refers past its values aborts in Method::get_outputs (an ET_CHECK), and one whose planned
@@ -44,7 +44,18 @@ def load_kernel_library(path: str | os.PathLike) -> str:
         raise FileNotFoundError(f"kernel library not found: {resolved}; build it with `bash test_custom_ops.sh cmake`")
     ctypes.CDLL(resolved, mode=ctypes.RTLD_GLOBAL)
     _loaded = resolved
+    _make_threadpool()
     return resolved
+
+
+def _make_threadpool() -> None:
+    """ExecuTorch makes its threadpool on a kernel's first parallel call, and making it may log, which in this runtime
+    goes through Python and needs the GIL. Several threads making their first calls at once deadlock: one holds the
+    GIL inside Method.execute, waiting for the pool's initializer, which another thread runs and which waits for the
+    GIL (seen in a clean clone's test run). Made here, on the loading thread, the pool exists before any program runs."""
+    from executorch.extension.pybindings import portable_lib
+
+    portable_lib._threadpool_get_thread_count()
 
 
 class CheckedMethod:

@@ -125,3 +125,38 @@ def test_checked_loading_refuses_a_file_that_is_not_a_program(load_method, tmp_p
     garbage.write_bytes(b"\0" * 64)
     with pytest.raises(ValueError, match="not an ExecuTorch program"):
         load_method(garbage)
+
+
+def test_first_executions_from_several_threads_at_once_do_not_deadlock(mul3_build, tmp_path):
+    # Four threads meet at a barrier, then each makes the process's first parallel kernel call. Before the loader made
+    # ExecuTorch's threadpool, this hung every time: the pool's initializer logs through Python and waits for the GIL
+    # that another caller holds while it waits for the initializer.
+    import subprocess
+
+    try:
+        result = run_in_fresh_python(f"""
+            import threading, torch
+            from flow.export import CallOp, export_to_pte
+            from flow.registration import register_with_pytorch
+            from flow import declarations
+            from flow.runtime import load_kernel_library, load_method_checked
+            load_kernel_library({mul3_build.kernel_lib!r})
+            register_with_pytorch([declarations.find("my_ops::mul3")])
+            pte = export_to_pte(CallOp(torch.ops.my_ops.mul3.default), (torch.randn(1 << 20),),
+                                {str(tmp_path / "big.pte")!r})
+            barrier, equal = threading.Barrier(4), []
+            def work():
+                method, x = load_method_checked(pte), torch.randn(1 << 20)
+                barrier.wait()
+                (y,) = method.execute([x])
+                equal.append(torch.equal(y, x * 3))
+            threads = [threading.Thread(target=work) for _ in range(4)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            result = equal
+        """, timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail("four threads' first executions deadlocked (the threadpool was not made when the library loaded)")
+    assert result == [True] * 4
