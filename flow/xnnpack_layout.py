@@ -43,6 +43,7 @@ SLOTS = {
     "ExecutionPlan": {"values": 2, "chains": 5, "operators": 6, "delegates": 7},
     "Operator": {"name": 0, "overload": 1},
     "EValue": {"val_type": 0, "val": 1},
+    "Tensor": {"scalar_type": 0},
     "ListItems": {"items": 0},  # IntList (int64 items), TensorList and OptionalTensorList (int32 items)
     "Chain": {"instructions": 2},
     "Instruction": {"instr_args_type": 0, "instr_args": 1},

@@ -4,7 +4,10 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string_view>
 #include <vector>
+
+#include <executorch/runtime/core/portable_type/scalar_type.h>
 
 #include "argument_kinds.h"
 #include "flat_reader.h"
@@ -25,7 +28,41 @@ const K::Operator* find_operator(const std::string& name) {
   return it != end && name == it->name ? it : nullptr;
 }
 
+bool has_element_size(int8_t dtype) {
+  switch (static_cast<executorch::runtime::etensor::ScalarType>(dtype)) {
+#define CUSTOM_OPS_KNOWN_DTYPE(ctype, name) case executorch::runtime::etensor::ScalarType::name:
+    ET_FORALL_SCALAR_TYPES(CUSTOM_OPS_KNOWN_DTYPE)
+#undef CUSTOM_OPS_KNOWN_DTYPE
+    return true;
+    default:
+      return false;
+  }
+}
+
+constexpr uint8_t kTensorTag = 5;  // KernelTypes: Tensor's tag (its index in kKernelTypes, plus one)
+
 } // namespace
+
+std::optional<std::string> check_tensor_dtypes(const uint8_t* data, size_t size) {
+  static_assert(std::string_view(L::kKernelTypes[kTensorTag - 1]) == "Tensor");
+  FlatReader r(data, size);
+  const size_t program = r.target(0);
+  for (size_t plan : r.tables(program, L::Program::kExecutionPlan).value_or(std::vector<size_t>{})) {
+    const auto values = r.tables(plan, L::ExecutionPlan::kValues).value_or(std::vector<size_t>{});
+    for (size_t i = 0; i < values.size() && r.ok(); ++i) {
+      if (r.scalar<uint8_t>(values[i], L::EValue::kValType) != kTensorTag) {
+        continue;
+      }
+      const size_t tensor = r.child(values[i], L::EValue::kVal);
+      const int8_t dtype = tensor == 0 ? 0 : r.scalar<int8_t>(tensor, L::Tensor::kScalarType);
+      if (r.ok() && !has_element_size(dtype)) {
+        return "value " + std::to_string(i) + " is a tensor of dtype " + std::to_string(dtype) +
+            ", which this ExecuTorch does not define; the program is damaged or was written for another version";
+      }
+    }
+  }
+  return std::nullopt;
+}
 
 std::optional<std::string> check_kernel_calls(const uint8_t* data, size_t size) {
   constexpr size_t kTypes = sizeof(L::kKernelTypes) / sizeof(L::kKernelTypes[0]);

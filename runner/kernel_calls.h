@@ -16,4 +16,8 @@ namespace custom_ops_runner {
 // not take; nullopt when every call matches (operators the table does not list are left to their kernels' checks).
 std::optional<std::string> check_kernel_calls(const uint8_t* data, size_t size);
 
+// The first tensor value whose dtype has no element size in this runtime (out of range, or a number ExecuTorch does
+// not define): MethodMeta's tensor accessors would abort on it (elementSize's ET_CHECK) instead of returning an error.
+std::optional<std::string> check_tensor_dtypes(const uint8_t* data, size_t size);
+
 } // namespace custom_ops_runner

@@ -584,8 +584,9 @@ struct Profiling {
   }
 };
 
-// What the runtime and a backend trust unchecked, read first: every kernel call's values (kernel_calls.h), every list
-// value's items and the delegates' entries and payloads (xnnpack_payload.h). The program was verified already; its whole file is read once more here.
+// What the runtime and a backend trust unchecked, read first: every kernel call's values and every tensor's dtype
+// (kernel_calls.h), every list value's items and the delegates' entries and payloads (xnnpack_payload.h). The program
+// was verified already; its whole file is read once more here.
 std::optional<std::string> check_whole_file(const executorch::runtime::DataLoader& loader, bool delegated) {
   auto size = loader.size();
   if (!size.ok()) {
@@ -601,6 +602,9 @@ std::optional<std::string> check_whole_file(const executorch::runtime::DataLoade
     return "has a kernel call the runtime cannot unbox safely: " + *problem;
   }
   if (auto problem = check_value_lists(data, file->size())) {
+    return "has a value the runtime cannot read safely: " + *problem;
+  }
+  if (auto problem = check_tensor_dtypes(data, file->size())) {
     return "has a value the runtime cannot read safely: " + *problem;
   }
   if (auto problem = delegated ? check_delegates(data, file->size()) : std::nullopt) {

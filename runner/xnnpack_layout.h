@@ -88,6 +88,9 @@ namespace EValue {
 constexpr int kValType = 0;
 constexpr int kVal = 1;
 } // namespace EValue
+namespace Tensor {
+constexpr int kScalarType = 0;
+} // namespace Tensor
 namespace ListItems {
 constexpr int kItems = 0;
 } // namespace ListItems

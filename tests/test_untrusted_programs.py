@@ -215,6 +215,34 @@ def test_a_list_item_of_another_kind_is_one_error_line(where, decoder_programs, 
         program.check(bad)
 
 
+def test_a_tensor_of_a_dtype_executorch_does_not_define_is_one_error_line(decoder_programs, combined_build, tmp_path):
+    # Found by libFuzzer on the decoder (seed 1, in a clean clone): the tokens input's dtype byte set to -1 aborted in
+    # MethodMeta::input_tensor_meta (elementSize's ET_CHECK); ExecuTorch's own validation logs it and lets it pass for
+    # a dynamic input. The serializer cannot write an undefined dtype, so the byte is found by writing two defined ones.
+    from executorch.exir.schema import ScalarType
+
+    from flow import program
+
+    def with_dtype(dtype):
+        path = edit_plan(decoder_programs["decoder"], str(tmp_path / f"{dtype.name}.pte"),
+                         lambda plan: setattr(plan.values[plan.inputs[0]].val, "scalar_type", dtype))
+        with open(path, "rb") as f:
+            return bytearray(f.read())
+
+    as_float, as_double = with_dtype(ScalarType.FLOAT), with_dtype(ScalarType.DOUBLE)
+    differ = [i for i, (a, b) in enumerate(zip(as_float, as_double)) if a != b]
+    assert len(as_float) == len(as_double) and len(differ) == 1, differ[:8]
+    as_float[differ[0]] = 0xFF
+    bad = tmp_path / "bad.pte"
+    bad.write_bytes(as_float)
+    proc = run_runner(combined_build.runner, f"--model_path={bad}", "--prompt=1", "--new_tokens=1")
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    assert proc.returncode == 1 and len(errors) == 1, proc.stderr[-2000:]
+    assert "is a tensor of dtype -1, which this ExecuTorch does not define" in errors[0]
+    with pytest.raises(program.ProgramError, match="-1 is not a valid ScalarType"):
+        program.check(str(bad))
+
+
 # ExecuTorch's own kernels unbox their arguments unchecked. Each case is a call both runtimes now refuse from the
 # schemas' kinds (flow/argument_kinds.py; the runner compiles in the table generated from it) before any kernel runs,
 # in the same words. The first is libFuzzer's finding: an Int for unsqueeze_copy's self aborted in EValue::toTensor().
