@@ -13,6 +13,10 @@
 #                                             XNNPACK's ops included), every op of every execution checked
 #   bash test_custom_ops.sh model [ARGS]      the ops in a real model: examples/decoder.py (XNNPACK-lowered,
 #                                             float32 and 8-bit) decoded token by token in the runner and the Python runtime vs eager
+#   bash test_custom_ops.sh hf [ARGS]         models no one here wrote: tiny Hugging Face Llama and Qwen3 checkpoints
+#                                             put on my_ops (my_ops/hf.py), exported (float32, 8-bit), decoded in a
+#                                             runner selected from the programs and in the Python runtime vs
+#                                             transformers (ARGS: --models llama,qwen3)
 #   bash test_custom_ops.sh aoti              the peer path: every example and the decoder packaged with AOTInductor,
 #                                             run from C++ without Python (custom_ops_aoti_runner), checked vs eager
 #   bash test_custom_ops.sh wheel             the my_ops wheel (setup.py: C++ AOT ops + Python registrations) in dist/
@@ -302,6 +306,22 @@ operator and backend it needs, decode in the runner and the Python runtime, comp
   step "The decoder's tokens match eager in the runner and the Python runtime"
 }
 
+mode_hf() {
+  ensure_venv
+  use_venv
+  local build_dir="${BUILD_ROOT}/all_ops" out="${BUILD_ROOT}/hf"
+  step "Build every declared op's AOT library (the export registers the ops from it) (${build_dir#"${REPO_ROOT}"/})"
+  cmake_build "${build_dir}" >/dev/null
+  step "Make tiny Llama and Qwen3 checkpoints (examples/hf_models.py), load them with from_pretrained, put them on \
+my_ops and export float32 and 8-bit programs (my_ops/hf.py) into ${out#"${REPO_ROOT}"/}"
+  "${PYTHON}" -m flow.hf export --build_dir "${build_dir}" --output_dir "${out}" "$@"
+  step "Build the runner with the custom ops the programs call (selective build from ${out#"${REPO_ROOT}"/}/llama.pte)"
+  cmake_build "${out}/runner" "-DCUSTOM_OPS_MODEL_FILE=${out}/llama.pte" -DCUSTOM_OPS_BUILD_AOT_LIBRARY=OFF >/dev/null
+  step "Decode each program twice in the runner and twice in the Python runtime; compare with transformers (flow/hf.py)"
+  "${PYTHON}" -m flow.hf check --build_dir "${build_dir}" --runner_dir "${out}/runner" --output_dir "${out}" "$@"
+  step "The Hugging Face models' tokens match transformers in the runner and the Python runtime"
+}
+
 # AOTInductor's side, in the build with every op (the ExecuTorch runner it is compared with is there): that build plus
 # custom_ops_aoti_runner and the C++ registration of the Python-registered ops. The option stays on in that build.
 readonly AOTI_BUILD_DIR="${BUILD_ROOT}/all_ops"
@@ -398,6 +418,7 @@ case "${1:-}" in
   aarch64) shift; mode_aarch64 "$@" ;;
   profile) shift; mode_profile "$@" ;;
   model) shift; mode_model "$@" ;;
+  hf) shift; mode_hf "$@" ;;
   aoti) mode_aoti ;;
   wheel) mode_wheel ;;
   test) shift; mode_test "$@" ;;

@@ -119,16 +119,17 @@ class Decoded:
 
 
 def greedy_decode(step: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], prompt: Sequence[int],
-                  new_tokens: int) -> Decoded:
+                  new_tokens: int, choose: Callable[[torch.Tensor], int] = lambda logits: int(logits.argmax())) -> Decoded:
     """Greedy decoding with any implementation of the model's forward, step(tokens [1, T], input_pos [1]) -> logits
-    [1, vocab]: the prompt at position 0, then each argmax fed back at the next position."""
+    [1, vocab]: the prompt at position 0, then each argmax fed back at the next position (or what `choose` picks:
+    another decoding's tokens, to follow its path)."""
     tokens = torch.tensor([list(prompt)], dtype=torch.int64)
     position = torch.tensor([0], dtype=torch.int64)
     generated, logits = [], []
     for _ in range(new_tokens):
         out = step(tokens, position)
         logits.append(out.reshape(-1).clone())  # a runtime may reuse the output's memory in the next step
-        generated.append(int(out.argmax()))
+        generated.append(choose(out))
         position = position + tokens.shape[1]
         tokens = torch.tensor([[generated[-1]]], dtype=torch.int64)
     return Decoded(generated, torch.stack(logits))

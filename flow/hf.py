@@ -1,0 +1,192 @@
+"""The project's ops in models it did not write (`test_custom_ops.sh hf`): tiny Hugging Face checkpoints
+(examples/hf_models.py) loaded with from_pretrained, put on my_ops and exported by my_ops/hf.py, then decoded greedily
+in the project's C++ runner and in ExecuTorch's Python runtime and compared with transformers itself:
+
+    python -m flow.hf export --build_dir cmake-out/all_ops --output_dir cmake-out/hf [--models llama,qwen3]
+    python -m flow.hf check --build_dir cmake-out/all_ops --runner_dir cmake-out/hf/runner --output_dir cmake-out/hf
+
+export makes each checkpoint and writes <model>.pte (float32) and <model>_8da8w.pte; check decodes each program twice
+in the runner (built by selective build from the programs) and twice in the Python runtime (check_program). The
+references never run a my_ops kernel: float32, transformers' own greedy generate() on the untouched model; 8-bit, the
+untouched model with transformers' own cache and attention, quantized the same way and run in eager.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import torch
+
+from flow.model import Decoded, decode_runner, decode_runtime, difference, greedy_decode
+
+MODELS = ("llama", "qwen3")
+QUANTIZED = "8da8w"
+FLOAT32_TOLERANCE = dict(atol=1e-3, rtol=1e-4)
+QUANTIZED_TOLERANCE = dict(atol=0.3, rtol=0.0)
+
+
+def checkpoint_dir(output_dir: str, name: str) -> str:
+    return os.path.join(output_dir, "checkpoints", name)
+
+
+def program_path(output_dir: str, name: str, quantized: bool) -> str:
+    return os.path.join(output_dir, f"{name}_{QUANTIZED}.pte" if quantized else f"{name}.pte")
+
+
+def hf_models():
+    from flow.declarations import import_repository_module
+
+    return import_repository_module("examples.hf_models")
+
+
+def export_all(names, output_dir: str) -> list[str]:
+    """Makes each checkpoint, loads it back, swaps and exports float32 and 8-bit; returns the programs written."""
+    import my_ops.hf
+    from flow.export import written_whole
+
+    m = hf_models()
+    written = []
+    for name in names:
+        directory = m.make_checkpoint(name, checkpoint_dir(output_dir, name))
+        for quantized in (False, True):
+            program = my_ops.hf.export_program(m.load(directory), max_seq_len=m.MAX_POSITIONS,
+                                               quantize=QUANTIZED if quantized else None)
+            written.append(written_whole(program_path(output_dir, name, quantized), program.write_to_file))
+            print(f"Exported {os.path.relpath(written[-1])}")
+    return written
+
+
+def generate_eager(directory: str, prompt, new_tokens: int) -> Decoded:
+    """transformers' own greedy decoding on the untouched model (its default attention and dynamic cache)."""
+    m = hf_models()
+    model = m.load(directory)
+    with torch.no_grad():
+        out = model.generate(torch.tensor([list(prompt)]), max_new_tokens=new_tokens, min_new_tokens=new_tokens,
+                             do_sample=False, output_logits=True, return_dict_in_generate=True)
+    return Decoded(out.sequences[0, len(prompt):].tolist(), torch.cat(out.logits).float())
+
+
+class TransformersDecoder(torch.nn.Module):
+    """The untouched model with transformers' own static cache and attention, in the programs' signature
+    (tokens [1, T], input_pos [1]) -> last logits [1, vocab]: what the 8-bit reference quantizes and runs."""
+
+    def __init__(self, model, max_seq_len: int):
+        super().__init__()
+        from transformers import GenerationConfig
+        from transformers.integrations.executorch import TorchExportableModuleWithStaticCache
+
+        model.generation_config = GenerationConfig(use_cache=True, cache_implementation="static",
+                                                   cache_config={"batch_size": 1, "max_cache_len": max_seq_len})
+        self.inner = TorchExportableModuleWithStaticCache(model, batch_size=1, max_cache_len=max_seq_len)
+
+    def forward(self, tokens: torch.Tensor, input_pos: torch.Tensor) -> torch.Tensor:
+        positions = input_pos + torch.arange(tokens.shape[1], dtype=input_pos.dtype)
+        return self.inner(input_ids=tokens, cache_position=positions)[:, -1, :]
+
+
+def quantized_reference(directory: str, prompt, new_tokens: int) -> Decoded:
+    import my_ops.hf
+
+    m = hf_models()
+    reference = TransformersDecoder(m.load(directory).requires_grad_(False), m.MAX_POSITIONS).eval()
+    inputs = (torch.zeros(1, 2, dtype=torch.int64), torch.zeros(1, dtype=torch.int64))
+    shapes = ({1: torch.export.Dim("length", min=1, max=m.MAX_POSITIONS)}, None)
+    quantized = my_ops.hf.quantize_8da8w(reference, inputs, shapes)
+    with torch.no_grad():
+        return greedy_decode(quantized, prompt, new_tokens)
+
+
+def decode_forced(pte: str, prompt, tokens) -> Decoded:
+    """The program in the Python runtime fed `tokens` (the reference's) instead of its own choices: each step's logits
+    on the reference's path, so a near tie the program breaks the other way does not change what follows."""
+    from flow.runtime import load_method_checked
+
+    method = load_method_checked(pte)
+    feed = iter(tokens)
+    return greedy_decode(lambda t, p: method.execute([t, p])[0], prompt, len(tokens), choose=lambda _: next(feed))
+
+
+def check_program(pte: str, directory: str, runner: str, quantized: bool) -> str:
+    """Decodes `pte` twice in the runner and twice in the Python runtime; returns what to print, or raises
+    AssertionError. float32: the tokens of transformers' generate(), logits within FLOAT32_TOLERANCE. 8-bit: XNNPACK
+    quantizes each token's activations with its own rounding, so its logits differ from eager's by up to ~0.15 and a
+    near tie (eager's top two within 0.01 at some steps) may go the other way, after which the texts part. So: the
+    runner and the Python runtime decode the same tokens and logits, and fed eager's tokens the program's logits are
+    within QUANTIZED_TOLERANCE of eager's at every step."""
+    m = hf_models()
+    expected = (quantized_reference if quantized else generate_eager)(directory, m.PROMPT, m.NEW_TOKENS)
+    runs = {"runner": decode_runner(runner, pte, m.PROMPT, m.NEW_TOKENS, generations=2),
+            "Python runtime": decode_runtime(pte, m.PROMPT, m.NEW_TOKENS, generations=2)}
+    name = os.path.basename(pte)
+    if not quantized:
+        for where, decoded in runs.items():
+            if (problem := difference(decoded, expected, FLOAT32_TOLERANCE)) is not None:
+                raise AssertionError(f"{name} in the {where}: {problem}")
+        worst = max(float((d.logits - expected.logits).abs().max()) for d in runs.values())
+        what = f"{m.NEW_TOKENS} tokens equal transformers' generate() (largest logit difference {worst:.2g})"
+    else:
+        if (problem := difference(runs["runner"], runs["Python runtime"], dict(atol=0, rtol=0))) is not None:
+            raise AssertionError(f"{name}: the runner and the Python runtime differ: {problem}")
+        forced = decode_forced(pte, m.PROMPT, expected.tokens)
+        try:
+            torch.testing.assert_close(forced.logits, expected.logits, **QUANTIZED_TOLERANCE)
+        except AssertionError as err:
+            raise AssertionError(f"{name} fed eager's tokens: logits differ beyond {QUANTIZED_TOLERANCE}: {err}")
+        same = next((i for i, (a, b) in enumerate(zip(runs["runner"].tokens, expected.tokens)) if a != b), None)
+        worst = float((forced.logits - expected.logits).abs().max())
+        what = (f"runner = Python runtime; fed eager's {m.NEW_TOKENS} tokens, logits within "
+                f"{worst:.2g} of 8-bit eager; free-running, the first "
+                f"{m.NEW_TOKENS if same is None else same} tokens equal eager's")
+    speed = runs["runner"]
+    return (f"{name}: {what}; runner: prefill {speed.prefill_us:.0f} us, decode {speed.decode_tokens_per_s:.0f} "
+            "tokens/s")
+
+
+def check_all(names, output_dir: str, runner: str) -> int:
+    from flow.program import missing_from, registered_in
+
+    registered = registered_in(runner)
+    for name in names:
+        for quantized in (False, True):
+            pte = program_path(output_dir, name, quantized)
+            if missing := missing_from(pte, registered):
+                print(f"error: {runner} cannot run {pte}: it lacks {', '.join(missing)}", file=sys.stderr)
+                return 1
+            try:
+                print(check_program(pte, checkpoint_dir(output_dir, name), runner, quantized))
+            except AssertionError as err:
+                print(f"error: {err}", file=sys.stderr)
+                return 1
+    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("stage", choices=("export", "check"))
+    parser.add_argument("--build_dir", required=True, help="a build with every op: its AOT library registers them")
+    parser.add_argument("--runner_dir", help="check: the runner's build (custom_ops_executor_runner and its kernel "
+                                             "library, selected from the programs)")
+    parser.add_argument("--output_dir", required=True)
+    parser.add_argument("--models", default=",".join(MODELS), help=f"of {', '.join(MODELS)}")
+    args = parser.parse_args()
+    names = args.models.split(",")
+    if unknown := [n for n in names if n not in MODELS]:
+        print(f"error: unknown model(s) {', '.join(unknown)}; known: {', '.join(MODELS)}", file=sys.stderr)
+        return 2
+    from flow.model import register_ops
+    from flow.runtime import load_kernel_library
+
+    register_ops(args.build_dir)
+    if args.stage == "export":
+        export_all(names, args.output_dir)
+        return 0
+    if args.runner_dir is None:
+        parser.error("check needs --runner_dir")
+    load_kernel_library(os.path.join(args.runner_dir, "libcustom_ops_lib.so"))
+    return check_all(names, args.output_dir, os.path.join(args.runner_dir, "custom_ops_executor_runner"))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
