@@ -33,12 +33,16 @@ def configs() -> dict:
     }
 
 
-def make_checkpoint(name: str, directory: str, seed: int = 0) -> str:
-    """Writes checkpoint `name` to `directory` (config.json, model.safetensors, generation_config.json); returns it."""
+def make_checkpoint(name: str, directory: str, seed: int = 0, **overrides) -> str:
+    """Writes checkpoint `name` (its config's fields changed by `overrides`) to `directory` (config.json,
+    model.safetensors, generation_config.json); returns it."""
     from transformers import AutoModelForCausalLM
 
+    config = configs()[name]
+    for field, value in overrides.items():
+        setattr(config, field, value)
     torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(configs()[name])
+    model = AutoModelForCausalLM.from_config(config)
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for parameter_name, parameter in model.named_parameters():

@@ -114,8 +114,9 @@ def _kv_heads(text_config) -> int:
     return getattr(text_config, "num_key_value_heads", None) or text_config.num_attention_heads
 
 
-def problems(model: torch.nn.Module, *, keep_unknown_norms: bool = False) -> list[str]:
-    """Why `model` cannot be put on the project's ops, one line each (empty when it can)."""
+def problems(model: torch.nn.Module, *, keep_unknown_norms: bool = False, max_seq_len: int | None = None) -> list[str]:
+    """Why `model` cannot be put on the project's ops, one line each (empty when it can). A sliding window at least
+    max_seq_len long never slides, so it is accepted then."""
     found = []
     missing = [op for op in OPS if not hasattr(getattr(torch.ops, op.split("::")[0]), op.split("::")[1])]
     if missing:
@@ -129,6 +130,11 @@ def problems(model: torch.nn.Module, *, keep_unknown_norms: bool = False) -> lis
     if getattr(config, "is_encoder_decoder", False):
         found.append(f"{type(model).__name__} is an encoder-decoder (cross attention): only decoder-only models are "
                      "supported")
+    window = getattr(text, "sliding_window", None)
+    slides = window is not None and (max_seq_len is None or window < max_seq_len)
+    if slides and getattr(text, "use_sliding_window", True):
+        found.append(f"sliding-window attention (window {window}) is not supported: my_ops::sdpa_with_cache attends to "
+                     f"every earlier position; export with max_seq_len <= {window}, where the window never slides")
     kinds = set(getattr(text, "layer_types", None) or ())
     if kinds - {"full_attention"}:
         found.append(f"layer types {sorted(kinds - {'full_attention'})}: sliding-window and chunked attention are not "
@@ -141,9 +147,6 @@ def problems(model: torch.nn.Module, *, keep_unknown_norms: bool = False) -> lis
             found.append(f"{name} ({cls}): no my_ops mapping; add one to my_ops.hf.NORMS if it computes "
                          "weight * x / rms(x), or pass keep_unknown_norms=True to leave it as ATen ops")
         if hasattr(module, "is_causal") and hasattr(module, "layer_idx"):  # a decoder layer's attention
-            if getattr(module, "sliding_window", None) is not None:
-                found.append(f"{name} ({cls}): sliding-window attention (window {module.sliding_window}) is not "
-                             "supported")
             if not module.is_causal:
                 found.append(f"{name} ({cls}): non-causal attention is not supported")
     if getattr(text, "attn_logit_softcapping", None) is not None:
@@ -151,13 +154,14 @@ def problems(model: torch.nn.Module, *, keep_unknown_norms: bool = False) -> lis
     return found
 
 
-def swap_ops(model: torch.nn.Module, *, keep_unknown_norms: bool = False) -> torch.nn.Module:
+def swap_ops(model: torch.nn.Module, *, keep_unknown_norms: bool = False,
+             max_seq_len: int | None = None) -> torch.nn.Module:
     """Puts the project's ops into `model`, in place: every known RMSNorm becomes RMSNorm (my_ops::rms_norm, the same
     weight and epsilon) and attention goes through my_ops::sdpa_with_cache (config._attn_implementation). The cache
     is ExportableDecoder's. Raises UnsupportedModelError naming every problem first."""
     from transformers import AttentionInterface
 
-    if found := problems(model, keep_unknown_norms=keep_unknown_norms):
+    if found := problems(model, keep_unknown_norms=keep_unknown_norms, max_seq_len=max_seq_len):
         raise UnsupportedModelError("cannot put this model on my_ops:\n  " + "\n  ".join(found))
     AttentionInterface.register(ATTENTION_NAME, sdpa_with_cache_attention)
     for name, module in list(model.named_modules()):
@@ -233,7 +237,7 @@ def export_program(model: torch.nn.Module, *, max_seq_len: int = 256, quantize: 
     limit = getattr(model.config.get_text_config(decoder=True), "max_position_embeddings", None)
     if limit is not None and max_seq_len > limit:
         raise UnsupportedModelError(f"max_seq_len={max_seq_len} passes the model's max_position_embeddings ({limit})")
-    model = swap_ops(model.eval(), keep_unknown_norms=keep_unknown_norms).requires_grad_(False)
+    model = swap_ops(model.eval(), keep_unknown_norms=keep_unknown_norms, max_seq_len=max_seq_len).requires_grad_(False)
     decoder = ExportableDecoder(model, max_seq_len).eval()
     inputs, dynamic_shapes = decoder.example_inputs(), decoder.dynamic_shapes()
     module = quantize_8da8w(decoder, inputs, dynamic_shapes) if quantize else decoder

@@ -34,7 +34,8 @@ def site(wheel, tmp_path_factory):
 
 
 DECLARED = declarations.load()  # every op the package registers, in declaration order
-# The package's modules, from the declarations: its own, the shared Python side, and each Python op's module (flat).
+# The package's modules, from the declarations: its own, the shared Python side, and each Python op's module (flat);
+# what `import my_ops` imports. The wheel also carries my_ops.hf, imported on demand.
 PACKAGE_MODULES = sorted({"my_ops", "my_ops._declared", "my_ops.torch_compat", "my_ops.vmap_rules",
                           *(f"my_ops.{op.wheel_module}" for op in DECLARED.values() if op.wheel_module)})
 
@@ -45,7 +46,7 @@ def test_the_wheel_holds_the_package_and_nothing_else(wheel):
     package = {n for n in names if not n.startswith("my_ops-0.1.0.dist-info/")}
     library = {"my_ops/_C.abi3.so"} if any(op.from_cpp for op in DECLARED.values()) else set()
     modules = {m.replace(".", "/") + ("/__init__.py" if m == "my_ops" else ".py") for m in PACKAGE_MODULES}
-    assert package == modules | library
+    assert package == modules | library | {"my_ops/hf.py"}
     assert os.path.getsize(wheel) < 512 * 1024  # stripped: no debug info, no build outputs
 
 
@@ -59,6 +60,15 @@ assert not [m for m in sys.modules if m in ("custom_ops_1", "torch_compat", "vma
             or m.split(".")[0] in ("flow", "ops", "examples")]
 assert sorted(m for m in sys.modules if m.startswith("my_ops")) == {modules!r}
 results = {{"ops": my_ops.OPS, "library": my_ops.library_path}}
+# The public API for Hugging Face models, from the wheel: a tiny Llama put on the wheel's ops, one step in eager.
+import my_ops.hf
+from transformers import LlamaConfig, LlamaForCausalLM
+assert my_ops.hf.__file__.startswith({site!r})
+llama = LlamaForCausalLM(LlamaConfig(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                     num_attention_heads=2, max_position_embeddings=8)).eval()
+with torch.no_grad():
+    logits = my_ops.hf.ExportableDecoder(my_ops.hf.swap_ops(llama), 8)(torch.tensor([[1, 2]]), torch.tensor([0]))
+results["hf"] = [list(logits.shape), sum(isinstance(m, my_ops.hf.RMSNorm) for m in llama.modules())]
 for dtype in (torch.float32, torch.float16, torch.int32):
     x = (torch.randn(64) * 100).to(dtype)
     results[str(dtype)] = [torch.equal(torch.ops.my_ops.mul3(x), x * 3), torch.equal(torch.ops.my_ops.mul4(x), x * 4)]
@@ -85,6 +95,7 @@ def test_the_installed_package_registers_computes_and_exports_outside_the_reposi
     results = json.loads(proc.stdout.split("@@")[-1])
     assert results.pop("ops") == list(DECLARED)
     assert results.pop("library").startswith(site)
+    assert results.pop("hf") == [[1, 32], 3]  # the last position's logits; two norms per layer and the final one
     assert all(all(checks) for checks in results.values()), results
     x = torch.randn(3, 5)
     expected = [(x * 3 + 1) * 4]

@@ -1,0 +1,147 @@
+"""my_ops/hf.py on Hugging Face decoders no one here wrote (examples/hf_models.py: tiny Llama and Qwen3 checkpoints
+saved and loaded with from_pretrained): the swap in eager against transformers' own generate(), the swaps a mistake
+would break (each must change the tokens), the refusals, and the `hf` mode's flow end to end (export, a runner
+selected from the program, 200 tokens decoded twice in the runner and the Python runtime)."""
+
+import os
+
+import pytest
+import torch
+
+from conftest import cmake_build
+from helpers import run_flow
+
+EAGER_TOKENS = 24  # the eager checks: enough steps that a cache or position mistake shows, in seconds
+
+
+@pytest.fixture(scope="module")
+def hf(aot_ops, python_ops):
+    import my_ops.hf  # noqa: F401  (after the ops are registered: the package finds them defined)
+    from flow import hf as flow_hf
+
+    return flow_hf
+
+
+@pytest.fixture(scope="module")
+def checkpoints(hf, tmp_path_factory):
+    m = hf.hf_models()
+    root = tmp_path_factory.mktemp("checkpoints")
+    made = {name: m.make_checkpoint(name, str(root / name)) for name in hf.MODELS}
+    # A large epsilon, so that a norm which drops it decodes other tokens.
+    made["llama_large_eps"] = m.make_checkpoint("llama", str(root / "llama_large_eps"), rms_norm_eps=0.5)
+    return made
+
+
+def decode_swapped(directory: str, new_tokens: int = EAGER_TOKENS):
+    """The checkpoint put on my_ops and decoded greedily in eager (the ops' CPU kernels, the cache written with
+    my_ops::update_cache)."""
+    import my_ops.hf
+    from examples import hf_models
+    from flow.model import decode_eager
+
+    model = my_ops.hf.swap_ops(hf_models.load(directory))
+    return decode_eager(my_ops.hf.ExportableDecoder(model, hf_models.MAX_POSITIONS).eval(), hf_models.PROMPT,
+                        new_tokens)
+
+
+def reference(hf, directory: str, new_tokens: int = EAGER_TOKENS):
+    return hf.generate_eager(directory, hf.hf_models().PROMPT, new_tokens)
+
+
+@pytest.mark.parametrize("name", ["llama", "qwen3"])
+def test_a_swapped_model_decodes_like_transformers_in_eager(name, hf, checkpoints):
+    import my_ops.hf
+    from examples import hf_models
+    from flow.model import difference
+
+    model = my_ops.hf.swap_ops(hf_models.load(checkpoints[name]))
+    norms = [n for n, module in model.named_modules() if isinstance(module, my_ops.hf.RMSNorm)]
+    layers = hf_models.configs()[name].num_hidden_layers
+    # Two per layer and the final one; Qwen3 also normalizes each head's queries and keys.
+    assert len(norms) == 2 * layers + 1 + (2 * layers if name == "qwen3" else 0)
+    assert not [n for n, module in model.named_modules() if type(module).__name__.endswith("RMSNorm")
+                and not isinstance(module, my_ops.hf.RMSNorm)]
+    assert difference(decode_swapped(checkpoints[name]), reference(hf, checkpoints[name]), hf.FLOAT32_TOLERANCE) is None
+
+
+def _dropped_epsilon(monkeypatch, hf_module):
+    monkeypatch.setitem(hf_module.NORMS, "LlamaRMSNorm", lambda module: (module.weight, 0.0))
+
+
+def _cache_one_position_off(monkeypatch, hf_module):
+    make = hf_module._cache_class
+
+    def shifted():
+        class Shifted(make()):
+            def update(self, key_states, value_states, layer_idx, cache_kwargs=None):
+                moved = dict(cache_kwargs, cache_position=cache_kwargs["cache_position"] + 1)
+                return super().update(key_states, value_states, layer_idx, moved)
+
+        return Shifted
+
+    monkeypatch.setattr(hf_module, "_cache_class", shifted)
+
+
+def _kv_heads_swapped(monkeypatch, hf_module):
+    attention = hf_module.sdpa_with_cache_attention
+    monkeypatch.setattr(hf_module, "sdpa_with_cache_attention", lambda module, query, key, value, *args, **kwargs:
+                        attention(module, query, key.flip(2), value, *args, **kwargs))
+
+
+@pytest.mark.parametrize("mistake", [_dropped_epsilon, _cache_one_position_off, _kv_heads_swapped],
+                         ids=["the norm's epsilon dropped", "the cache written one position off",
+                              "the kv heads mapped to the wrong query heads"])
+def test_a_wrong_swap_decodes_other_tokens(mistake, hf, checkpoints, monkeypatch):
+    import my_ops.hf
+    from flow.model import difference
+
+    directory = checkpoints["llama_large_eps" if mistake is _dropped_epsilon else "llama"]
+    expected = reference(hf, directory)
+    assert difference(decode_swapped(directory), expected, hf.FLOAT32_TOLERANCE) is None  # the right swap first
+    mistake(monkeypatch, my_ops.hf)
+    assert difference(decode_swapped(directory), expected, hf.FLOAT32_TOLERANCE) is not None
+
+
+def test_unsupported_models_are_refused_by_name_before_export(hf):
+    import my_ops.hf
+    from transformers import AutoModelForCausalLM, GPT2Config, MistralConfig
+
+    tiny = dict(vocab_size=64, num_hidden_layers=1)
+    cases = {
+        "transformer.h.0.ln_1 (LayerNorm): no my_ops mapping":
+            AutoModelForCausalLM.from_config(GPT2Config(**tiny, n_embd=32, n_head=2, n_positions=32)),
+        "sliding-window attention (window 8) is not supported: my_ops::sdpa_with_cache attends to every earlier":
+            AutoModelForCausalLM.from_config(MistralConfig(**tiny, hidden_size=32, intermediate_size=64,
+                                                           num_attention_heads=2, num_key_value_heads=1,
+                                                           sliding_window=8)),
+    }
+    for message, model in cases.items():
+        with pytest.raises(my_ops.hf.UnsupportedModelError, match=message.replace("(", r"\(").replace(")", r"\)")):
+            my_ops.hf.export_program(model, max_seq_len=16)
+    with pytest.raises(my_ops.hf.UnsupportedModelError, match="quantize='int4': choose None"):
+        my_ops.hf.export_program(cases["transformer.h.0.ln_1 (LayerNorm): no my_ops mapping"], quantize="int4")
+
+
+def test_a_missing_op_is_named_with_the_way_to_register_it(hf, checkpoints, monkeypatch):
+    import my_ops.hf
+    from examples import hf_models
+
+    monkeypatch.setattr(my_ops.hf, "OPS", (*my_ops.hf.OPS, "my_ops::not_built"))
+    found = my_ops.hf.problems(hf_models.load(checkpoints["llama"]))
+    assert len(found) == 1 and found[0].startswith("my_ops::not_built not registered with PyTorch: `import my_ops`")
+
+
+def test_the_hf_flow_decodes_both_architectures_in_the_runner_and_the_python_runtime(hf, combined_build, tmp_path):
+    out = str(tmp_path)
+    proc = run_flow("hf", "export", "--build_dir", combined_build.build_dir, "--output_dir", out, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    runner = cmake_build("hf_runner", f"CUSTOM_OPS_MODEL_FILE={os.path.join(out, 'llama.pte')}",
+                         "CUSTOM_OPS_BUILD_AOT_LIBRARY=OFF")
+    proc = run_flow("hf", "check", "--build_dir", combined_build.build_dir, "--runner_dir", runner.build_dir,
+                    "--output_dir", out, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    lines = proc.stdout.strip().splitlines()
+    for name in hf.MODELS:
+        assert any(line.startswith(f"{name}.pte: 200 tokens equal transformers' generate()") for line in lines), lines
+        assert any(line.startswith(f"{name}_8da8w.pte: runner = Python runtime; fed eager's 200 tokens") for line in
+                   lines), lines
