@@ -28,6 +28,7 @@
 #                                             bench rms_norm: rms_norm vs the same math in ATen ops;
 #                                             bench decoder: the decoder's tokens/s, custom vs ATen ops, XNNPACK, 8-bit
 #                                             bench attention: sdpa_with_cache vs ATen ops and llama::custom_sdpa
+#                                             bench hf: my_ops.hf vs optimum-executorch on the same checkpoints
 #                                             bench aoti: the decoder in ExecuTorch vs AOTInductor (speed, memory,
 #                                             size, start)
 set -euo pipefail
@@ -368,9 +369,33 @@ mode_test() {
   exec "${PYTHON}" -m pytest "$@"
 }
 
+# The peer of `bench hf`: optimum-executorch in a venv of its own that sees .venv's packages through a .pth file, so
+# torch, ExecuTorch and transformers are the very files the project uses; pip adds only what the peer needs more.
+ensure_peer_venv() {
+  local peer="${REPO_ROOT}/.venv-peer"
+  if [[ -x "${peer}/bin/python" ]] && "${peer}/bin/python" -c "import optimum.exporters.executorch" 2>/dev/null; then
+    return
+  fi
+  step "Creating ${peer}: optimum-executorch 1.1.0 beside this project's pins (the peer of bench hf)"
+  "${PYTHON_FOR_VENV:-python3}" -m venv "${peer}"
+  local site
+  site="$("${peer}/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+  "${PYTHON}" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' > "${site}/project_venv.pth"
+  "${peer}/bin/python" -m pip install -q "optimum-executorch==1.1.0" > "${peer}/pip-install.log" 2>&1 ||
+    { cat "${peer}/pip-install.log" >&2; die "installing optimum-executorch into ${peer} failed"; }
+}
+
 mode_bench() {
   ensure_venv
   use_venv
+  if [[ "${1:-}" == hf ]]; then
+    shift
+    ensure_peer_venv
+    cmake_build "${BUILD_ROOT}/all_ops" >/dev/null
+    "${REPO_ROOT}/.venv-peer/bin/python" "${REPO_ROOT}/benchmark/hf.py" --build_dir "${BUILD_ROOT}/all_ops" \
+      --runner_dir "${BUILD_ROOT}/all_ops" "$@"
+    return
+  fi
   if [[ "${1:-}" == aoti ]]; then
     shift
     build_aoti

@@ -41,20 +41,26 @@ def hf_models():
     return import_repository_module("examples.hf_models")
 
 
-def export_all(names, output_dir: str) -> list[str]:
-    """Makes each checkpoint, loads it back, swaps and exports float32 and 8-bit; returns the programs written."""
+def programs_of(names) -> list[tuple[str, bool]]:
+    """(model, quantized) of every program the mode makes for these models: float32 and 8-bit each."""
+    return [(name, quantized) for name in names for quantized in (False, True)]
+
+
+def export_all(programs, output_dir: str) -> list[str]:
+    """Makes each checkpoint, loads it back, swaps and exports each (model, quantized); returns the programs written."""
     import my_ops.hf
     from flow.export import written_whole
 
     m = hf_models()
     written = []
-    for name in names:
-        directory = m.make_checkpoint(name, checkpoint_dir(output_dir, name))
-        for quantized in (False, True):
-            program = my_ops.hf.export_program(m.load(directory), max_seq_len=m.MAX_POSITIONS,
-                                               quantize=QUANTIZED if quantized else None)
-            written.append(written_whole(program_path(output_dir, name, quantized), program.write_to_file))
-            print(f"Exported {os.path.relpath(written[-1])}")
+    for name, quantized in programs:
+        directory = checkpoint_dir(output_dir, name)
+        if not os.path.exists(os.path.join(directory, "config.json")):
+            m.make_checkpoint(name, directory)
+        program = my_ops.hf.export_program(m.load(directory), max_seq_len=m.MAX_POSITIONS,
+                                           quantize=QUANTIZED if quantized else None)
+        written.append(written_whole(program_path(output_dir, name, quantized), program.write_to_file))
+        print(f"Exported {os.path.relpath(written[-1])}")
     return written
 
 
@@ -144,21 +150,20 @@ def check_program(pte: str, directory: str, runner: str, quantized: bool) -> str
             "tokens/s")
 
 
-def check_all(names, output_dir: str, runner: str) -> int:
+def check_all(programs, output_dir: str, runner: str) -> int:
     from flow.program import missing_from, registered_in
 
     registered = registered_in(runner)
-    for name in names:
-        for quantized in (False, True):
-            pte = program_path(output_dir, name, quantized)
-            if missing := missing_from(pte, registered):
-                print(f"error: {runner} cannot run {pte}: it lacks {', '.join(missing)}", file=sys.stderr)
-                return 1
-            try:
-                print(check_program(pte, checkpoint_dir(output_dir, name), runner, quantized))
-            except AssertionError as err:
-                print(f"error: {err}", file=sys.stderr)
-                return 1
+    for name, quantized in programs:
+        pte = program_path(output_dir, name, quantized)
+        if missing := missing_from(pte, registered):
+            print(f"error: {runner} cannot run {pte}: it lacks {', '.join(missing)}", file=sys.stderr)
+            return 1
+        try:
+            print(check_program(pte, checkpoint_dir(output_dir, name), runner, quantized))
+        except AssertionError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 1
     return 0
 
 
@@ -180,12 +185,12 @@ def main() -> int:
 
     register_ops(args.build_dir)
     if args.stage == "export":
-        export_all(names, args.output_dir)
+        export_all(programs_of(names), args.output_dir)
         return 0
     if args.runner_dir is None:
         parser.error("check needs --runner_dir")
     load_kernel_library(os.path.join(args.runner_dir, "libcustom_ops_lib.so"))
-    return check_all(names, args.output_dir, os.path.join(args.runner_dir, "custom_ops_executor_runner"))
+    return check_all(programs_of(names), args.output_dir, os.path.join(args.runner_dir, "custom_ops_executor_runner"))
 
 
 if __name__ == "__main__":

@@ -169,7 +169,6 @@ def swap_ops(model: torch.nn.Module, *, keep_unknown_norms: bool = False,
             weight, eps = mapping(module)
             parent, _, child = name.rpartition(".")
             setattr(model.get_submodule(parent), child, RMSNorm(weight, eps, type(module).__name__))
-    model.config._attn_implementation = ATTENTION_NAME
     for config in {id(c): c for c in (model.config, model.config.get_text_config(decoder=True))}.values():
         config._attn_implementation = ATTENTION_NAME
     return model

@@ -1,0 +1,184 @@
+"""Benchmark: the same Hugging Face checkpoint exported by this project (my_ops.hf) and by its peer, optimum-executorch
+(`use_custom_sdpa`, `use_custom_kv_cache`: ExecuTorch's llama::custom_sdpa and llama::update_cache), both on XNNPACK,
+float32 and 8-bit (8da8w), decoded greedily in ExecuTorch's Python runtime in one process, in interleaved rounds.
+`bash test_custom_ops.sh bench hf` makes the peer's environment (.venv-peer: optimum-executorch beside this project's
+pins) and runs this there.
+
+Per program and round: load time (flow.runtime.load_method_checked: the project's checks, then the runtime's load with
+XNNPACK's graphs built), prefill of PROMPT, decode tokens/s over
+NEW_TOKENS - 1 steps (one Python loop for both, so its overhead is the same). Once per program: .pte size, peak RSS
+of a process that imports torch and ExecuTorch, loads the program and decodes (the same imports on both sides), and
+the project's C++ runner on its own program. Ratios are taken within a round; the table gives medians and the min-max
+of each ratio across rounds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import torch
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO_ROOT)
+
+from benchmark import spread  # noqa: E402  (benchmark/benchmark.py)
+
+MAX_SEQ_LEN = 256
+GOAL = 1.25  # the project's decode tokens/s over the peer's
+
+
+def export_peer(checkpoint: str, output_dir: str, quantized: bool) -> str:
+    from optimum.exporters.executorch import main_export
+
+    extra = {"qlinear": "8da8w"} if quantized else {}
+    main_export(model_name_or_path=checkpoint, task="text-generation", recipe="xnnpack", output_dir=output_dir,
+                max_seq_len=MAX_SEQ_LEN, use_custom_sdpa=True, use_custom_kv_cache=True, **extra)
+    return os.path.join(output_dir, "model.pte")
+
+
+def step_of(method, peer: bool):
+    """step(tokens [1, T], input_pos [1]) -> last logits, for either program: the peer's takes cache_position [T]
+    and returns the logits of every position it was given."""
+    if not peer:
+        return lambda tokens, position: method.execute([tokens, position])[0]
+
+    def step(tokens, position):
+        positions = position + torch.arange(tokens.shape[1], dtype=torch.int64)
+        logits = method.execute([tokens, positions])[0]
+        return logits.reshape(-1, logits.shape[-1])[-1:]
+
+    return step
+
+
+def time_one(pte: str, peer: bool, prompt, new_tokens: int) -> dict:
+    """Load, prefill and decode once in this process; the times and the tokens."""
+    from flow.runtime import load_method_checked
+
+    start = time.perf_counter()
+    method = load_method_checked(pte)
+    loaded = time.perf_counter()
+    step = step_of(method, peer)
+    tokens = torch.tensor([list(prompt)], dtype=torch.int64)
+    position = torch.tensor([0], dtype=torch.int64)
+    generated, marks = [], []
+    for _ in range(new_tokens):
+        out = step(tokens, position)
+        generated.append(int(out.argmax()))
+        marks.append(time.perf_counter())
+        position = position + tokens.shape[1]
+        tokens = torch.tensor([[generated[-1]]], dtype=torch.int64)
+    return {"load_ms": (loaded - start) * 1e3, "prefill_us": (marks[0] - loaded) * 1e6,
+            "decode_tokens_per_s": (new_tokens - 1) / (marks[-1] - marks[0]), "tokens": generated}
+
+
+PEAK = """
+import json, resource, sys
+sys.path.insert(0, {repo!r})
+from benchmark.hf import load_runtimes, time_one
+load_runtimes({kernel_library!r})
+result = time_one({pte!r}, {peer!r}, {prompt!r}, {new_tokens!r})
+print("@@" + json.dumps(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024))
+"""
+
+
+def peak_rss_mib(pte: str, peer: bool, kernel_library: str, prompt, new_tokens: int) -> float:
+    code = PEAK.format(repo=REPO_ROOT, kernel_library=kernel_library, pte=pte, peer=peer, prompt=list(prompt),
+                       new_tokens=new_tokens)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0:
+        raise RuntimeError(f"the peak-memory run of {pte} failed:\n{proc.stderr[-3000:]}")
+    return float(proc.stdout.split("@@")[-1])
+
+
+def load_runtimes(kernel_library: str) -> None:
+    """Both programs' kernels in this process: the project's library and ExecuTorch's LLM ops (llama::*)."""
+    from executorch.extension.llm.custom_ops import custom_ops  # noqa: F401
+
+    from flow.runtime import load_kernel_library
+
+    load_kernel_library(kernel_library)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--build_dir", required=True, help="a build with every op (its AOT library and kernels)")
+    parser.add_argument("--runner_dir", required=True, help="the runner for the project's programs")
+    parser.add_argument("--output_dir", default=os.path.join(REPO_ROOT, "cmake-out", "bench_hf"))
+    parser.add_argument("--models", default="llama,qwen3")
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+
+    from flow import hf
+    from flow.model import decode_runner, register_ops
+
+    register_ops(args.build_dir)
+    import my_ops.hf
+
+    m = hf.hf_models()
+    kernel_library = os.path.join(args.runner_dir, "libcustom_ops_lib.so")
+    load_runtimes(kernel_library)
+    programs = {}  # (model, dtype) -> {"project": pte, "peer": pte}
+    for name in args.models.split(","):
+        checkpoint = m.make_checkpoint(name, os.path.join(args.output_dir, "checkpoints", name))
+        for quantized in (False, True):
+            dtype = "8da8w" if quantized else "float32"
+            ours = os.path.join(args.output_dir, f"{name}_{dtype}_project.pte")
+            with open(ours, "wb") as f:
+                my_ops.hf.export_program(m.load(checkpoint), max_seq_len=MAX_SEQ_LEN,
+                                         quantize="8da8w" if quantized else None).write_to_file(f)
+            peer_dir = os.path.join(args.output_dir, f"{name}_{dtype}_optimum")
+            programs[name, dtype] = {"project": ours, "peer": export_peer(checkpoint, peer_dir, quantized)}
+            print(f"Exported {name} {dtype}: {os.path.relpath(ours)}, {os.path.relpath(programs[name, dtype]['peer'])}",
+                  flush=True)
+
+    rows = []
+    for (name, dtype), pair in programs.items():
+        rounds = []
+        for r in range(args.rounds):
+            order = ("project", "peer") if r % 2 == 0 else ("peer", "project")
+            rounds.append({side: time_one(pair[side], side == "peer", m.PROMPT, m.NEW_TOKENS) for side in order})
+        same_tokens = all(rd["project"]["tokens"] == rd["peer"]["tokens"] for rd in rounds)
+        runner = decode_runner(os.path.join(args.runner_dir, "custom_ops_executor_runner"), pair["project"], m.PROMPT,
+                               m.NEW_TOKENS, generations=3)
+        row = {"case": f"{name} {dtype}", "same_tokens": same_tokens,
+               "runner_tokens_per_s": runner.decode_tokens_per_s, "runner_prefill_us": runner.prefill_us}
+        for key in ("decode_tokens_per_s", "prefill_us", "load_ms"):
+            for side in ("project", "peer"):
+                row[f"{key}_{side}"] = statistics.median(rd[side][key] for rd in rounds)
+            ratios = [rd["project"][key] / rd["peer"][key] for rd in rounds]
+            if key != "decode_tokens_per_s":
+                ratios = [1 / x for x in ratios]  # times: the peer's over the project's, so > 1 is faster
+            row[f"{key}_ratio"] = (statistics.median(ratios), spread(ratios))
+        for side in ("project", "peer"):
+            row[f"size_kib_{side}"] = os.path.getsize(pair[side]) / 1024
+            row[f"peak_mib_{side}"] = peak_rss_mib(pair[side], side == "peer", kernel_library, m.PROMPT, m.NEW_TOKENS)
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+
+    print(f"\nPython runtime, prompt {len(m.PROMPT)} tokens, {m.NEW_TOKENS} new, {MAX_SEQ_LEN} positions; medians of "
+          f"{args.rounds} interleaved rounds, min-max of each ratio. Ratios: project over optimum-executorch (speed), "
+          "optimum-executorch over project (times).\n")
+    print("| case | decode tok/s project | optimum | ratio | prefill us project | optimum | ratio | load ms project | "
+          "optimum | .pte KiB project / optimum | peak RSS MiB project / optimum | C++ runner tok/s | same tokens |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+    for row in rows:
+        d, p = row["decode_tokens_per_s_ratio"], row["prefill_us_ratio"]
+        print(f"| {row['case']} | {row['decode_tokens_per_s_project']:.0f} | {row['decode_tokens_per_s_peer']:.0f} | "
+              f"{d[0]:.2f}x ({d[1]}) | {row['prefill_us_project']:.0f} | {row['prefill_us_peer']:.0f} | "
+              f"{p[0]:.2f}x ({p[1]}) | {row['load_ms_project']:.1f} | {row['load_ms_peer']:.1f} | "
+              f"{row['size_kib_project']:.0f} / {row['size_kib_peer']:.0f} | "
+              f"{row['peak_mib_project']:.0f} / {row['peak_mib_peer']:.0f} | {row['runner_tokens_per_s']:.0f} | "
+              f"{'yes' if row['same_tokens'] else 'no'} |")
+    met = all(row["decode_tokens_per_s_ratio"][0] >= GOAL for row in rows)
+    print(f"\nGoal: decode >= {GOAL}x optimum-executorch at every case: {'met' if met else 'not met'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
