@@ -176,13 +176,11 @@ def main() -> int:
     parser.add_argument("--output_dir", required=True)
     parser.add_argument("--models", default=",".join(MODELS), help=f"of {', '.join(MODELS)}")
     args = parser.parse_args()
-    names = args.models.split(",")
-    if unknown := [n for n in names if n not in MODELS]:
-        print(f"error: unknown model(s) {', '.join(unknown)}; known: {', '.join(MODELS)}", file=sys.stderr)
-        return 2
-    from flow.model import register_ops
+    from flow.model import chosen, register_ops
     from flow.runtime import load_kernel_library
 
+    if (names := chosen(args.models, MODELS, "model")) is None:
+        return 2
     register_ops(args.build_dir)
     if args.stage == "export":
         export_all(programs_of(names), args.output_dir)

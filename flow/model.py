@@ -218,6 +218,15 @@ def check_variant(name: str, pte: str, runner: str) -> list[str]:
             f"{speed.decode_tokens_per_s:.0f} tokens/s"]
 
 
+def chosen(listed: str, known, what: str) -> list[str] | None:
+    """The names of a comma-separated command-line list, or None after one error line naming the unknown ones."""
+    names = listed.split(",")
+    if unknown := [n for n in names if n not in known]:
+        print(f"error: unknown {what}(s) {', '.join(unknown)}; known: {', '.join(known)}", file=sys.stderr)
+        return None
+    return names
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description="Exports the example decoder, decodes it in the runner and the "
                                                  "Python runtime, and compares with eager PyTorch")
@@ -228,9 +237,7 @@ def main() -> int:
     args = parser.parse_args()
     from flow.runtime import load_kernel_library
 
-    names = args.variants.split(",")
-    if unknown := [n for n in names if n not in VARIANTS]:
-        print(f"error: unknown variant(s) {', '.join(unknown)}; known: {', '.join(VARIANTS)}", file=sys.stderr)
+    if (names := chosen(args.variants, VARIANTS, "variant")) is None:
         return 2
     register_ops(args.build_dir)
     load_kernel_library(os.path.join(args.build_dir, "libcustom_ops_lib.so"))
