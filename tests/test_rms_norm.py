@@ -128,14 +128,18 @@ def test_the_runtime_kernel_matches_the_reference(dtype, load_method, tmp_path):
 
 ISA_PROBE = """
 import ctypes
+import hashlib
 import torch
 torch.ops.load_library({aot_lib!r})
 generator = torch.Generator().manual_seed(3)
 outputs = {{}}
 for dtype in ("float32", "float16", "bfloat16"):
-    x = (torch.randn(64, 4096 + 37, generator=generator) * 3).to(getattr(torch, dtype))  # 37: a tail past the blocks
-    w = (1 + 0.1 * torch.randn(4096 + 37, generator=generator)).to(x.dtype)
-    outputs[dtype] = torch.ops.my_ops.rms_norm(x, w, 1e-5).view(torch.int16 if x.itemsize == 2 else torch.int32).tolist()
+    # 15: the longest tail past the 16-lane vectors. 1024 rows: enough that a sum taken in another order changes
+    # some 16-bit outputs (64 rows did not show a tail added to the wrong lane).
+    x = (torch.randn(1024, 4096 + 15, generator=generator) * 3).to(getattr(torch, dtype))
+    w = (1 + 0.1 * torch.randn(4096 + 15, generator=generator)).to(x.dtype)
+    y = torch.ops.my_ops.rms_norm(x, w, 1e-5)
+    outputs[dtype] = hashlib.sha256(y.view(torch.int16 if y.itemsize == 2 else torch.int32).numpy().tobytes()).hexdigest()
 counts = (ctypes.c_uint64 * 8)()
 ctypes.CDLL({aot_lib!r}).custom_ops_elementwise_stats(counts, 8)
 result = {{"outputs": outputs, "stats": dict(zip({counters!r}, counts))}}
@@ -152,6 +156,6 @@ def test_every_isa_gives_the_same_bits_and_the_rows_run_on_the_best(combined_bui
         results[cap] = run_in_fresh_python(ISA_PROBE.format(aot_lib=combined_build.aot_lib, counters=COUNTERS),
                                            env={"CUSTOM_OPS_ISA": cap} if cap else {})
         isa = expected_isa(cap)
-        elements = 3 * 64 * (4096 + 37)
+        elements = 3 * 1024 * (4096 + 15)
         assert results[cap]["stats"][isa] == elements, (cap, results[cap]["stats"])
     assert results["baseline"]["outputs"] == results[None]["outputs"]
