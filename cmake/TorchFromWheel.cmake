@@ -13,21 +13,28 @@
 # configure where pip users usually have none.
 
 function(import_torch_from_wheel target)
+  # Read from the installed files, not `import torch` (1.8 s of CPU per configure, and the test suite configures ~50
+  # trees): the C++ ABI from libc10's mangled names (std::__cxx11 appears only in a new-ABI build), the CUDA version
+  # from torch/version.py, which imports nothing of torch.
   execute_process(
     COMMAND "${Python3_EXECUTABLE}" -c [=[
-import os, torch
-root = os.path.dirname(torch.__file__)
+import importlib.util, os
+root = list(importlib.util.find_spec("torch").submodule_search_locations)[0]
 print(os.path.join(root, "include"), os.path.join(root, "include", "torch", "csrc", "api", "include"), sep=";")
 print(os.path.join(root, "lib"))
-print(int(torch._C._GLIBCXX_USE_CXX11_ABI))
-print(torch.version.cuda or "")
+with open(os.path.join(root, "lib", "libc10.so"), "rb") as f:
+    print(int(b"St7__cxx11" in f.read()))
+version = {}
+with open(os.path.join(root, "version.py")) as f:
+    exec(f.read(), version)
+print(version["cuda"] or "")
 ]=]
     OUTPUT_VARIABLE probe
     ERROR_VARIABLE error
     RESULT_VARIABLE status
     OUTPUT_STRIP_TRAILING_WHITESPACE)
   if(NOT status EQUAL 0)
-    message(FATAL_ERROR "Cannot import torch with ${Python3_EXECUTABLE}; install the pins from pyproject.toml "
+    message(FATAL_ERROR "Cannot find torch for ${Python3_EXECUTABLE}; install the pins from pyproject.toml "
                         "(bash test_custom_ops.sh does it into .venv/).\n${error}")
   endif()
   string(REPLACE "\n" ";" probe "${probe}")
