@@ -5,12 +5,12 @@ float32 and 8-bit (8da8w), decoded greedily in ExecuTorch's Python runtime in on
 pins) and runs this there.
 
 Per program and round: load time (flow.runtime.load_method_checked: the project's checks, then the runtime's load with
-XNNPACK's graphs built), prefill of PROMPT, decode tokens/s over
-NEW_TOKENS - 1 steps (one Python loop for both, so its overhead is the same). Once per program: .pte size, memory
-(a process that imports torch and ExecuTorch, loads the program and decodes: its resident memory after decoding less
-before the load, so the same imports on both sides cancel; the imports' own transient peak dwarfs a tiny model's, so
-the peak RSS would say nothing), and the project's C++ runner on its own program. Ratios are taken within a round; the table gives medians and the min-max
-of each ratio across rounds.
+XNNPACK's graphs built), prefill of PROMPT, decode tokens/s over NEW_TOKENS - 1 steps (one Python loop for both, so
+its overhead is the same). Once per program: .pte size, memory (a process that imports torch and ExecuTorch, loads the
+program and decodes: its resident memory after decoding less before the load, so the same imports on both sides
+cancel; the imports' own transient peak dwarfs a tiny model's, so the peak RSS would say nothing), and the project's
+C++ runner on its own program. Ratios are taken within a round; the table gives medians and the min-max of each ratio
+across rounds.
 """
 
 from __future__ import annotations
@@ -30,16 +30,17 @@ sys.path.insert(0, REPO_ROOT)
 
 from benchmark import spread  # noqa: E402  (benchmark/benchmark.py)
 
-MAX_SEQ_LEN = 256
 GOAL = 1.25  # the project's decode tokens/s over the peer's
 
 
-def export_peer(checkpoint: str, output_dir: str, quantized: bool) -> str:
+def export_peer(checkpoint: str, output_dir: str, quantized: bool, max_seq_len: int) -> str:
     from optimum.exporters.executorch import main_export
 
-    extra = {"qlinear": "8da8w"} if quantized else {}
+    from flow.hf import QUANTIZED
+
+    extra = {"qlinear": QUANTIZED} if quantized else {}
     main_export(model_name_or_path=checkpoint, task="text-generation", recipe="xnnpack", output_dir=output_dir,
-                max_seq_len=MAX_SEQ_LEN, use_custom_sdpa=True, use_custom_kv_cache=True, **extra)
+                max_seq_len=max_seq_len, use_custom_sdpa=True, use_custom_kv_cache=True, **extra)
     return os.path.join(output_dir, "model.pte")
 
 
@@ -93,8 +94,8 @@ print("@@" + json.dumps(resident_mib() - before))
 
 
 def rss_growth_mib(pte: str, peer: bool, kernel_library: str, prompt, new_tokens: int) -> float:
-    code = PEAK.format(here=os.path.dirname(os.path.abspath(__file__)), repo=REPO_ROOT, kernel_library=kernel_library, pte=pte, peer=peer, prompt=list(prompt),
-                       new_tokens=new_tokens)
+    code = PEAK.format(here=os.path.dirname(os.path.abspath(__file__)), repo=REPO_ROOT, kernel_library=kernel_library,
+                       pte=pte, peer=peer, prompt=list(prompt), new_tokens=new_tokens)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
     if proc.returncode != 0:
         raise RuntimeError(f"the memory run of {pte} failed:\n{proc.stderr[-3000:]}")
@@ -120,27 +121,22 @@ def main() -> int:
     args = parser.parse_args()
 
     from flow import hf
-    from flow.model import decode_runner, register_ops
+    from flow.model import chosen, decode_runner, register_ops
 
+    if (names := chosen(args.models, hf.MODELS, "model")) is None:
+        return 2
     register_ops(args.build_dir)
-    import my_ops.hf
-
     m = hf.hf_models()
     kernel_library = os.path.join(args.runner_dir, "libcustom_ops_lib.so")
     load_runtimes(kernel_library)
     programs = {}  # (model, dtype) -> {"project": pte, "peer": pte}
-    for name in args.models.split(","):
-        checkpoint = m.make_checkpoint(name, os.path.join(args.output_dir, "checkpoints", name))
-        for quantized in (False, True):
-            dtype = "8da8w" if quantized else "float32"
-            ours = os.path.join(args.output_dir, f"{name}_{dtype}_project.pte")
-            with open(ours, "wb") as f:
-                my_ops.hf.export_program(m.load(checkpoint), max_seq_len=MAX_SEQ_LEN,
-                                         quantize="8da8w" if quantized else None).write_to_file(f)
-            peer_dir = os.path.join(args.output_dir, f"{name}_{dtype}_optimum")
-            programs[name, dtype] = {"project": ours, "peer": export_peer(checkpoint, peer_dir, quantized)}
-            print(f"Exported {name} {dtype}: {os.path.relpath(ours)}, {os.path.relpath(programs[name, dtype]['peer'])}",
-                  flush=True)
+    hf.export_all(hf.programs_of(names), args.output_dir)  # the project's programs and their checkpoints
+    for name, quantized in hf.programs_of(names):
+        dtype = hf.QUANTIZED if quantized else "float32"
+        peer = export_peer(hf.checkpoint_dir(args.output_dir, name),
+                           os.path.join(args.output_dir, f"{name}_{dtype}_optimum"), quantized, m.MAX_POSITIONS)
+        programs[name, dtype] = {"project": hf.program_path(args.output_dir, name, quantized), "peer": peer}
+        print(f"Exported {name} {dtype} with optimum-executorch: {os.path.relpath(peer)}", flush=True)
 
     rows = []
     for (name, dtype), pair in programs.items():
@@ -166,9 +162,9 @@ def main() -> int:
         rows.append(row)
         print(json.dumps(row), flush=True)
 
-    print(f"\nPython runtime, prompt {len(m.PROMPT)} tokens, {m.NEW_TOKENS} new, {MAX_SEQ_LEN} positions; medians of "
-          f"{args.rounds} interleaved rounds, min-max of each ratio. Ratios: project over optimum-executorch (speed), "
-          "optimum-executorch over project (times).\n")
+    print(f"\nPython runtime, prompt {len(m.PROMPT)} tokens, {m.NEW_TOKENS} new, {m.MAX_POSITIONS} positions; "
+          f"medians of {args.rounds} interleaved rounds, min-max of each ratio. Ratios: project over "
+          "optimum-executorch (speed), optimum-executorch over project (times).\n")
     print("| case | decode tok/s project | optimum | ratio | prefill us project | optimum | ratio | load ms project | "
           "optimum | .pte KiB project / optimum | RSS growth MiB project / optimum | C++ runner tok/s | "
           "same tokens |")

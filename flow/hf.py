@@ -52,12 +52,12 @@ def export_all(programs, output_dir: str) -> list[str]:
     from flow.export import written_whole
 
     m = hf_models()
+    # Each checkpoint made once per call, never reused from an earlier run (examples/hf_models.py may have changed).
+    names = dict.fromkeys(name for name, _ in programs)
+    directories = {name: m.make_checkpoint(name, checkpoint_dir(output_dir, name)) for name in names}
     written = []
     for name, quantized in programs:
-        directory = checkpoint_dir(output_dir, name)
-        if not os.path.exists(os.path.join(directory, "config.json")):
-            m.make_checkpoint(name, directory)
-        program = my_ops.hf.export_program(m.load(directory), max_seq_len=m.MAX_POSITIONS,
+        program = my_ops.hf.export_program(m.load(directories[name]), max_seq_len=m.MAX_POSITIONS,
                                            quantize=QUANTIZED if quantized else None)
         written.append(written_whole(program_path(output_dir, name, quantized), program.write_to_file))
         print(f"Exported {os.path.relpath(written[-1])}")

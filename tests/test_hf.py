@@ -135,7 +135,8 @@ def test_the_hf_flow_decodes_both_architectures_in_the_runner_and_the_python_run
     # The `hf` mode's steps in this process (its imports and registrations are made): export, a runner selected from
     # the program, then 200 tokens twice in the runner and twice in the Python runtime per program. One program per
     # architecture, float32 for one and 8-bit for the other (lowering to XNNPACK costs ~14 s a program; the mode
-    # makes all four): each comparison and each architecture runs.
+    # makes all four): each comparison and each architecture runs. `load_method` is asked for its side effect: the
+    # combined kernel library loaded into this process, which check_all's Python-runtime decode needs.
     out = str(tmp_path)
     programs = [("llama", False), ("qwen3", True)]
     hf.export_all(programs, out)
