@@ -156,13 +156,32 @@ def program_operators(model_file: str) -> list[str]:
 
 
 # ---- Selection and generation --------------------------------------------------------------------------------------
+def write_if_changed(path: str, text: str) -> None:
+    """Leaves a file with this text untouched: a configure rewriting the same selection would otherwise regenerate
+    and relink its build's libraries, under a test or user running them from another process."""
+    try:
+        with open(path) as f:
+            if f.read() == text:
+                return
+    except FileNotFoundError:
+        pass
+    with open(path + ".tmp", "w") as f:
+        f.write(text)
+    os.replace(path + ".tmp", path)
+
+
 def write_selection(output: str, root_ops: list[str]) -> None:
     """selected_operators.yaml for `root_ops`, through executorch's gen_oplist."""
     from executorch.codegen.tools.gen_oplist import gen_oplist
 
     os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
+    fresh = output + ".new"
     with contextlib.redirect_stdout(io.StringIO()):  # gen_oplist prints its inputs
-        gen_oplist(output_path=output, root_ops=",".join(root_ops) if root_ops else None)
+        gen_oplist(output_path=fresh, root_ops=",".join(root_ops) if root_ops else None)
+    with open(fresh) as f:
+        text = f.read()
+    os.remove(fresh)
+    write_if_changed(output, text)
 
 
 def selected_root_ops(ops, *, root_ops=None, model_file=None, example=None) -> list[str]:
@@ -373,8 +392,7 @@ def plan(build_dir: str, *, root_ops=None, model_file=None, example=None) -> Non
         f'set(CUSTOM_OPS_CUDA_SOURCES "{cmake_list(s for op in cpp for s in op.cuda_sources)}")',
         f'set(CUSTOM_OPS_WITHOUT_PYTHON_SOURCES "{cmake_list(without_python)}")',
     ]
-    with open(os.path.join(build_dir, "custom_ops_plan.cmake"), "w") as f:
-        f.write("\n".join(lines) + "\n")
+    write_if_changed(os.path.join(build_dir, "custom_ops_plan.cmake"), "\n".join(lines) + "\n")
 
 
 def main() -> int:

@@ -44,8 +44,8 @@ constexpr int kMaxDims = 16;
 template <size_t N>
 struct Layout {
   int dims = 0;
-  int64_t sizes[kMaxDims] = {};
-  int64_t strides[N + 1][kMaxDims] = {};
+  int64_t sizes[kMaxDims];
+  int64_t strides[N + 1][kMaxDims];
   int64_t numel() const {
     int64_t n = 1;
     for (int d = 0; d < dims; ++d) {
@@ -168,9 +168,10 @@ bool dense_alike(const Tensor& out, const std::array<const Tensor*, N>& inputs) 
 #endif
 }
 
-// The loops, for storage type T; false when the thread pool did not run all of the work.
+// The loops, for storage type T, over `out` already of the broadcast shape; false when the thread pool did not run
+// all of the work. Only the strided loop needs a Layout (a dense call, the common one, pays for none).
 template <typename T, typename Op, size_t N>
-bool run(const Op& op, Tensor& out, const std::array<const Tensor*, N>& inputs, const Layout<N>& layout) {
+bool run(const Op& op, Tensor& out, const std::array<const Tensor*, N>& inputs) {
   std::array<const T*, N> in{};
   for (size_t k = 0; k < N; ++k) {
     in[k] = inputs[k]->template const_data_ptr<T>();
@@ -178,14 +179,42 @@ bool run(const Op& op, Tensor& out, const std::array<const Tensor*, N>& inputs, 
   T* dst = out.template mutable_data_ptr<T>();
   if (dense_alike(out, inputs)) {
     if constexpr (N == 1 && std::is_empty_v<Op>) {  // a stateless unary functor: the vectorized loop
-      return apply_unary<T, Op>(in[0], dst, layout.numel(), [](int64_t b, int64_t e, int64_t g, const auto& fn) {
+      return apply_unary<T, Op>(in[0], dst, out.numel(), [](int64_t b, int64_t e, int64_t g, const auto& fn) {
         return contract::parallel_for(b, e, g, fn);
       });
     } else {
-      return dense_loop<T>(op, dst, in, layout.numel(), std::make_index_sequence<N>());
+      return dense_loop<T>(op, dst, in, out.numel(), std::make_index_sequence<N>());
     }
   }
+  Layout<N> layout;
+  layout.dims = static_cast<int>(out.dim());
+  for (int d = 0; d < layout.dims; ++d) {
+    layout.sizes[d] = out.size(d);
+  }
+  fill_strides(out, 0, layout);
+  for (size_t k = 0; k < N; ++k) {
+    fill_strides(*inputs[k], static_cast<int>(k + 1), layout);
+  }
   return strided_loop<T>(op, dst, in, layout, std::make_index_sequence<N>());
+}
+
+// True when every input has the first one's shape, of a rank the strided loop takes: the broadcast shape is that
+// shape, nothing to work out (otherwise broadcast_sizes() works it out, or refuses it).
+template <size_t N>
+bool same_shapes(const std::array<const Tensor*, N>& inputs) {
+  if (inputs[0]->dim() > kMaxDims) {
+    return false;
+  }
+  for (size_t k = 1; k < N; ++k) {
+#ifdef USE_ATEN_LIB
+    if (inputs[k]->sizes() != inputs[0]->sizes()) {
+#else
+    if (!inputs[k]->sizes().equals(inputs[0]->sizes())) {
+#endif
+      return false;
+    }
+  }
+  return true;
 }
 
 } // namespace elementwise
@@ -199,7 +228,7 @@ struct Named {
 #ifdef USE_ATEN_LIB
 
 template <typename Dtypes, typename Op, size_t N>
-at::Tensor& elementwise_out(const char* op_name, const Op& op, Named out, const Named (&inputs)[N]) {
+at::Tensor& elementwise_out(const char* op_name, const Op& op, const Named& out, const Named (&inputs)[N]) {
   Tensor& result = const_cast<Tensor&>(out.tensor);
   std::array<const Tensor*, N> tensors{};
   for (size_t k = 0; k < N; ++k) {
@@ -207,10 +236,13 @@ at::Tensor& elementwise_out(const char* op_name, const Op& op, Named out, const 
     contract::check_dtype<Dtypes>(inputs[k].tensor, op_name, inputs[k].name);
     contract::check_same_dtype(result, inputs[k].tensor, op_name, out.name, inputs[k].name);
   }
-  elementwise::Layout<N> layout;
-  TORCH_CHECK(elementwise::broadcast_sizes(tensors, layout), op_name, ": the inputs' shapes do not broadcast together "
-              "(the first is ", contract::shape_text(*tensors[0]), ")");
-  const c10::IntArrayRef sizes(layout.sizes, layout.dims);
+  c10::IntArrayRef sizes = tensors[0]->sizes();
+  elementwise::Layout<N> broadcast;
+  if (!elementwise::same_shapes(tensors)) {
+    TORCH_CHECK(elementwise::broadcast_sizes(tensors, broadcast), op_name, ": the inputs' shapes do not broadcast "
+                "together (the first is ", contract::shape_text(*tensors[0]), ")");
+    sizes = c10::IntArrayRef(broadcast.sizes, broadcast.dims);
+  }
   if (at::native::resize_output_check(result, sizes)) {
     // A fresh output is laid out like the first input of its shape (channels-last stays so, as with ATen's ops).
     const Tensor& like = *tensors[0];
@@ -222,12 +254,8 @@ at::Tensor& elementwise_out(const char* op_name, const Op& op, Named out, const 
     const contract::Operand input{inputs[k].tensor, inputs[k].name, in_place_ok};
     contract::check_memory(op_name, {output}, {input});
   }
-  elementwise::fill_strides(result, 0, layout);
-  for (size_t k = 0; k < N; ++k) {
-    elementwise::fill_strides(*tensors[k], static_cast<int>(k + 1), layout);
-  }
   Dtypes::visit(result.scalar_type(), [&](auto zero) {
-    elementwise::run<decltype(zero)>(op, result, tensors, layout);
+    elementwise::run<decltype(zero)>(op, result, tensors);
   });
   return result;
 }
@@ -268,7 +296,7 @@ at::Tensor elementwise_meta(const char* op_name, const Named (&inputs)[N]) {
 
 // The Meta kernel of the out variant: the functional Meta kernel's checks, the output's dtype, and its resize.
 template <typename Dtypes, size_t N>
-at::Tensor& elementwise_out_meta(const char* op_name, Named out, const Named (&inputs)[N]) {
+at::Tensor& elementwise_out_meta(const char* op_name, const Named& out, const Named (&inputs)[N]) {
   const at::Tensor like = elementwise_meta<Dtypes>(op_name, inputs);
   at::Tensor& result = const_cast<at::Tensor&>(out.tensor);
   contract::check_same_dtype(result, inputs[0].tensor, op_name, out.name, inputs[0].name);
@@ -281,7 +309,8 @@ at::Tensor& elementwise_out_meta(const char* op_name, Named out, const Named (&i
 #else // ExecuTorch mode
 
 template <typename Dtypes, typename Op, size_t N>
-Tensor& elementwise_out(KernelContext& ctx, const char* op_name, const Op& op, Named out, const Named (&inputs)[N]) {
+Tensor& elementwise_out(KernelContext& ctx, const char* op_name, const Op& op, const Named& out,
+                        const Named (&inputs)[N]) {
   Tensor& result = const_cast<Tensor&>(out.tensor);
   std::array<const Tensor*, N> tensors{};
   for (size_t k = 0; k < N; ++k) {
@@ -291,21 +320,25 @@ Tensor& elementwise_out(KernelContext& ctx, const char* op_name, const Op& op, N
       return result;
     }
   }
-  elementwise::Layout<N> layout;
-  ET_KERNEL_CHECK_MSG(ctx, elementwise::broadcast_sizes(tensors, layout), InvalidArgument, result,
-                      "%s: the inputs' shapes do not broadcast together (the first is %s)", op_name,
-                      contract::shape_text(*tensors[0]).c_str());
-  executorch::aten::SizesType sizes[elementwise::kMaxDims];
-  for (int d = 0; d < layout.dims; ++d) {
-    sizes[d] = static_cast<executorch::aten::SizesType>(layout.sizes[d]);
+  executorch::aten::ArrayRef<executorch::aten::SizesType> sizes = tensors[0]->sizes();
+  executorch::aten::SizesType broadcast[elementwise::kMaxDims];
+  if (!elementwise::same_shapes(tensors)) {
+    elementwise::Layout<N> layout;
+    ET_KERNEL_CHECK_MSG(ctx, elementwise::broadcast_sizes(tensors, layout), InvalidArgument, result,
+                        "%s: the inputs' shapes do not broadcast together (the first is %s)", op_name,
+                        contract::shape_text(*tensors[0]).c_str());
+    for (int d = 0; d < layout.dims; ++d) {
+      broadcast[d] = static_cast<executorch::aten::SizesType>(layout.sizes[d]);
+    }
+    sizes = {broadcast, static_cast<size_t>(layout.dims)};
   }
-  if (!contract::resize_output(ctx, result, {sizes, static_cast<size_t>(layout.dims)}, op_name, out.name)) {
+  if (!contract::resize_output(ctx, result, sizes, op_name, out.name)) {
     return result;
   }
   // The strided loop follows strides, but a program states layouts as dim orders: one for all keeps them honest.
   for (size_t k = 0; k < N; ++k) {
     ET_KERNEL_CHECK_MSG(
-        ctx, inputs[k].tensor.dim() != result.dim() ||
+        ctx, inputs[k].tensor.dim() != result.dim() || inputs[k].tensor.dim_order().equals(result.dim_order()) ||
                  executorch::runtime::tensors_have_same_dim_order(inputs[k].tensor, result),
         InvalidArgument, result,
         "%s: %s and %s have different dim orders (memory layouts); export them with the same memory format", op_name,
@@ -318,13 +351,9 @@ Tensor& elementwise_out(KernelContext& ctx, const char* op_name, const Op& op, N
       return result;
     }
   }
-  elementwise::fill_strides(result, 0, layout);
-  for (size_t k = 0; k < N; ++k) {
-    elementwise::fill_strides(*tensors[k], static_cast<int>(k + 1), layout);
-  }
   bool all_work_ran = true;
   Dtypes::visit(result.scalar_type(), [&](auto zero) {
-    all_work_ran = elementwise::run<decltype(zero)>(op, result, tensors, layout);
+    all_work_ran = elementwise::run<decltype(zero)>(op, result, tensors);
   });
   ET_KERNEL_CHECK_MSG(ctx, all_work_ran, Internal, result, "%s: the threadpool did not run all of the work", op_name);
   return result;

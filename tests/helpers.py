@@ -105,6 +105,21 @@ def run_flow(module: str, *args: str, repo: str = REPO_ROOT, timeout: int = 600,
                           timeout=timeout, env=env, cwd=repo, **kwargs)
 
 
+# The kernels count which path did the work (elementwise_loop.h) only in a process started with this environment.
+COUNT_PATHS = {"CUSTOM_OPS_COUNT_PATHS": "1"}
+
+
+def path_counts(library: str) -> list[int]:
+    """A kernel library's path counters (custom_ops_elementwise_stats, in the order of its Path enum), read in a process
+    started with COUNT_PATHS."""
+    import ctypes
+
+    counts = (ctypes.c_uint64 * 8)()
+    if ctypes.CDLL(library).custom_ops_elementwise_stats(counts, 8) != 1:
+        raise AssertionError(f"{library} counted nothing: start the process with CUSTOM_OPS_COUNT_PATHS=1")
+    return list(counts)
+
+
 def run_in_fresh_python(code: str, timeout: int = 300, env: dict[str, str] | None = None) -> dict:
     """Runs `code` in a new interpreter (with `env` added to the environment); the code sets `result` to something
     JSON-serializable, which is returned."""

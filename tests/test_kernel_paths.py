@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from flow.compare import assert_bit_exact, bit_difference
-from helpers import ALL_DTYPES, full_range, run_in_fresh_python
+from helpers import ALL_DTYPES, COUNT_PATHS, full_range, run_in_fresh_python
 from pte_surgery import rewrite_output_tensor
 
 GRAIN = 16 << 10
@@ -49,16 +49,13 @@ def expected_isa(cap: str | None) -> str:
 
 # Runs in the fresh process: reads a library's counters, compares with the op's declared reference.
 PROBE_PRELUDE = """
-import ctypes
 import torch
 from flow import declarations
 from flow.compare import bit_difference
-from helpers import full_range
+from helpers import full_range, path_counts
 
 def path_stats(library):
-    counts = (ctypes.c_uint64 * 8)()
-    ctypes.CDLL(library).custom_ops_elementwise_stats(counts, 8)
-    return dict(zip({counters!r}, counts))
+    return dict(zip({counters!r}, path_counts(library)))
 
 reference = {{op.short_name: op.reference_function() for op in declarations.load().values()}}
 mismatches, elements = [], 0
@@ -128,7 +125,7 @@ def assert_every_path_ran(result, isa: str, calls: int, total_bytes: int, shifte
 
 @pytest.mark.parametrize("cap", ["baseline", "avx2", None], ids=["baseline", "avx2", "best"])
 def test_runtime_kernels_stream_in_parallel_on_every_isa(cap, combined_build, large_programs):
-    env = dict(SMALL_THRESHOLDS, **({"CUSTOM_OPS_ISA": cap} if cap else {}))
+    env = dict(SMALL_THRESHOLDS, **COUNT_PATHS, **({"CUSTOM_OPS_ISA": cap} if cap else {}))
     result = run_in_fresh_python(RUNTIME_PROBE.format(counters=COUNTERS, kernel_lib=combined_build.kernel_lib,
                                                       programs=large_programs), env=env)
     total_bytes = sum(n * getattr(torch, d).itemsize for _, d, n, _, _ in large_programs)
@@ -137,7 +134,7 @@ def test_runtime_kernels_stream_in_parallel_on_every_isa(cap, combined_build, la
 
 @pytest.mark.parametrize("cap", ["baseline", "avx2", None], ids=["baseline", "avx2", "best"])
 def test_aten_kernel_streams_in_parallel_on_every_isa(cap, mul4_build):
-    env = dict(SMALL_THRESHOLDS, **({"CUSTOM_OPS_ISA": cap} if cap else {}))
+    env = dict(SMALL_THRESHOLDS, **COUNT_PATHS, **({"CUSTOM_OPS_ISA": cap} if cap else {}))
     sizes = [(d, numel(d)) for d in ALL_DTYPES]
     result = run_in_fresh_python(ATEN_PROBE.format(counters=COUNTERS, aot_lib=mul4_build.aot_lib, sizes=sizes),
                                  env=env)
@@ -149,9 +146,9 @@ def test_small_inputs_stay_serial_and_cached_by_default(combined_build, dynamic_
     programs = [(op, d, 16, dynamic_programs.get(op, getattr(torch, d), 1), False)
                 for op in ("mul3", "mul4") for d in ALL_DTYPES]
     runtime = run_in_fresh_python(RUNTIME_PROBE.format(counters=COUNTERS, kernel_lib=combined_build.kernel_lib,
-                                                       programs=programs))
+                                                       programs=programs), env=COUNT_PATHS)
     aten = run_in_fresh_python(ATEN_PROBE.format(counters=COUNTERS, aot_lib=mul4_build.aot_lib,
-                                                 sizes=[(d, 16 * 16) for d in ALL_DTYPES]))
+                                                 sizes=[(d, 16 * 16) for d in ALL_DTYPES]), env=COUNT_PATHS)
     for result, calls in ((runtime, len(programs)), (aten, 4 * len(ALL_DTYPES))):
         assert result["mismatches"] == []
         stats = result["stats"]

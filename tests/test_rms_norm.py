@@ -127,9 +127,9 @@ def test_the_runtime_kernel_matches_the_reference(dtype, load_method, tmp_path):
 
 
 ISA_PROBE = """
-import ctypes
 import hashlib
 import torch
+from helpers import path_counts
 torch.ops.load_library({aot_lib!r})
 generator = torch.Generator().manual_seed(3)
 outputs = {{}}
@@ -140,21 +140,19 @@ for dtype in ("float32", "float16", "bfloat16"):
     w = (1 + 0.1 * torch.randn(4096 + 15, generator=generator)).to(x.dtype)
     y = torch.ops.my_ops.rms_norm(x, w, 1e-5)
     outputs[dtype] = hashlib.sha256(y.view(torch.int16 if y.itemsize == 2 else torch.int32).numpy().tobytes()).hexdigest()
-counts = (ctypes.c_uint64 * 8)()
-ctypes.CDLL({aot_lib!r}).custom_ops_elementwise_stats(counts, 8)
-result = {{"outputs": outputs, "stats": dict(zip({counters!r}, counts))}}
+result = {{"outputs": outputs, "stats": dict(zip({counters!r}, path_counts({aot_lib!r})))}}
 """
 
 
 def test_every_isa_gives_the_same_bits_and_the_rows_run_on_the_best(combined_build):
     # The AVX-512 variant converts 16-bit rows in order with its own code; a reduction must not depend on the CPU.
-    from helpers import run_in_fresh_python
+    from helpers import COUNT_PATHS, run_in_fresh_python
     from test_kernel_paths import COUNTERS, expected_isa
 
     results = {}
     for cap in ("baseline", None):
         results[cap] = run_in_fresh_python(ISA_PROBE.format(aot_lib=combined_build.aot_lib, counters=COUNTERS),
-                                           env={"CUSTOM_OPS_ISA": cap} if cap else {})
+                                           env=dict(COUNT_PATHS, **({"CUSTOM_OPS_ISA": cap} if cap else {})))
         isa = expected_isa(cap)
         elements = 3 * 1024 * (4096 + 15)
         assert results[cap]["stats"][isa] == elements, (cap, results[cap]["stats"])

@@ -9,7 +9,7 @@ import torch
 
 from flow.export import export_to_pte
 from flow.runner import RunnerError, run_pte
-from helpers import run_in_fresh_python
+from helpers import COUNT_PATHS, run_in_fresh_python
 from ops.sdpa_with_cache.sdpa_with_cache import sdpa_with_cache_reference
 
 pytestmark = pytest.mark.usefixtures("aot_ops")
@@ -182,7 +182,8 @@ def test_a_non_finite_scale_is_refused():
 # Each vector ISA's code (AVX-512, AVX2, the baseline) in a fresh process with CUSTOM_OPS_ISA capping it, counted where
 # it wrote its output (custom_ops_elementwise_stats of the AOT library): every case, both dtypes, against the reference.
 ISA_PROBE = """
-import ctypes, torch
+import torch
+from helpers import path_counts
 from flow import registration
 registration.load_aot_library({aot!r})
 from test_sdpa_with_cache import SHAPES, TOLERANCE, make
@@ -194,8 +195,7 @@ for shape in SHAPES.values():
         actual = torch.ops.my_ops.sdpa_with_cache(q, k, v, start)
         torch.testing.assert_close(actual, sdpa_with_cache_reference(q, k, v, start), **TOLERANCE[dtype])
         elements += actual.numel()
-counts = (ctypes.c_uint64 * 8)()
-ctypes.CDLL({aot!r}).custom_ops_elementwise_stats(counts, 8)
+counts = path_counts({aot!r})
 result = {{"elements": elements, "baseline": counts[4], "avx2": counts[5], "avx512": counts[6]}}
 """
 
@@ -206,7 +206,8 @@ def test_every_vector_isa_equals_the_reference(isa, combined_build):
 
     if expected_isa(isa) != isa:
         pytest.skip(f"this CPU has no {isa}")
-    counts = run_in_fresh_python(ISA_PROBE.format(aot=combined_build.aot_lib), env={"CUSTOM_OPS_ISA": isa})
+    counts = run_in_fresh_python(ISA_PROBE.format(aot=combined_build.aot_lib),
+                                 env=dict(COUNT_PATHS, CUSTOM_OPS_ISA=isa))
     assert counts[isa] == counts["elements"] > 0, counts
 
 

@@ -58,6 +58,23 @@ def test_the_upstream_example_switch_selects_by_example_program(value, expected,
     assert f'set(CUSTOM_OPS_SELECTED "{expected}")' in plan
 
 
+def test_planning_the_same_selection_again_touches_no_file(tmp_path):
+    # Every configure plans; a rewritten selection regenerated and relinked a build's libraries while another test
+    # process ran its runner ("file too short"). A changed selection is still written.
+    def plan(example):
+        subprocess.run([sys.executable, os.path.join(REPO_ROOT, "codegen", "run_codegen.py"), "plan",
+                        "--build_dir", str(tmp_path), "--example", example], check=True, capture_output=True)
+        return {name: (tmp_path / name).stat().st_mtime_ns for name in
+                ("selected_operators.yaml", "aot_selected_operators.yaml", "custom_ops_plan.cmake")}
+
+    first = plan("3")
+    assert plan("3") == first
+    changed = plan("2")  # mul4 alone: the Python op leaves the selection; the C++ ops (mul4) stay as they were
+    assert [name for name in first if changed[name] != first[name]] == ["selected_operators.yaml",
+                                                                          "custom_ops_plan.cmake"]
+    assert "my_ops::mul3" not in (tmp_path / "selected_operators.yaml").read_text()
+
+
 def test_unselected_kernels_are_neither_compiled_nor_linked_in(mul3_build):
     import json
 
