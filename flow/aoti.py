@@ -10,15 +10,12 @@ custom op through AOTInductor's proxy executor, which finds it in PyTorch's disp
 runner loads the libraries that register them (--op_library), as Python would import them: libcustom_ops_aot_lib.so
 for ops registered from C++, libcustom_ops_without_python.so for the C++ kernels of ops registered from Python (each
 declared op's without_python_sources). Packaging takes seconds to a minute per program, so packages are cached under
-cmake-out/aoti_packages/, named by a hash of every source that can change them (package_path()).
+cmake-out/aoti_packages/, named by a hash of every source that can change them (flow/artifact_cache.py).
 """
 
 from __future__ import annotations
 
 import argparse
-import functools
-import glob
-import hashlib
 import os
 import subprocess
 import sys
@@ -27,9 +24,9 @@ from typing import Sequence
 
 import torch
 
-from flow import REPO_ROOT
+from flow import artifact_cache
 
-PACKAGE_DIR = os.path.join(REPO_ROOT, "cmake-out", "aoti_packages")
+PACKAGE_DIR = "aoti_packages"  # under cmake-out/
 RUNNER = "custom_ops_aoti_runner"
 OP_LIBRARIES = ("libcustom_ops_aot_lib.so", "libcustom_ops_without_python.so")
 MODEL = "decoder"  # the float32 decoder (flow.model.VARIANTS): the package compared with decoder.pte
@@ -40,40 +37,16 @@ STATELESS_EXECUTIONS = 3  # as the ExecuTorch verifier: an execution that spoils
 INDUCTOR_CONFIGS = {"aot_inductor.check_lowerbound": False}
 
 
-@functools.cache
-def source_hash() -> str:
-    """A hash of what a package depends on: torch's version, the declarations, the ops' Python modules and C++ sources
-    (top level and ops/), the kernel helpers, the example models and the flow package itself. Once per process: the
-    sources a process imported are the ones its packages are made from."""
-    digest = hashlib.sha256(f"{torch.__version__} {sorted(INDUCTOR_CONFIGS.items())}".encode())
-    patterns = ["*.py", "*.cpp", "ops/**/*.py", "ops/**/*.cpp", "ops/**/*.h", "kernel_helpers/*.h", "examples/*.py",
-                "flow/*.py", "custom_ops.bzl"]
-    files = sorted({p for pattern in patterns for p in glob.glob(os.path.join(REPO_ROOT, pattern), recursive=True)})
-    for path in files:
-        digest.update(os.path.relpath(path, REPO_ROOT).encode())
-        with open(path, "rb") as f:
-            digest.update(f.read())
-    return digest.hexdigest()[:16]
-
-
-def package_path(name: str) -> str:
-    return os.path.join(PACKAGE_DIR, f"{name}-{source_hash()}.pt2")
-
-
 def package(name: str, exported: torch.export.ExportedProgram, metadata: dict[str, str] | None = None) -> str:
-    """The AOTInductor package of `exported`, made once per source hash; returns its path. `metadata` goes into the
-    package (AOTIModelPackageLoader::get_metadata)."""
-    path = package_path(name)
-    if not os.path.isfile(path):
-        os.makedirs(PACKAGE_DIR, exist_ok=True)
-        # Made beside its place, then renamed into it: another process sees the whole package or none.
-        with tempfile.TemporaryDirectory(dir=PACKAGE_DIR) as tmp:
-            made = torch._inductor.aoti_compile_and_package(exported, package_path=os.path.join(tmp, "p.pt2"),
-                                                            inductor_configs={  # a copy: it adds keys
-                                                                **INDUCTOR_CONFIGS,
-                                                                "aot_inductor.metadata": dict(metadata or {})})
+    """The AOTInductor package of `exported`, made once per source hash (flow/artifact_cache.py); returns its path.
+    `metadata` goes into the package (AOTIModelPackageLoader::get_metadata)."""
+    def make(path: str) -> None:
+        configs = {**INDUCTOR_CONFIGS, "aot_inductor.metadata": dict(metadata or {})}  # a copy: Inductor adds keys
+        made = torch._inductor.aoti_compile_and_package(exported, package_path=path, inductor_configs=configs)
+        if made != path:
             os.replace(made, path)
-    return path
+
+    return artifact_cache.cached(PACKAGE_DIR, f"{name}.pt2", make, str(sorted(INDUCTOR_CONFIGS.items())))[0]
 
 
 def runner_command(build_dir: str, package_file: str, op_libraries: Sequence[str] | None = None) -> list[str]:

@@ -25,6 +25,7 @@ MODELS = ("llama", "qwen3")
 QUANTIZED = "8da8w"
 FLOAT32_TOLERANCE = dict(atol=1e-3, rtol=1e-4)
 QUANTIZED_TOLERANCE = dict(atol=0.3, rtol=0.0)
+CACHE_DIR = "hf_programs"  # under cmake-out/
 
 
 def checkpoint_dir(output_dir: str, name: str) -> str:
@@ -47,9 +48,11 @@ def programs_of(names) -> list[tuple[str, bool]]:
 
 
 def export_all(programs, output_dir: str) -> list[str]:
-    """Makes each checkpoint, loads it back, swaps and exports each (model, quantized); returns the programs written."""
+    """Makes each checkpoint, loads it back, swaps and exports each (model, quantized); returns the programs written.
+    Lowering takes ~14 s a program, so programs are cached in cmake-out/hf_programs/ by a hash of every source and
+    package version they come from (flow/artifact_cache.py); the checkpoints, which the checks read, are made anew."""
     import my_ops.hf
-    from flow.export import written_whole
+    from flow import artifact_cache
 
     m = hf_models()
     # Each checkpoint made once per call, never reused from an earlier run (examples/hf_models.py may have changed).
@@ -57,10 +60,16 @@ def export_all(programs, output_dir: str) -> list[str]:
     directories = {name: m.make_checkpoint(name, checkpoint_dir(output_dir, name)) for name in names}
     written = []
     for name, quantized in programs:
-        program = my_ops.hf.export_program(m.load(directories[name]), max_seq_len=m.MAX_POSITIONS,
-                                           quantize=QUANTIZED if quantized else None)
-        written.append(written_whole(program_path(output_dir, name, quantized), program.write_to_file))
-        print(f"Exported {os.path.relpath(written[-1])}")
+        def export(path: str, name=name, quantized=quantized) -> None:
+            program = my_ops.hf.export_program(m.load(directories[name]), max_seq_len=m.MAX_POSITIONS,
+                                               quantize=QUANTIZED if quantized else None)
+            with open(path, "wb") as f:
+                program.write_to_file(f)
+
+        destination = program_path(output_dir, name, quantized)
+        cached, made = artifact_cache.cached(CACHE_DIR, os.path.basename(destination), export)
+        written.append(artifact_cache.copy_out(cached, destination))
+        print(f"{'Exported' if made else 'Reused (sources unchanged)'} {os.path.relpath(written[-1])}")
     return written
 
 

@@ -143,6 +143,6 @@ def test_the_hf_flow_decodes_both_architectures_in_the_runner_and_the_python_run
     runner = cmake_build("hf_runner", f"CUSTOM_OPS_MODEL_FILE={os.path.join(out, 'llama.pte')}",
                          "CUSTOM_OPS_BUILD_AOT_LIBRARY=OFF")
     assert hf.check_all(programs, out, runner.runner) == 0, capsys.readouterr().err[-4000:]
-    lines = [line for line in capsys.readouterr().out.splitlines() if not line.startswith("Exported")]
+    lines = [line for line in capsys.readouterr().out.splitlines() if not line.startswith(("Exported", "Reused"))]
     assert len(lines) == 2 and lines[0].startswith("llama.pte: 200 tokens equal transformers' generate()"), lines
     assert lines[1].startswith("qwen3_8da8w.pte: runner = Python runtime; fed eager's 200 tokens"), lines
