@@ -73,6 +73,42 @@ def export_all(programs, output_dir: str) -> list[str]:
     return written
 
 
+# ExecuTorch's own LLM runner (extension/llm/runner's TextLLMRunner, a binding in the wheel) runs the programs too:
+# they carry the metadata methods it reads (my_ops/hf.py). It takes text, so the tiny vocabulary gets a tokenizer in
+# llama.2c's format, which that runner loads: printable ASCII as itself, every other id as "<xx>" (no two pieces merge).
+# BOS and EOS are vocab_size, an id no logit can pick, so a generation is exactly the tokens asked for.
+LLM_RUNNER_PROMPT = "abcdefg"  # 8 tokens with the leading space llama2.c's encoder adds
+
+
+def llm_runner_pieces(vocab_size: int) -> list[str]:
+    return [chr(i) if 32 <= i < 127 else f"<{i:02x}>" for i in range(vocab_size)]
+
+
+def llm_runner_prompt_ids() -> list[int]:
+    return [ord(c) for c in " " + LLM_RUNNER_PROMPT]
+
+
+def write_llm_runner_tokenizer(path: str, vocab_size: int) -> str:
+    """llama2.c's format: vocab size, BOS, EOS and the longest piece as int32, then per token a float score, an int32
+    length and the bytes."""
+    import struct
+
+    pieces = [p.encode() for p in llm_runner_pieces(vocab_size)]
+    with open(path, "wb") as f:
+        f.write(struct.pack("<4i", vocab_size, vocab_size, vocab_size, max(map(len, pieces))))
+        for piece in pieces:
+            f.write(struct.pack("<fi", 0.0, len(piece)) + piece)
+    return path
+
+
+def llm_runner_config(new_tokens: int, max_seq_len: int):
+    """Greedy, no BOS or EOS added, the prompt not echoed."""
+    from executorch.extension.llm.runner import GenerationConfig
+
+    return GenerationConfig(echo=False, max_new_tokens=new_tokens, seq_len=max_seq_len, temperature=0.0, num_bos=0,
+                            num_eos=0)
+
+
 def generate_eager(directory: str, prompt, new_tokens: int) -> Decoded:
     """transformers' own greedy decoding on the untouched model (its default attention and dynamic cache)."""
     m = hf_models()

@@ -232,7 +232,8 @@ def export_program(model: torch.nn.Module, *, max_seq_len: int = 256, quantize: 
         raise UnsupportedModelError(f"quantize={quantize!r}: choose None (float32) or one of {QUANTIZE_MODES}")
     if max_seq_len < 1:
         raise UnsupportedModelError(f"max_seq_len={max_seq_len}: give the positions the program holds, 1 or more")
-    limit = getattr(model.config.get_text_config(decoder=True), "max_position_embeddings", None)
+    text_config = model.config.get_text_config(decoder=True)
+    limit = getattr(text_config, "max_position_embeddings", None)
     if limit is not None and max_seq_len > limit:
         raise UnsupportedModelError(f"max_seq_len={max_seq_len} passes the model's max_position_embeddings ({limit})")
     model = swap_ops(model.eval(), keep_unknown_norms=keep_unknown_norms, max_seq_len=max_seq_len).requires_grad_(False)
@@ -240,7 +241,12 @@ def export_program(model: torch.nn.Module, *, max_seq_len: int = 256, quantize: 
     inputs, dynamic_shapes = decoder.example_inputs(), decoder.dynamic_shapes()
     module = quantize_8da8w(decoder, inputs, dynamic_shapes) if quantize else decoder
     exported = torch.export.export(module, inputs, dynamic_shapes=dynamic_shapes, strict=True)
-    edge = to_edge_transform_and_lower(exported, partitioner=[XnnpackPartitioner()])
+    # The methods ExecuTorch's LLM runner (extension/llm/runner, TextLLMRunner) reads before it decodes: with them the
+    # program also runs there, as optimum-executorch's do (get_max_seq_len is required; the others have defaults that
+    # would prefill token by token).
+    metadata = {"get_max_seq_len": max_seq_len, "get_max_context_len": max_seq_len, "enable_dynamic_shape": True,
+                "use_kv_cache": True, "get_vocab_size": text_config.vocab_size}
+    edge = to_edge_transform_and_lower(exported, partitioner=[XnnpackPartitioner()], constant_methods=metadata)
     if missing := [op for op in OPS if op not in _ops_outside_delegates(edge.exported_program().graph)]:
         raise UnsupportedModelError(f"{', '.join(missing)} did not reach the program's own kernels (decomposed or "
                                     "delegated): the swap did not take")

@@ -146,3 +146,23 @@ def test_the_hf_flow_decodes_both_architectures_in_the_runner_and_the_python_run
     lines = [line for line in capsys.readouterr().out.splitlines() if not line.startswith(("Exported", "Reused"))]
     assert len(lines) == 2 and lines[0].startswith("llama.pte: 200 tokens equal transformers' generate()"), lines
     assert lines[1].startswith("qwen3_8da8w.pte: runner = Python runtime; fed eager's 200 tokens"), lines
+
+
+def test_executorchs_own_llm_runner_decodes_the_program_to_generates_tokens(hf, load_method, tmp_path):
+    # The program carries the metadata methods ExecuTorch's LLM runner (extension/llm/runner's TextLLMRunner) reads,
+    # so that runner, given a tokenizer for the tiny vocabulary, decodes it: 200 tokens equal to transformers'
+    # generate(), twice on one runner (reset() between). The export is the flow's, from its cache when unchanged.
+    from executorch.extension.llm.runner import TextLLMRunner
+
+    m = hf.hf_models()
+    (pte,) = hf.export_all([("llama", False)], str(tmp_path))
+    runner = TextLLMRunner(pte, hf.write_llm_runner_tokenizer(str(tmp_path / "tokenizer.bin"), m.VOCAB))
+    ids = {piece: i for i, piece in enumerate(hf.llm_runner_pieces(m.VOCAB))}
+    expected = hf.generate_eager(hf.checkpoint_dir(str(tmp_path), "llama"), hf.llm_runner_prompt_ids(),
+                                 m.NEW_TOKENS).tokens
+    for _ in range(2):
+        pieces = []
+        runner.reset()
+        runner.generate(hf.LLM_RUNNER_PROMPT, hf.llm_runner_config(m.NEW_TOKENS, m.MAX_POSITIONS),
+                        token_callback=pieces.append)
+        assert [ids[p] for p in pieces] == expected
