@@ -18,9 +18,9 @@ Ratios are taken within a round; the tables give medians and the min-max of each
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
-import contextlib
 import statistics
 import subprocess
 import sys

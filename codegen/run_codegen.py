@@ -156,18 +156,18 @@ def program_operators(model_file: str) -> list[str]:
 
 
 # ---- Selection and generation --------------------------------------------------------------------------------------
-def write_if_changed(path: str, text: str) -> None:
-    """Leaves a file with this text untouched: a configure rewriting the same selection would otherwise regenerate
-    and relink its build's libraries, under a test or user running them from another process."""
+def replace_if_changed(fresh: str, path: str) -> None:
+    """Moves the file `fresh` to `path`, or drops it when `path` already holds the same text: a configure rewriting the
+    same selection would otherwise regenerate and relink its build's libraries, under a test or user running them
+    from another process."""
     try:
-        with open(path) as f:
-            if f.read() == text:
+        with open(fresh) as new, open(path) as old:
+            if new.read() == old.read():
+                os.remove(fresh)
                 return
     except FileNotFoundError:
         pass
-    with open(path + ".tmp", "w") as f:
-        f.write(text)
-    os.replace(path + ".tmp", path)
+    os.replace(fresh, path)
 
 
 def write_selection(output: str, root_ops: list[str]) -> None:
@@ -175,13 +175,9 @@ def write_selection(output: str, root_ops: list[str]) -> None:
     from executorch.codegen.tools.gen_oplist import gen_oplist
 
     os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
-    fresh = output + ".new"
     with contextlib.redirect_stdout(io.StringIO()):  # gen_oplist prints its inputs
-        gen_oplist(output_path=fresh, root_ops=",".join(root_ops) if root_ops else None)
-    with open(fresh) as f:
-        text = f.read()
-    os.remove(fresh)
-    write_if_changed(output, text)
+        gen_oplist(output_path=output + ".new", root_ops=",".join(root_ops) if root_ops else None)
+    replace_if_changed(output + ".new", output)
 
 
 def selected_root_ops(ops, *, root_ops=None, model_file=None, example=None) -> list[str]:
@@ -392,7 +388,10 @@ def plan(build_dir: str, *, root_ops=None, model_file=None, example=None) -> Non
         f'set(CUSTOM_OPS_CUDA_SOURCES "{cmake_list(s for op in cpp for s in op.cuda_sources)}")',
         f'set(CUSTOM_OPS_WITHOUT_PYTHON_SOURCES "{cmake_list(without_python)}")',
     ]
-    write_if_changed(os.path.join(build_dir, "custom_ops_plan.cmake"), "\n".join(lines) + "\n")
+    plan_file = os.path.join(build_dir, "custom_ops_plan.cmake")
+    with open(plan_file + ".new", "w") as f:
+        f.write("\n".join(lines) + "\n")
+    replace_if_changed(plan_file + ".new", plan_file)
 
 
 def main() -> int:

@@ -9,7 +9,6 @@ import functools
 import glob
 import hashlib
 import os
-import shutil
 import tempfile
 from importlib import metadata
 from typing import Callable
@@ -62,10 +61,3 @@ def cached(directory: str, name: str, make: Callable[[str], None], *settings: st
         os.replace(partial, path)
     return path, True
 
-
-def copy_out(path: str, destination: str) -> str:
-    """A cached artifact copied to where a flow writes it (the cache keeps its own)."""
-    os.makedirs(os.path.dirname(os.path.abspath(destination)), exist_ok=True)
-    shutil.copyfile(path, destination + ".partial")
-    os.replace(destination + ".partial", destination)
-    return destination

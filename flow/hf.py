@@ -51,8 +51,11 @@ def export_all(programs, output_dir: str) -> list[str]:
     """Makes each checkpoint, loads it back, swaps and exports each (model, quantized); returns the programs written.
     Lowering takes ~14 s a program, so programs are cached in cmake-out/hf_programs/ by a hash of every source and
     package version they come from (flow/artifact_cache.py); the checkpoints, which the checks read, are made anew."""
+    import shutil
+
     import my_ops.hf
     from flow import artifact_cache
+    from flow.export import written_whole
 
     m = hf_models()
     # Each checkpoint made once per call, never reused from an earlier run (examples/hf_models.py may have changed).
@@ -68,7 +71,8 @@ def export_all(programs, output_dir: str) -> list[str]:
 
         destination = program_path(output_dir, name, quantized)
         cached, made = artifact_cache.cached(CACHE_DIR, os.path.basename(destination), export)
-        written.append(artifact_cache.copy_out(cached, destination))
+        with open(cached, "rb") as source:  # a copy: the cache keeps its own
+            written.append(written_whole(destination, lambda f: shutil.copyfileobj(source, f)))
         print(f"{'Exported' if made else 'Reused (sources unchanged)'} {os.path.relpath(written[-1])}")
     return written
 

@@ -154,9 +154,9 @@ template <size_t N>
 bool dense_alike(const Tensor& out, const std::array<const Tensor*, N>& inputs) {
   for (const Tensor* t : inputs) {
 #ifdef USE_ATEN_LIB
-    if (t->sizes() != out.sizes() || t->strides() != out.strides()) {
+    if (!contract::same_sizes(*t, out) || t->strides() != out.strides()) {
 #else
-    if (!t->sizes().equals(out.sizes())) {
+    if (!contract::same_sizes(*t, out)) {
 #endif
       return false;
     }
@@ -206,11 +206,7 @@ bool same_shapes(const std::array<const Tensor*, N>& inputs) {
     return false;
   }
   for (size_t k = 1; k < N; ++k) {
-#ifdef USE_ATEN_LIB
-    if (inputs[k]->sizes() != inputs[0]->sizes()) {
-#else
-    if (!inputs[k]->sizes().equals(inputs[0]->sizes())) {
-#endif
+    if (!contract::same_sizes(*inputs[k], *inputs[0])) {
       return false;
     }
   }
@@ -249,7 +245,8 @@ at::Tensor& elementwise_out(const char* op_name, const Op& op, const Named& out,
     result.resize_(sizes, like.sizes() == sizes ? like.suggest_memory_format() : at::MemoryFormat::Contiguous);
   }
   for (size_t k = 0; k < N; ++k) {
-    const bool in_place_ok = inputs[k].tensor.sizes() == result.sizes() && inputs[k].tensor.strides() == result.strides();
+    const bool in_place_ok = contract::same_sizes(inputs[k].tensor, result) &&
+        inputs[k].tensor.strides() == result.strides();
     const contract::Operand output{result, out.name};
     const contract::Operand input{inputs[k].tensor, inputs[k].name, in_place_ok};
     contract::check_memory(op_name, {output}, {input});
@@ -343,7 +340,7 @@ Tensor& elementwise_out(KernelContext& ctx, const char* op_name, const Op& op, c
         InvalidArgument, result,
         "%s: %s and %s have different dim orders (memory layouts); export them with the same memory format", op_name,
         inputs[k].name, out.name);
-    const bool in_place_ok = inputs[k].tensor.sizes().equals(result.sizes()) &&
+    const bool in_place_ok = contract::same_sizes(inputs[k].tensor, result) &&
         inputs[k].tensor.strides().equals(result.strides());
     const contract::Operand output{result, out.name};
     const contract::Operand input{inputs[k].tensor, inputs[k].name, in_place_ok};

@@ -138,6 +138,14 @@ inline size_t element_bytes(const Tensor& t) {
 #endif
 }
 
+inline bool same_sizes(const Tensor& a, const Tensor& b) {
+#ifdef USE_ATEN_LIB
+  return a.sizes() == b.sizes();
+#else
+  return a.sizes().equals(b.sizes());
+#endif
+}
+
 // Every element size is a power of two: a mask, not a division.
 inline bool is_element_aligned(const Tensor& t) {
   return (reinterpret_cast<uintptr_t>(t.const_data_ptr()) & (element_bytes(t) - 1)) == 0;
@@ -213,7 +221,7 @@ inline Problem memory_problem(const char* op, std::initializer_list<Operand> out
   };
   const auto unusable_problem = [op](const Operand& t) -> Problem {
     return std::string(op) + ": " + t.name + " has no memory or memory not aligned to its " +
-        std::to_string(t.tensor.element_size()) + "-byte elements; pass separate, aligned tensors (in "
+        std::to_string(element_bytes(t.tensor)) + "-byte elements; pass separate, aligned tensors (in "
         "ExecuTorch: the program's memory plan is corrupt, re-export it)";
   };
   for (const Operand& t : outputs) {
