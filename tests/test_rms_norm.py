@@ -137,6 +137,7 @@ for dtype in ("float32", "float16", "bfloat16"):
     # 15: the longest tail past the 16-lane vectors. 1024 rows: enough that a sum taken in another order changes
     # some 16-bit outputs (64 rows did not show a tail added to the wrong lane).
     x = (torch.randn(1024, 4096 + 15, generator=generator) * 3).to(getattr(torch, dtype))
+    x[0, 5], x[1, 7], x[2] = float("nan"), float("inf"), 0  # a NaN row, an infinite row, a row of zeros
     w = (1 + 0.1 * torch.randn(4096 + 15, generator=generator)).to(x.dtype)
     y = torch.ops.my_ops.rms_norm(x, w, 1e-5)
     outputs[dtype] = hashlib.sha256(y.view(torch.int16 if y.itemsize == 2 else torch.int32).numpy().tobytes()).hexdigest()
@@ -146,14 +147,21 @@ result = {{"outputs": outputs, "stats": dict(zip({counters!r}, path_counts({aot_
 
 def test_every_isa_gives_the_same_bits_and_the_rows_run_on_the_best(combined_build):
     # The AVX-512 variant converts 16-bit rows in order with its own code; a reduction must not depend on the CPU.
+    # Nor on the stores: with the streaming threshold at 0, AVX-512's bfloat16 rows leave by non-temporal stores.
     from helpers import COUNT_PATHS, run_in_fresh_python
     from test_kernel_paths import COUNTERS, expected_isa
 
+    runs = {"baseline": {"CUSTOM_OPS_ISA": "baseline"}, "best": {}, "streamed": {"CUSTOM_OPS_STREAMING_MIN_BYTES": "0"}}
     results = {}
-    for cap in ("baseline", None):
-        results[cap] = run_in_fresh_python(ISA_PROBE.format(aot_lib=combined_build.aot_lib, counters=COUNTERS),
-                                           env=dict(COUNT_PATHS, **({"CUSTOM_OPS_ISA": cap} if cap else {})))
-        isa = expected_isa(cap)
+    for run, env in runs.items():
+        results[run] = run_in_fresh_python(ISA_PROBE.format(aot_lib=combined_build.aot_lib, counters=COUNTERS),
+                                           env=dict(COUNT_PATHS, **env))
+        isa = expected_isa(env.get("CUSTOM_OPS_ISA"))
         elements = 3 * 1024 * (4096 + 15)
-        assert results[cap]["stats"][isa] == elements, (cap, results[cap]["stats"])
-    assert results["baseline"]["outputs"] == results[None]["outputs"]
+        assert results[run]["stats"][isa] == elements, (run, results[run]["stats"])
+    assert results["baseline"]["outputs"] == results["best"]["outputs"] == results["streamed"]["outputs"]
+    streamed_bytes = results["streamed"]["stats"]["streamed_blocks"] * 4096
+    bfloat16_bytes = 1024 * (4096 + 15) * 2
+    if expected_isa(None) == "avx512":
+        assert 0.9 * bfloat16_bytes <= streamed_bytes <= bfloat16_bytes, results["streamed"]["stats"]
+    assert results["best"]["stats"]["streamed_blocks"] == 0, results["best"]["stats"]
