@@ -89,6 +89,12 @@ def copy_repository(destination) -> str:
     return str(destination)
 
 
+def write_buckconfig_local(repo) -> None:
+    """What `bash test_custom_ops.sh buck2` writes first: where the Buck2 build finds this machine's wheels."""
+    with open(os.path.join(repo, ".buckconfig.local"), "w") as f:
+        subprocess.run([sys.executable, os.path.join(REPO_ROOT, "tools", "buckconfig_local.py")], stdout=f, check=True)
+
+
 # Sanitizer findings end the run with this exit code and a report on stderr (sanitized builds only).
 SANITIZER_ENV = {"ASAN_OPTIONS": "exitcode=86:detect_leaks=1", "UBSAN_OPTIONS": "print_stacktrace=1:exitcode=86"}
 

@@ -8,16 +8,11 @@ import sys
 
 import pytest
 
-from helpers import REPO_ROOT, copy_repository
+from helpers import REPO_ROOT, copy_repository, write_buckconfig_local
 
 GRAPH_CHECK = os.path.join(REPO_ROOT, "tests", "buck2_graph.py")
 # Mutated copies share the real tree's compile cache: what they do not break is not rebuilt.
 CACHE = {"BUCK2_GRAPH_CACHE": os.path.join(REPO_ROOT, "buck-out", "graph", "cache")}
-
-
-def write_buckconfig_local(repo):
-    with open(os.path.join(repo, ".buckconfig.local"), "w") as f:
-        subprocess.run([sys.executable, os.path.join(REPO_ROOT, "tools", "buckconfig_local.py")], stdout=f, check=True)
 
 
 def run_graph_check(repo, stage="run"):

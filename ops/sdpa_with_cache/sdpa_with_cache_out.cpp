@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "kernel_helpers/elementwise_loop.h"
@@ -52,7 +53,6 @@ struct Vec;
   struct Vec<W> {                                                              \
     typedef float F __attribute__((vector_size(4 * W)));                       \
     typedef int32_t I __attribute__((vector_size(4 * W)));                     \
-    typedef uint16_t H __attribute__((vector_size(2 * W)));                    \
   };
 CUSTOM_OPS_VEC(4)
 CUSTOM_OPS_VEC(8)
@@ -79,12 +79,40 @@ CUSTOM_OPS_INLINE F<W> load(const float* p) {
   return v;
 }
 
-// BFloat16 is the top half of a float: widening is a shift.
+// BFloat16 is the top half of a float. A bfloat16 row is read 2W elements at a time as W 32-bit lanes: lane i holds
+// element 2i in its low half and 2i + 1 in its high half, so the even elements are the lanes shifted left by 16 and
+// the odd ones the lanes with the low half cleared. Two integer operations widen 2W elements on every ISA (GCC splits
+// a zero-extending conversion to 512 bits into halves and inserts: five shuffles for 16 lanes, the hottest
+// instructions of bfloat16 decode in perf). Float copies of a bfloat16 row (the scaled query, the accumulator) are
+// kept in the same order, see lane_order().
 template <int W>
-CUSTOM_OPS_INLINE F<W> load(const c10::BFloat16* p) {
-  typename Vec<W>::H half;
-  std::memcpy(&half, p, sizeof(half));
-  return bit_cast<F<W>>(__builtin_convertvector(half, I<W>) << 16);
+CUSTOM_OPS_INLINE I<W> load_pairs(const c10::BFloat16* p) {
+  I<W> v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+template <int W>
+CUSTOM_OPS_INLINE F<W> evens(I<W> pairs) {
+  return bit_cast<F<W>>(pairs << 16);
+}
+
+template <int W>
+CUSTOM_OPS_INLINE F<W> odds(I<W> pairs) {
+  return bit_cast<F<W>>(pairs & static_cast<int32_t>(0xFFFF0000u));
+}
+
+// Where element d of a row of n elements sits in its float copy: for bfloat16, each whole chunk of 2W elements holds
+// its even elements, then its odd ones; elements past the last whole chunk (and every float32 row) stay in order.
+template <int W, typename T>
+CUSTOM_OPS_INLINE int64_t lane_order(int64_t d, int64_t n) {
+  if constexpr (std::is_same_v<T, c10::BFloat16>) {
+    if (d < n / (2 * W) * (2 * W)) {
+      const int64_t r = d % (2 * W);
+      return d - r + (r % 2) * W + r / 2;
+    }
+  }
+  return d;
 }
 
 template <int W>
@@ -151,16 +179,36 @@ CUSTOM_OPS_INLINE float to_float(T x) {
   return static_cast<float>(x);
 }
 
-// out[i] = q[0, n) . k[i * stride, i * stride + n) for i < N, q already in float: N independent chains that share
-// q's loads (four while whole groups of positions remain, one for the rest).
-template <int N, int W, typename T>
-CUSTOM_OPS_INLINE void dots(const float* q, const T* k, int64_t stride, int64_t n, float* out) {
+// out[i] = q[0, n) . k[i * stride, i * stride + n) for i < N, q already in float (in lane_order): N independent
+// chains that share q's loads (four while whole groups of positions remain, one for the rest).
+template <int N, int W>
+CUSTOM_OPS_INLINE void dots(const float* q, const float* k, int64_t stride, int64_t n, float* out) {
   F<W> acc[N] = {};
   int64_t d = 0;
   for (; d + W <= n; d += W) {
     const F<W> x = load<W>(q + d);
     for (int i = 0; i < N; ++i) {
       acc[i] += x * load<W>(k + i * stride + d);
+    }
+  }
+  for (int i = 0; i < N; ++i) {
+    out[i] = sum<W>(acc[i]);
+    for (int64_t e = d; e < n; ++e) {
+      out[i] += q[e] * k[i * stride + e];
+    }
+  }
+}
+
+template <int N, int W>
+CUSTOM_OPS_INLINE void dots(const float* q, const c10::BFloat16* k, int64_t stride, int64_t n, float* out) {
+  F<W> acc[N] = {};
+  int64_t d = 0;
+  for (; d + 2 * W <= n; d += 2 * W) {
+    const F<W> even = load<W>(q + d), odd = load<W>(q + d + W);
+    for (int i = 0; i < N; ++i) {
+      const I<W> pairs = load_pairs<W>(k + i * stride + d);
+      acc[i] += even * evens<W>(pairs);
+      acc[i] += odd * odds<W>(pairs);
     }
   }
   for (int i = 0; i < N; ++i) {
@@ -173,8 +221,8 @@ CUSTOM_OPS_INLINE void dots(const float* q, const T* k, int64_t stride, int64_t 
 
 // acc[0, n) += sum over j < m of w[j] * v[j * stride, j * stride + n): the accumulators stay in registers, four
 // vectors' worth of acc at a time, while the positions stream by.
-template <int W, typename T>
-CUSTOM_OPS_INLINE void add_weighted_rows(float* acc, const float* w, const T* v, int64_t stride, int64_t m,
+template <int W>
+CUSTOM_OPS_INLINE void add_weighted_rows(float* acc, const float* w, const float* v, int64_t stride, int64_t m,
                                          int64_t n) {
   int64_t d = 0;
   for (; d + 4 * W <= n; d += 4 * W) {
@@ -182,7 +230,7 @@ CUSTOM_OPS_INLINE void add_weighted_rows(float* acc, const float* w, const T* v,
          a3 = load<W>(acc + d + 3 * W);
     for (int64_t j = 0; j < m; ++j) {
       const F<W> x = splat<W>(w[j]);
-      const T* row = v + j * stride + d;
+      const float* row = v + j * stride + d;
       a0 += x * load<W>(row), a1 += x * load<W>(row + W), a2 += x * load<W>(row + 2 * W),
           a3 += x * load<W>(row + 3 * W);
     }
@@ -194,6 +242,37 @@ CUSTOM_OPS_INLINE void add_weighted_rows(float* acc, const float* w, const T* v,
       a += splat<W>(w[j]) * load<W>(v + j * stride + d);
     }
     store<W>(acc + d, a);
+  }
+  for (; d < n; ++d) {
+    for (int64_t j = 0; j < m; ++j) {
+      acc[d] += w[j] * v[j * stride + d];
+    }
+  }
+}
+
+template <int W>
+CUSTOM_OPS_INLINE void add_weighted_rows(float* acc, const float* w, const c10::BFloat16* v, int64_t stride,
+                                         int64_t m, int64_t n) {
+  int64_t d = 0;
+  for (; d + 4 * W <= n; d += 4 * W) {  // two chunks of 2W: even, odd, even, odd in acc's lane_order
+    F<W> a0 = load<W>(acc + d), a1 = load<W>(acc + d + W), a2 = load<W>(acc + d + 2 * W),
+         a3 = load<W>(acc + d + 3 * W);
+    for (int64_t j = 0; j < m; ++j) {
+      const F<W> x = splat<W>(w[j]);
+      const c10::BFloat16* row = v + j * stride + d;
+      const I<W> first = load_pairs<W>(row), second = load_pairs<W>(row + 2 * W);
+      a0 += x * evens<W>(first), a1 += x * odds<W>(first), a2 += x * evens<W>(second), a3 += x * odds<W>(second);
+    }
+    store<W>(acc + d, a0), store<W>(acc + d + W, a1), store<W>(acc + d + 2 * W, a2), store<W>(acc + d + 3 * W, a3);
+  }
+  for (; d + 2 * W <= n; d += 2 * W) {
+    F<W> even = load<W>(acc + d), odd = load<W>(acc + d + W);
+    for (int64_t j = 0; j < m; ++j) {
+      const F<W> x = splat<W>(w[j]);
+      const I<W> pairs = load_pairs<W>(v + j * stride + d);
+      even += x * evens<W>(pairs), odd += x * odds<W>(pairs);
+    }
+    store<W>(acc + d, even), store<W>(acc + d + W, odd);
   }
   for (; d < n; ++d) {
     for (int64_t j = 0; j < m; ++j) {
@@ -253,7 +332,7 @@ CUSTOM_OPS_INLINE void attend(const Geometry& g, const Tensors<T>& t, int64_t ta
   for (int64_t r = 0; r < rows; ++r) {
     const T* in = t.query + query_row(r);
     for (int64_t d = 0; d < D; ++d) {
-      q[r * D + d] = to_float(in[d]) * g.scale;
+      q[r * D + lane_order<W, T>(d, D)] = to_float(in[d]) * g.scale;
     }
     running_max[r] = -std::numeric_limits<float>::infinity();
     running_sum[r] = 0.0f;
@@ -320,7 +399,7 @@ CUSTOM_OPS_INLINE void attend(const Geometry& g, const Tensors<T>& t, int64_t ta
     T* out = t.out + query_row(r);
     const float inverse = 1.0f / running_sum[r];
     for (int64_t d = 0; d < D; ++d) {
-      out[d] = static_cast<T>(acc[r * D + d] * inverse);
+      out[d] = static_cast<T>(acc[r * D + lane_order<W, T>(d, D)] * inverse);
     }
   }
 }
