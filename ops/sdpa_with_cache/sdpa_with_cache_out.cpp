@@ -250,29 +250,43 @@ CUSTOM_OPS_INLINE void add_weighted_rows(float* acc, const float* w, const float
   }
 }
 
+// acc[0, 2W * C) += sum over j < m of w[j] * v[j * stride, j * stride + 2W * C): C whole chunks of 2W, in acc's
+// lane_order (even, odd, even, odd, ...), the 2C accumulators in registers while the positions stream by.
+template <int W, int C>
+CUSTOM_OPS_INLINE void add_weighted_chunks(float* acc, const float* w, const c10::BFloat16* v, int64_t stride,
+                                           int64_t m) {
+  F<W> a[2 * C];
+  for (int k = 0; k < 2 * C; ++k) {
+    a[k] = load<W>(acc + k * W);
+  }
+  for (int64_t j = 0; j < m; ++j) {
+    const F<W> x = splat<W>(w[j]);
+    for (int c = 0; c < C; ++c) {
+      const I<W> pairs = load_pairs<W>(v + j * stride + 2 * c * W);
+      a[2 * c] += x * evens<W>(pairs);
+      a[2 * c + 1] += x * odds<W>(pairs);
+    }
+  }
+  for (int k = 0; k < 2 * C; ++k) {
+    store<W>(acc + k * W, a[k]);
+  }
+}
+
+// Four chunks at a time (each V row read once for a head_dim of 128 with AVX-512), then two, then one, then in order.
 template <int W>
 CUSTOM_OPS_INLINE void add_weighted_rows(float* acc, const float* w, const c10::BFloat16* v, int64_t stride,
                                          int64_t m, int64_t n) {
   int64_t d = 0;
-  for (; d + 4 * W <= n; d += 4 * W) {  // two chunks of 2W: even, odd, even, odd in acc's lane_order
-    F<W> a0 = load<W>(acc + d), a1 = load<W>(acc + d + W), a2 = load<W>(acc + d + 2 * W),
-         a3 = load<W>(acc + d + 3 * W);
-    for (int64_t j = 0; j < m; ++j) {
-      const F<W> x = splat<W>(w[j]);
-      const c10::BFloat16* row = v + j * stride + d;
-      const I<W> first = load_pairs<W>(row), second = load_pairs<W>(row + 2 * W);
-      a0 += x * evens<W>(first), a1 += x * odds<W>(first), a2 += x * evens<W>(second), a3 += x * odds<W>(second);
-    }
-    store<W>(acc + d, a0), store<W>(acc + d + W, a1), store<W>(acc + d + 2 * W, a2), store<W>(acc + d + 3 * W, a3);
+  for (; d + 8 * W <= n; d += 8 * W) {
+    add_weighted_chunks<W, 4>(acc + d, w, v + d, stride, m);
   }
-  for (; d + 2 * W <= n; d += 2 * W) {
-    F<W> even = load<W>(acc + d), odd = load<W>(acc + d + W);
-    for (int64_t j = 0; j < m; ++j) {
-      const F<W> x = splat<W>(w[j]);
-      const I<W> pairs = load_pairs<W>(v + j * stride + d);
-      even += x * evens<W>(pairs), odd += x * odds<W>(pairs);
-    }
-    store<W>(acc + d, even), store<W>(acc + d + W, odd);
+  if (d + 4 * W <= n) {
+    add_weighted_chunks<W, 2>(acc + d, w, v + d, stride, m);
+    d += 4 * W;
+  }
+  if (d + 2 * W <= n) {
+    add_weighted_chunks<W, 1>(acc + d, w, v + d, stride, m);
+    d += 2 * W;
   }
   for (; d < n; ++d) {
     for (int64_t j = 0; j < m; ++j) {
