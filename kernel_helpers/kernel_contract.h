@@ -121,6 +121,15 @@ bool parallel_for(int64_t begin, int64_t end, int64_t grain, const Fn& fn) {
 #endif
 }
 
+// Threads of that pool.
+inline int64_t thread_count() {
+#ifdef USE_ATEN_LIB
+  return at::get_num_threads();
+#else
+  return executorch::extension::get_thread_count();
+#endif
+}
+
 // ---- Memory: present, aligned, and overlapping only where the op allows -----------------------------------------
 struct Operand {
   const Tensor& tensor;

@@ -64,6 +64,23 @@ def test_eager_equals_atens_sdpa_on_the_filled_positions(shape, dtype):
     torch.testing.assert_close(out, expected, **TOLERANCE[dtype])
 
 
+@pytest.mark.parametrize("threads", [1, 3])
+def test_tasks_of_several_kv_heads_equal_the_reference_whatever_the_thread_count(threads):
+    # Adjacent kv heads share a task while the tasks still cover the threads: one thread groups every head it may (up
+    # to 32 rows a task), three group fewer and leave short last groups; both against the reference.
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        for shape in SHAPES.values():
+            for dtype in DTYPES:
+                q, k, v, start = make(shape, dtype, seed=2)
+                actual = torch.ops.my_ops.sdpa_with_cache(q, k, v, start)
+                assert not actual.isnan().any()
+                torch.testing.assert_close(actual, sdpa_with_cache_reference(q, k, v, start), **TOLERANCE[dtype])
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_the_scale_is_used_and_defaults_to_one_over_sqrt_head_dim():
     q, k, v, start = make((1, 3, 2, 2, 16, 8, 2), torch.float32)
     default = torch.ops.my_ops.sdpa_with_cache(q, k, v, start)

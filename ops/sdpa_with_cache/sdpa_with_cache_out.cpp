@@ -2,9 +2,10 @@
 // (the runtime kernel) and ATen mode into libcustom_ops_aot_lib.so (sdpa_with_cache.cpp's CPU kernel). Attention of T
 // new queries over a KV cache, causal, in one pass: each block of cached positions is scored, folded into a running
 // (online) softmax and accumulated, so each filled K and V row is read once per task, nothing past a query's causal
-// limit is read, and no [T, positions] matrix is stored. Tasks (batch, kv head, block of queries) run on the thread
-// pool; the query heads sharing a kv head (grouped-query attention) share each K and V row read. float32 and bfloat16,
-// computed in float32 with vector code compiled for AVX-512, AVX2 and the baseline ISA (picked at run time).
+// limit is read, and no [T, positions] matrix is stored. Tasks (batch, adjacent kv heads, block of queries) run on the
+// thread pool; the query heads sharing a kv head (grouped-query attention) share each K and V row read, and at decode
+// a task's kv heads are read side by side, position by position. float32 and bfloat16, computed in float32 with
+// vector code compiled for AVX-512, AVX2 and the baseline ISA (picked at run time).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -37,6 +38,7 @@ using Dtypes = contract::DtypeSet<ScalarType::Float, ScalarType::BFloat16>;
 
 constexpr int64_t kPositionsPerBlock = 64;  // scores kept per query row between the two passes over a block
 constexpr int64_t kRowsPerTask = 32;        // query rows (query position x head) a task carries through the cache
+constexpr int64_t kPositionsPerSweep = 8;   // V rows accumulated per head before the next head, when a task has several
 
 // ---- Vectors: GCC/Clang vector extensions, widths 4, 8, 16 ----------------------------------------------------------
 // Written once for every width; a task function compiled for AVX-512 (or AVX2) inlines them and the compiler emits
@@ -299,14 +301,31 @@ CUSTOM_OPS_INLINE void add_weighted_rows(float* acc, const float* w, const c10::
 struct Geometry {
   int64_t batch, length, heads, kv_heads, head_dim, positions, start;
   float scale;
+  int64_t threads;
 
   int64_t group() const { return heads / kv_heads; }
-  // A task: one kv head's `group()` query heads at up to this many consecutive query positions.
+  // A task: `kv_heads_per_task()` adjacent kv heads, each with its `group()` query heads, at up to this many
+  // consecutive query positions.
   int64_t queries_per_task() const {
     return std::max<int64_t>(1, std::min<int64_t>(kRowsPerTask / group(), length));
   }
   int64_t query_blocks() const { return length == 0 ? 0 : (length + queries_per_task() - 1) / queries_per_task(); }
-  int64_t tasks() const { return batch * kv_heads * query_blocks(); }
+  // Adjacent kv heads share a task while it still carries at most kRowsPerTask rows and the tasks still cover the
+  // threads: at decode a cached position's K (or V) row then holds a task's heads side by side, and the task reads it
+  // as one run of memory instead of one head's row every positions * kv_heads * head_dim elements.
+  int64_t kv_heads_per_task() const {
+    const int64_t rows_per_head = group() * queries_per_task();
+    const int64_t spare = batch * kv_heads * query_blocks() / std::max<int64_t>(1, threads);
+    return std::clamp<int64_t>(std::min(spare, kRowsPerTask / rows_per_head), 1, kv_heads);
+  }
+  int64_t kv_blocks() const { return (kv_heads + kv_heads_per_task() - 1) / kv_heads_per_task(); }
+  int64_t tasks() const { return batch * kv_blocks() * query_blocks(); }
+  // Query rows (query position x head) of a task.
+  int64_t rows(int64_t task) const {
+    const int64_t block = task % query_blocks(), kv_block = task / query_blocks() % kv_blocks();
+    const int64_t heads_here = std::min(kv_heads_per_task(), kv_heads - kv_block * kv_heads_per_task());
+    return heads_here * group() * (std::min(length, (block + 1) * queries_per_task()) - block * queries_per_task());
+  }
 };
 
 template <typename T>
@@ -317,17 +336,21 @@ struct Tensors {
   T* out;          // [B, T, H, D]
 };
 
-// One task: rows r = (query position - first) * group + (head - kv_head * group). Row r may attend to cache
-// positions 0 .. start + first + r / group.
+// One task: kv heads [h0, h0 + heads_here), rows R = hh * head_rows + r for kv head h0 + hh, with
+// r = (query position - first) * group + (query head - kv head * group). Row R may attend to cache positions
+// 0 .. start + first + r / group. Blocks of positions are scored and accumulated positions outer, heads inner.
 template <int W, typename T>
 CUSTOM_OPS_INLINE void attend(const Geometry& g, const Tensors<T>& t, int64_t task) {
   const int64_t group = g.group(), per_task = g.queries_per_task(), D = g.head_dim;
   const int64_t query_block = task % g.query_blocks();
-  const int64_t kv_head = (task / g.query_blocks()) % g.kv_heads;
-  const int64_t b = task / (g.query_blocks() * g.kv_heads);
+  const int64_t kv_block = (task / g.query_blocks()) % g.kv_blocks();
+  const int64_t b = task / (g.query_blocks() * g.kv_blocks());
+  const int64_t h0 = kv_block * g.kv_heads_per_task();
+  const int64_t heads_here = std::min(g.kv_heads_per_task(), g.kv_heads - h0);
   const int64_t first = query_block * per_task;
-  const int64_t rows = (std::min(g.length, first + per_task) - first) * group;
-  const int64_t end = g.start + first + rows / group;  // positions [0, end) are read by the task's last query
+  const int64_t head_rows = (std::min(g.length, first + per_task) - first) * group;
+  const int64_t rows = heads_here * head_rows;
+  const int64_t end = g.start + first + head_rows / group;  // positions [0, end) are read by the task's last query
   constexpr int64_t kScoreStride = (kPositionsPerBlock + W - 1) / W * W;
 
   // Heap, not stack: head_dim is the program's to choose.
@@ -337,10 +360,11 @@ CUSTOM_OPS_INLINE void attend(const Geometry& g, const Tensors<T>& t, int64_t ta
   float* scores = acc + rows * D;                     // [rows, kScoreStride]: scores, then their exponentials
   float* running_max = scores + rows * kScoreStride;  // [rows]
   float* running_sum = running_max + rows;            // [rows]
-  std::vector<int64_t> valid(static_cast<size_t>(rows));  // positions of the block each row may attend to
+  std::vector<int64_t> valid(static_cast<size_t>(head_rows));  // positions of the block row r may attend to
 
-  const auto query_row = [&](int64_t r) {
-    const int64_t position = first + r / group, head = kv_head * group + r % group;
+  const auto query_row = [&](int64_t R) {
+    const int64_t hh = R / head_rows, r = R % head_rows;
+    const int64_t position = first + r / group, head = (h0 + hh) * group + r % group;
     return ((b * g.length + position) * g.heads + head) * D;
   };
   for (int64_t r = 0; r < rows; ++r) {
@@ -354,59 +378,76 @@ CUSTOM_OPS_INLINE void attend(const Geometry& g, const Tensors<T>& t, int64_t ta
   std::fill(acc, acc + rows * D, 0.0f);
 
   const int64_t stride = g.kv_heads * D;  // from one cached position to the next
-  const T* keys = t.key + (b * g.positions * g.kv_heads + kv_head) * D;
-  const T* values = t.value + (b * g.positions * g.kv_heads + kv_head) * D;
+  const T* keys = t.key + (b * g.positions * g.kv_heads + h0) * D;
+  const T* values = t.value + (b * g.positions * g.kv_heads + h0) * D;
+  // V rows in sweeps of this many positions across the task's heads; one head's rows in one sweep of the block.
+  const int64_t sweep = heads_here > 1 ? kPositionsPerSweep : kPositionsPerBlock;
   for (int64_t p0 = 0; p0 < end; p0 += kPositionsPerBlock) {
     const int64_t n = std::min(kPositionsPerBlock, end - p0);
-    for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t r = 0; r < head_rows; ++r) {
       valid[r] = std::clamp<int64_t>(g.start + first + r / group + 1 - p0, 0, n);
     }
     // Four positions at a time while every row that needs one of them gets all four: a row's scores past its own
     // limit (positions below `end`, filled) are overwritten with -inf or never read.
     int64_t j = 0;
     for (; j + 4 <= n; j += 4) {
-      const T* k = keys + (p0 + j) * stride;
-      for (int64_t r = rows - 1; r >= 0 && j < valid[r]; --r) {  // valid[] grows with r
-        dots<4, W>(q + r * D, k, stride, D, scores + r * kScoreStride + j);
+      for (int64_t hh = 0; hh < heads_here; ++hh) {
+        const T* k = keys + (p0 + j) * stride + hh * D;
+        for (int64_t r = head_rows - 1; r >= 0 && j < valid[r]; --r) {  // valid[] grows with r
+          const int64_t R = hh * head_rows + r;
+          dots<4, W>(q + R * D, k, stride, D, scores + R * kScoreStride + j);
+        }
       }
     }
     for (; j < n; ++j) {
-      const T* k = keys + (p0 + j) * stride;
-      for (int64_t r = rows - 1; r >= 0 && j < valid[r]; --r) {
-        dots<1, W>(q + r * D, k, stride, D, scores + r * kScoreStride + j);
+      for (int64_t hh = 0; hh < heads_here; ++hh) {
+        const T* k = keys + (p0 + j) * stride + hh * D;
+        for (int64_t r = head_rows - 1; r >= 0 && j < valid[r]; --r) {
+          const int64_t R = hh * head_rows + r;
+          dots<1, W>(q + R * D, k, stride, D, scores + R * kScoreStride + j);
+        }
       }
     }
-    for (int64_t r = 0; r < rows; ++r) {
-      if (valid[r] == 0) {
+    for (int64_t R = 0; R < rows; ++R) {
+      const int64_t limit = valid[R % head_rows];
+      if (limit == 0) {
         continue;
       }
-      float* s = scores + r * kScoreStride;
-      const int64_t padded = (valid[r] + W - 1) / W * W;
-      std::fill(s + valid[r], s + padded, -std::numeric_limits<float>::infinity());
+      float* s = scores + R * kScoreStride;
+      const int64_t padded = (limit + W - 1) / W * W;
+      std::fill(s + limit, s + padded, -std::numeric_limits<float>::infinity());
       F<W> block_max = load<W>(s);
-      for (int64_t j = W; j < padded; j += W) {
-        const F<W> x = load<W>(s + j);
+      for (int64_t i = W; i < padded; i += W) {
+        const F<W> x = load<W>(s + i);
         block_max = select<W>(x > block_max, x, block_max);
       }
-      const float new_max = std::max(running_max[r], max<W>(block_max));
+      const float new_max = std::max(running_max[R], max<W>(block_max));
       F<W> total = {};
-      for (int64_t j = 0; j < padded; j += W) {
-        const F<W> e = exp_nonpositive<W>(load<W>(s + j) - new_max);
-        store<W>(s + j, e);
+      for (int64_t i = 0; i < padded; i += W) {
+        const F<W> e = exp_nonpositive<W>(load<W>(s + i) - new_max);
+        store<W>(s + i, e);
         total += e;
       }
-      const float correction = std::exp(running_max[r] - new_max);  // 0 on the first block (e^-inf)
-      running_sum[r] = running_sum[r] * correction + sum<W>(total);
-      running_max[r] = new_max;
+      const float correction = std::exp(running_max[R] - new_max);  // 0 on the first block (e^-inf)
+      running_sum[R] = running_sum[R] * correction + sum<W>(total);
+      running_max[R] = new_max;
       if (correction != 1.0f) {
-        float* a = acc + r * D;
+        float* a = acc + R * D;
         for (int64_t d = 0; d < D; ++d) {
           a[d] *= correction;
         }
       }
     }
-    for (int64_t r = 0; r < rows; ++r) {
-      add_weighted_rows<W>(acc + r * D, scores + r * kScoreStride, values + p0 * stride, stride, valid[r], D);
+    for (int64_t j0 = 0; j0 < n; j0 += sweep) {
+      for (int64_t hh = 0; hh < heads_here; ++hh) {
+        for (int64_t r = 0; r < head_rows; ++r) {
+          const int64_t R = hh * head_rows + r, m = std::clamp<int64_t>(valid[r] - j0, 0, sweep);
+          if (m > 0) {
+            add_weighted_rows<W>(acc + R * D, scores + R * kScoreStride + j0, values + (p0 + j0) * stride + hh * D,
+                                 stride, m, D);
+          }
+        }
+      }
     }
   }
   for (int64_t r = 0; r < rows; ++r) {
@@ -464,10 +505,9 @@ void attend_range(const Geometry& g, const Tensors<T>& t, int64_t first, int64_t
 #else
   attend_baseline(g, t, first, end);
 #endif
-  int64_t rows = 0;  // query rows of these tasks (the last query block of a head may be short)
+  int64_t rows = 0;  // query rows of these tasks (the last query block or kv block may be short)
   for (int64_t task = first; task < end; ++task) {
-    const int64_t block = task % g.query_blocks();
-    rows += (std::min(g.length, (block + 1) * g.queries_per_task()) - block * g.queries_per_task()) * g.group();
+    rows += g.rows(task);
   }
   elementwise::count(path, static_cast<uint64_t>(rows * g.head_dim));
 }
@@ -546,7 +586,8 @@ contract::Problem layout_problem(const Tensor& query, const Tensor& key, const T
 Geometry geometry(const Tensor& query, const Tensor& key, int64_t start, const std::optional<double>& scale) {
   const int64_t head_dim = query.size(3);
   return Geometry{query.size(0), query.size(1), query.size(2), key.size(2), head_dim, key.size(1), start,
-                  static_cast<float>(scale.value_or(1.0 / std::sqrt(static_cast<double>(head_dim))))};
+                  static_cast<float>(scale.value_or(1.0 / std::sqrt(static_cast<double>(head_dim)))),
+                  contract::thread_count()};
 }
 
 } // namespace
