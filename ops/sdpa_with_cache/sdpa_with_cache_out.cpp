@@ -55,6 +55,7 @@ struct Vec;
   struct Vec<W> {                                                              \
     typedef float F __attribute__((vector_size(4 * W)));                       \
     typedef int32_t I __attribute__((vector_size(4 * W)));                     \
+    typedef uint32_t U __attribute__((vector_size(4 * W)));                    \
   };
 CUSTOM_OPS_VEC(4)
 CUSTOM_OPS_VEC(8)
@@ -65,6 +66,8 @@ template <int W>
 using F = typename Vec<W>::F;
 template <int W>
 using I = typename Vec<W>::I;
+template <int W>
+using U = typename Vec<W>::U;
 
 template <class To, class From>
 CUSTOM_OPS_INLINE To bit_cast(const From& from) {
@@ -87,21 +90,23 @@ CUSTOM_OPS_INLINE F<W> load(const float* p) {
 // a zero-extending conversion to 512 bits into halves and inserts: five shuffles for 16 lanes, the hottest
 // instructions of bfloat16 decode in perf). Float copies of a bfloat16 row (the scaled query, the accumulator) are
 // kept in the same order, see lane_order().
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "element 2i is the low half of lane i");
+
 template <int W>
-CUSTOM_OPS_INLINE I<W> load_pairs(const c10::BFloat16* p) {
-  I<W> v;
+CUSTOM_OPS_INLINE U<W> load_pairs(const c10::BFloat16* p) {
+  U<W> v;
   std::memcpy(&v, p, sizeof(v));
   return v;
 }
 
 template <int W>
-CUSTOM_OPS_INLINE F<W> evens(I<W> pairs) {
+CUSTOM_OPS_INLINE F<W> evens(U<W> pairs) {
   return bit_cast<F<W>>(pairs << 16);
 }
 
 template <int W>
-CUSTOM_OPS_INLINE F<W> odds(I<W> pairs) {
-  return bit_cast<F<W>>(pairs & static_cast<int32_t>(0xFFFF0000u));
+CUSTOM_OPS_INLINE F<W> odds(U<W> pairs) {
+  return bit_cast<F<W>>(pairs & 0xFFFF0000u);
 }
 
 // Where element d of a row of n elements sits in its float copy: for bfloat16, each whole chunk of 2W elements holds
@@ -208,7 +213,7 @@ CUSTOM_OPS_INLINE void dots(const float* q, const c10::BFloat16* k, int64_t stri
   for (; d + 2 * W <= n; d += 2 * W) {
     const F<W> even = load<W>(q + d), odd = load<W>(q + d + W);
     for (int i = 0; i < N; ++i) {
-      const I<W> pairs = load_pairs<W>(k + i * stride + d);
+      const U<W> pairs = load_pairs<W>(k + i * stride + d);
       acc[i] += even * evens<W>(pairs);
       acc[i] += odd * odds<W>(pairs);
     }
@@ -264,7 +269,7 @@ CUSTOM_OPS_INLINE void add_weighted_chunks(float* acc, const float* w, const c10
   for (int64_t j = 0; j < m; ++j) {
     const F<W> x = splat<W>(w[j]);
     for (int c = 0; c < C; ++c) {
-      const I<W> pairs = load_pairs<W>(v + j * stride + 2 * c * W);
+      const U<W> pairs = load_pairs<W>(v + j * stride + 2 * c * W);
       a[2 * c] += x * evens<W>(pairs);
       a[2 * c + 1] += x * odds<W>(pairs);
     }
