@@ -186,36 +186,32 @@ CUSTOM_OPS_INLINE float to_float(T x) {
   return static_cast<float>(x);
 }
 
-// out[i] = q[0, n) . k[i * stride, i * stride + n) for i < N, q already in float (in lane_order): N independent
-// chains that share q's loads (four while whole groups of positions remain, one for the rest).
-template <int N, int W>
-CUSTOM_OPS_INLINE void dots(const float* q, const float* k, int64_t stride, int64_t n, float* out) {
-  F<W> acc[N] = {};
-  int64_t d = 0;
-  for (; d + W <= n; d += W) {
-    const F<W> x = load<W>(q + d);
-    for (int i = 0; i < N; ++i) {
-      acc[i] += x * load<W>(k + i * stride + d);
-    }
-  }
-  for (int i = 0; i < N; ++i) {
-    out[i] = sum<W>(acc[i]);
-    for (int64_t e = d; e < n; ++e) {
-      out[i] += q[e] * k[i * stride + e];
-    }
-  }
+// 2W elements of a row as two float vectors, in the row's lane_order: float32 in order, bfloat16 as the even, then
+// the odd elements.
+template <int W>
+CUSTOM_OPS_INLINE void load_chunk(const float* p, F<W>& first, F<W>& second) {
+  first = load<W>(p), second = load<W>(p + W);
 }
 
-template <int N, int W>
-CUSTOM_OPS_INLINE void dots(const float* q, const c10::BFloat16* k, int64_t stride, int64_t n, float* out) {
+template <int W>
+CUSTOM_OPS_INLINE void load_chunk(const c10::BFloat16* p, F<W>& first, F<W>& second) {
+  const U<W> pairs = load_pairs<W>(p);
+  first = evens<W>(pairs), second = odds<W>(pairs);
+}
+
+// out[i] = q[0, n) . k[i * stride, i * stride + n) for i < N, q already in float (in lane_order): N independent
+// chains that share q's loads (four while whole groups of positions remain, one for the rest).
+template <int N, int W, typename T>
+CUSTOM_OPS_INLINE void dots(const float* q, const T* k, int64_t stride, int64_t n, float* out) {
   F<W> acc[N] = {};
   int64_t d = 0;
   for (; d + 2 * W <= n; d += 2 * W) {
-    const F<W> even = load<W>(q + d), odd = load<W>(q + d + W);
+    const F<W> q_first = load<W>(q + d), q_second = load<W>(q + d + W);
     for (int i = 0; i < N; ++i) {
-      const U<W> pairs = load_pairs<W>(k + i * stride + d);
-      acc[i] += even * evens<W>(pairs);
-      acc[i] += odd * odds<W>(pairs);
+      F<W> first, second;
+      load_chunk<W>(k + i * stride + d, first, second);
+      acc[i] += q_first * first;
+      acc[i] += q_second * second;
     }
   }
   for (int i = 0; i < N; ++i) {
@@ -226,42 +222,10 @@ CUSTOM_OPS_INLINE void dots(const float* q, const c10::BFloat16* k, int64_t stri
   }
 }
 
-// acc[0, n) += sum over j < m of w[j] * v[j * stride, j * stride + n): the accumulators stay in registers, four
-// vectors' worth of acc at a time, while the positions stream by.
-template <int W>
-CUSTOM_OPS_INLINE void add_weighted_rows(float* acc, const float* w, const float* v, int64_t stride, int64_t m,
-                                         int64_t n) {
-  int64_t d = 0;
-  for (; d + 4 * W <= n; d += 4 * W) {
-    F<W> a0 = load<W>(acc + d), a1 = load<W>(acc + d + W), a2 = load<W>(acc + d + 2 * W),
-         a3 = load<W>(acc + d + 3 * W);
-    for (int64_t j = 0; j < m; ++j) {
-      const F<W> x = splat<W>(w[j]);
-      const float* row = v + j * stride + d;
-      a0 += x * load<W>(row), a1 += x * load<W>(row + W), a2 += x * load<W>(row + 2 * W),
-          a3 += x * load<W>(row + 3 * W);
-    }
-    store<W>(acc + d, a0), store<W>(acc + d + W, a1), store<W>(acc + d + 2 * W, a2), store<W>(acc + d + 3 * W, a3);
-  }
-  for (; d + W <= n; d += W) {
-    F<W> a = load<W>(acc + d);
-    for (int64_t j = 0; j < m; ++j) {
-      a += splat<W>(w[j]) * load<W>(v + j * stride + d);
-    }
-    store<W>(acc + d, a);
-  }
-  for (; d < n; ++d) {
-    for (int64_t j = 0; j < m; ++j) {
-      acc[d] += w[j] * v[j * stride + d];
-    }
-  }
-}
-
-// acc[0, 2W * C) += sum over j < m of w[j] * v[j * stride, j * stride + 2W * C): C whole chunks of 2W, in acc's
-// lane_order (even, odd, even, odd, ...), the 2C accumulators in registers while the positions stream by.
-template <int W, int C>
-CUSTOM_OPS_INLINE void add_weighted_chunks(float* acc, const float* w, const c10::BFloat16* v, int64_t stride,
-                                           int64_t m) {
+// acc[0, 2W * C) += sum over j < m of w[j] * v[j * stride, j * stride + 2W * C): C whole chunks of 2W in acc's
+// lane_order, the 2C accumulators in registers while the positions stream by.
+template <int W, int C, typename T>
+CUSTOM_OPS_INLINE void add_weighted_chunks(float* acc, const float* w, const T* v, int64_t stride, int64_t m) {
   F<W> a[2 * C];
   for (int k = 0; k < 2 * C; ++k) {
     a[k] = load<W>(acc + k * W);
@@ -269,9 +233,10 @@ CUSTOM_OPS_INLINE void add_weighted_chunks(float* acc, const float* w, const c10
   for (int64_t j = 0; j < m; ++j) {
     const F<W> x = splat<W>(w[j]);
     for (int c = 0; c < C; ++c) {
-      const U<W> pairs = load_pairs<W>(v + j * stride + 2 * c * W);
-      a[2 * c] += x * evens<W>(pairs);
-      a[2 * c + 1] += x * odds<W>(pairs);
+      F<W> first, second;
+      load_chunk<W>(v + j * stride + 2 * c * W, first, second);
+      a[2 * c] += x * first;
+      a[2 * c + 1] += x * second;
     }
   }
   for (int k = 0; k < 2 * C; ++k) {
@@ -279,10 +244,11 @@ CUSTOM_OPS_INLINE void add_weighted_chunks(float* acc, const float* w, const c10
   }
 }
 
-// Four chunks at a time (each V row read once for a head_dim of 128 with AVX-512), then two, then one, then in order.
-template <int W>
-CUSTOM_OPS_INLINE void add_weighted_rows(float* acc, const float* w, const c10::BFloat16* v, int64_t stride,
-                                         int64_t m, int64_t n) {
+// acc[0, n) += sum over j < m of w[j] * v[j * stride, j * stride + n): four chunks at a time (a head_dim of 128 in
+// one pass over the V rows with AVX-512), then two, then one, then the rest in order.
+template <int W, typename T>
+CUSTOM_OPS_INLINE void add_weighted_rows(float* acc, const float* w, const T* v, int64_t stride, int64_t m,
+                                         int64_t n) {
   int64_t d = 0;
   for (; d + 8 * W <= n; d += 8 * W) {
     add_weighted_chunks<W, 4>(acc + d, w, v + d, stride, m);
@@ -325,12 +291,22 @@ struct Geometry {
   }
   int64_t kv_blocks() const { return (kv_heads + kv_heads_per_task() - 1) / kv_heads_per_task(); }
   int64_t tasks() const { return batch * kv_blocks() * query_blocks(); }
-  // Query rows (query position x head) of a task.
-  int64_t rows(int64_t task) const {
-    const int64_t block = task % query_blocks(), kv_block = task / query_blocks() % kv_blocks();
-    const int64_t heads_here = std::min(kv_heads_per_task(), kv_heads - kv_block * kv_heads_per_task());
-    return heads_here * group() * (std::min(length, (block + 1) * queries_per_task()) - block * queries_per_task());
+};
+
+// What one task covers: batch entry b, kv heads [h0, h0 + heads), query positions [first, first + head_rows / group),
+// head_rows query rows per kv head.
+struct Task {
+  int64_t b, h0, heads, first, head_rows;
+
+  Task(const Geometry& g, int64_t task) {
+    const int64_t query_block = task % g.query_blocks(), kv_block = task / g.query_blocks() % g.kv_blocks();
+    b = task / (g.query_blocks() * g.kv_blocks());
+    h0 = kv_block * g.kv_heads_per_task();
+    heads = std::min(g.kv_heads_per_task(), g.kv_heads - h0);
+    first = query_block * g.queries_per_task();
+    head_rows = (std::min(g.length, first + g.queries_per_task()) - first) * g.group();
   }
+  int64_t rows() const { return heads * head_rows; }
 };
 
 template <typename T>
@@ -346,15 +322,10 @@ struct Tensors {
 // 0 .. start + first + r / group. Blocks of positions are scored and accumulated positions outer, heads inner.
 template <int W, typename T>
 CUSTOM_OPS_INLINE void attend(const Geometry& g, const Tensors<T>& t, int64_t task) {
-  const int64_t group = g.group(), per_task = g.queries_per_task(), D = g.head_dim;
-  const int64_t query_block = task % g.query_blocks();
-  const int64_t kv_block = (task / g.query_blocks()) % g.kv_blocks();
-  const int64_t b = task / (g.query_blocks() * g.kv_blocks());
-  const int64_t h0 = kv_block * g.kv_heads_per_task();
-  const int64_t heads_here = std::min(g.kv_heads_per_task(), g.kv_heads - h0);
-  const int64_t first = query_block * per_task;
-  const int64_t head_rows = (std::min(g.length, first + per_task) - first) * group;
-  const int64_t rows = heads_here * head_rows;
+  const Task span(g, task);
+  const int64_t group = g.group(), D = g.head_dim;
+  const int64_t b = span.b, h0 = span.h0, heads_here = span.heads, first = span.first, head_rows = span.head_rows;
+  const int64_t rows = span.rows();
   const int64_t end = g.start + first + head_rows / group;  // positions [0, end) are read by the task's last query
   constexpr int64_t kScoreStride = (kPositionsPerBlock + W - 1) / W * W;
 
@@ -512,7 +483,7 @@ void attend_range(const Geometry& g, const Tensors<T>& t, int64_t first, int64_t
 #endif
   int64_t rows = 0;  // query rows of these tasks (the last query block or kv block may be short)
   for (int64_t task = first; task < end; ++task) {
-    rows += g.rows(task);
+    rows += Task(g, task).rows();
   }
   elementwise::count(path, static_cast<uint64_t>(rows * g.head_dim));
 }
