@@ -100,6 +100,11 @@ inline size_t streaming_min_bytes() {
   return bytes;
 }
 
+// The policy, for every kernel with a streaming path (this loop, rms_norm's bfloat16 rows).
+inline bool streams(size_t output_bytes) {
+  return output_bytes > streaming_min_bytes();
+}
+
 // Bytes of output per parallel task. Under two tasks' worth the op stays on the calling thread: waking the pool costs
 // more than the work it would split.
 inline size_t parallel_grain_bytes() {
@@ -493,7 +498,7 @@ Path streaming_loop(const T* in, T* out, int64_t n) {
 // ran, which the caller must report). `in` and `out` are either the same buffer or do not overlap.
 template <typename T, typename Op, typename ParallelFor>
 bool apply_unary(const T* in, T* out, int64_t numel, ParallelFor&& parallel_for) {
-  const bool streaming = static_cast<size_t>(numel) * sizeof(T) > streaming_min_bytes();
+  const bool streaming = streams(static_cast<size_t>(numel) * sizeof(T));
   const auto work = [=](int64_t begin, int64_t end) {
     const Path isa = streaming ? streaming_loop<T, Op>(in + begin, out + begin, end - begin)
                                : vector_loop<T, Op>(in + begin, out + begin, end - begin);

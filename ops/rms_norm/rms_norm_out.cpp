@@ -203,7 +203,7 @@ bool run(const Tensor& in, const Tensor& weight, Tensor& out, double eps) {
   T* y = out.template mutable_data_ptr<T>();
 #ifdef CUSTOM_OPS_X86_DISPATCH
   const bool avx512 = elementwise::detected_isa() == elementwise::Isa::kAvx512;
-  const bool stream = static_cast<size_t>(in.numel()) * sizeof(T) > elementwise::streaming_min_bytes();
+  const bool stream = elementwise::streams(static_cast<size_t>(in.numel()) * sizeof(T));
 #else
   const bool avx512 = false;
 #endif
