@@ -71,3 +71,22 @@ def program_reference_runs(exported: torch.export.ExportedProgram, runs, declare
             outputs = interpreter.run(*inputs)
             results.append([t.clone() for t in torch.utils._pytree.tree_leaves(outputs)])
     return results
+
+
+class ReferenceMode(torch.utils._python_dispatch.TorchDispatchMode):
+    """Eager PyTorch with every declared custom op computed by its reference: a model that calls the ops (a swapped
+    Hugging Face model, say) runs under `with ReferenceMode(references(declared_ops)):` on ATen ops alone, no kernel
+    under test involved. Only the functional overloads are stood in for (eager code calls those)."""
+
+    def __init__(self, reference_functions: dict[str, object]):
+        super().__init__()
+        self.reference_functions = reference_functions
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func._schema.name
+        if name in self.reference_functions:
+            if func._overloadname != "default":
+                raise NotImplementedError(f"{name}.{func._overloadname} was called; the reference stands in for the "
+                                          f"functional op {name} only")
+            return self.reference_functions[name](*args, **(kwargs or {}))
+        return func(*args, **(kwargs or {}))

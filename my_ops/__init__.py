@@ -68,6 +68,13 @@ def _find_library() -> str | None:
     return found[0] if found else None
 
 
+def _checkout_build_library() -> str | None:
+    """A checkout that was not installed: its CMake build with every op (what `bash test_custom_ops.sh real` and the
+    other modes that build cmake-out/all_ops make)."""
+    path = os.path.join(_CHECKOUT, "cmake-out", "all_ops", "libcustom_ops_aot_lib.so")
+    return path if _EDITABLE and os.path.isfile(path) else None
+
+
 OPS: list[str] = []  # the qualified names of the ops this package registers, e.g. ["my_ops::mul3", "my_ops::mul4"]
 library_path: str | None = _find_library()
 
@@ -76,10 +83,17 @@ def _register() -> None:
     ops = _declared_ops()
     cpp_ops = [op for op in ops if op["registered_from"] == "cpp"]
     if cpp_ops and not all(vmap_rules.is_defined(op["name"]) for op in cpp_ops):
-        if library_path is None:
+        library = library_path
+        if library is None and not any(vmap_rules.is_defined(op["name"]) for op in cpp_ops):
+            library = _checkout_build_library()
+        if library is None:
+            if _EDITABLE:
+                raise ImportError("my_ops: this checkout's C++ ops are not built; build them with `bash "
+                                  "test_custom_ops.sh real` (cmake-out/all_ops) or `pip install --no-build-isolation "
+                                  "-e .`, or load a build's libcustom_ops_aot_lib.so before importing my_ops")
             raise ImportError("my_ops was installed without its C++ library (_C*.so); rebuild the wheel with "
                               "`bash test_custom_ops.sh wheel` or `pip install --no-build-isolation .`")
-        torch.ops.load_library(library_path)
+        torch.ops.load_library(library)
     for op in ops:
         if op["registered_from"] == "python":
             _import_python_op(op)

@@ -1,16 +1,8 @@
-"""This project's ops in a Hugging Face transformers decoder you did not write: its RMSNorm modules become
-my_ops::rms_norm, its KV cache a static cache written with my_ops::update_cache, its attention my_ops::sdpa_with_cache;
-then one call exports it to an ExecuTorch program (linear layers on XNNPACK, float32 or 8-bit dynamically quantized,
-the custom ops on this project's kernels) that the project's runner decodes:
-
-    model = AutoModelForCausalLM.from_pretrained(path)
-    program = my_ops.hf.export_program(model, max_seq_len=256, quantize="8da8w")   # or None for float32
-    program.write_to_file(open("model.pte", "wb"))
-
-The program's method is forward(tokens int64 [1, T], input_pos int64 [1]) -> logits float32 [1, vocab] of the last
-position (the runner's `--prompt` decoding). What this module cannot put on the project's ops is refused by name before
-anything is traced: an unknown norm, sliding-window, chunked or cross attention, logit soft-capping, a missing op
-library. Another architecture's norm is one entry of NORMS (docs/hf.md).
+"""The swap: a Hugging Face transformers decoder's RMSNorm modules become my_ops::rms_norm, its KV cache a static cache
+written with my_ops::update_cache, its attention my_ops::sdpa_with_cache (quantize.py puts its linear layers and
+embedding on the block-format ops; export.py exports the result). What cannot be put on the project's ops is refused
+by name before anything is traced: an unknown norm, sliding-window, chunked or cross attention, logit soft-capping, a
+missing op library. Another architecture's norm is one entry of NORMS (docs/hf.md).
 """
 
 from __future__ import annotations
@@ -21,8 +13,7 @@ from typing import Callable
 import torch
 
 ATTENTION_NAME = "my_ops_sdpa_with_cache"  # the name under transformers' AttentionInterface
-QUANTIZE_MODES = ("8da8w",)  # 8-bit weights per channel, 8-bit activations quantized per token at run time (XNNPACK)
-OPS = ("my_ops::rms_norm", "my_ops::update_cache", "my_ops::sdpa_with_cache")
+OPS = ("my_ops::rms_norm", "my_ops::update_cache", "my_ops::sdpa_with_cache")  # what every program calls
 
 
 class UnsupportedModelError(ValueError):
@@ -66,13 +57,87 @@ def _start_of(positions: torch.Tensor, length: int, capacity: int) -> int:
 
 
 def sdpa_with_cache_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
-    """transformers' attention interface over the caches MyOpsCache returns: query [B, H, T, D] from the model,
-    key and value the whole caches [B, S, H_kv, D]; attends causally to positions 0 .. start + t. Returns
-    ([B, T, H, D], None) as transformers' own attention functions do."""
-    length, capacity = query.shape[2], key.shape[1]
-    start = _start_of(kwargs["position_ids"], length, capacity)
-    out = torch.ops.my_ops.sdpa_with_cache(query.transpose(1, 2), key, value, start, scaling)
-    return out, None
+    """Registered as transformers' attention implementation (config._attn_implementation) so that the model builds no
+    attention mask (it has no mask function for this name); the swapped Attention modules attend themselves, so
+    reaching this means an attention module was not swapped."""
+    raise UnsupportedModelError(f"{type(module).__name__} was not swapped for my_ops.hf.Attention; add its class to "
+                                "my_ops.hf.ATTENTIONS if it computes Llama's attention")
+
+
+def _fused_linear(*linears: torch.nn.Linear) -> torch.nn.Linear:
+    """One linear layer computing `linears` side by side (their weights, and biases, concatenated)."""
+    fused = torch.nn.Linear(linears[0].in_features, sum(m.out_features for m in linears),
+                            bias=linears[0].bias is not None, dtype=linears[0].weight.dtype)
+    with torch.no_grad():
+        fused.weight.copy_(torch.cat([m.weight for m in linears]))
+        if fused.bias is not None:
+            fused.bias.copy_(torch.cat([m.bias for m in linears]))
+    return fused
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """The rotary embedding of transformers' Llama family, x [B, T, heads, D] with cos and sin [B, T, D]."""
+    cos, sin = cos.unsqueeze(2), sin.unsqueeze(2)
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos + rotated * sin
+
+
+# Attention modules that compute Llama's attention: q, k and v projections, the rotary embedding from the decoder's
+# position_embeddings, grouped-query heads (Qwen3 adds per-head RMSNorms on q and k).
+ATTENTIONS = ("LlamaAttention", "MistralAttention", "Qwen2Attention", "Qwen3Attention")
+MLPS = ("LlamaMLP", "MistralMLP", "Qwen2MLP", "Qwen3MLP")  # down(act(gate(x)) * up(x))
+
+
+class Attention(torch.nn.Module):
+    """my_ops' attention in place of a Llama-family attention module: q, k and v from one projection (their weights
+    side by side), the heads kept as [B, T, heads, head_dim] throughout (the layout my_ops::update_cache and
+    my_ops::sdpa_with_cache take, so nothing is transposed), the rotary embedding applied in that layout, then the
+    layer's cache written at the step's position and attended over."""
+
+    def __init__(self, original: torch.nn.Module):
+        super().__init__()
+        self.qkv_proj = _fused_linear(original.q_proj, original.k_proj, original.v_proj)
+        self.o_proj = original.o_proj
+        self.q_norm, self.k_norm = getattr(original, "q_norm", None), getattr(original, "k_norm", None)
+        config = original.config
+        self.head_dim = original.head_dim
+        self.heads, self.kv_heads = config.num_attention_heads, _kv_heads(config)
+        self.scaling, self.layer_idx = float(original.scaling), original.layer_idx
+        self.replaces = type(original).__name__
+
+    def forward(self, hidden_states, position_embeddings=None, attention_mask=None, past_key_values=None,
+                cache_position=None, **kwargs):
+        batch, length, _ = hidden_states.shape
+        q, k, v = self.qkv_proj(hidden_states).split(
+            [self.heads * self.head_dim, self.kv_heads * self.head_dim, self.kv_heads * self.head_dim], dim=-1)
+        q = q.view(batch, length, self.heads, self.head_dim)
+        k = k.view(batch, length, self.kv_heads, self.head_dim)
+        v = v.view(batch, length, self.kv_heads, self.head_dim)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        cos, sin = position_embeddings
+        q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
+        keys, values, start = past_key_values.write(self.layer_idx, k, v, cache_position)
+        out = torch.ops.my_ops.sdpa_with_cache(q, keys, values, start, self.scaling)
+        return self.o_proj(out.reshape(batch, length, self.heads * self.head_dim)), None
+
+    def extra_repr(self) -> str:
+        return f"heads={self.heads}, kv_heads={self.kv_heads}, head_dim={self.head_dim}, replaces={self.replaces}"
+
+
+class MLP(torch.nn.Module):
+    """A gated MLP, down(act(gate(x)) * up(x)), with gate and up from one projection (their weights side by side)."""
+
+    def __init__(self, original: torch.nn.Module):
+        super().__init__()
+        self.gate_up_proj = _fused_linear(original.gate_proj, original.up_proj)
+        self.down_proj, self.act_fn = original.down_proj, original.act_fn
+        self.intermediate = original.gate_proj.out_features
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up = self.gate_up_proj(x).split(self.intermediate, dim=-1)
+        return self.down_proj(self.act_fn(gate) * up)
 
 
 def _cache_class():
@@ -89,12 +154,14 @@ def _cache_class():
             self.key_tensors = [torch.zeros(shape, dtype=dtype) for _ in range(text.num_hidden_layers)]
             self.value_tensors = [torch.zeros(shape, dtype=dtype) for _ in range(text.num_hidden_layers)]
 
-        def update(self, key_states, value_states, layer_idx, cache_kwargs=None):
+        def write(self, layer_idx: int, key_states, value_states, cache_position):
+            """Writes [B, T, H_kv, D] keys and values at the step's first position; returns the layer's caches and that
+            position."""
             keys, values = self.key_tensors[layer_idx], self.value_tensors[layer_idx]
-            start = _start_of(cache_kwargs["cache_position"], key_states.shape[2], keys.shape[1])
-            torch.ops.my_ops.update_cache(key_states.transpose(1, 2), keys, start)
-            torch.ops.my_ops.update_cache(value_states.transpose(1, 2), values, start)
-            return keys, values
+            start = _start_of(cache_position, key_states.shape[1], keys.shape[1])
+            torch.ops.my_ops.update_cache(key_states, keys, start)
+            torch.ops.my_ops.update_cache(value_states, values, start)
+            return keys, values, start
 
         def get_seq_length(self, layer_idx: int = 0) -> int:
             return int(self.key_tensors[layer_idx][0, :, 0].any(dim=-1).sum())
@@ -146,9 +213,12 @@ def problems(model: torch.nn.Module, *, keep_unknown_norms: bool = False, max_se
         if cls.endswith("Norm") and not keep_unknown_norms:
             found.append(f"{name} ({cls}): no my_ops mapping; add one to my_ops.hf.NORMS if it computes "
                          "weight * x / rms(x), or pass keep_unknown_norms=True to leave it as ATen ops")
-        if hasattr(module, "is_causal") and hasattr(module, "layer_idx"):  # a decoder layer's attention
-            if not module.is_causal:
+        if hasattr(module, "is_causal") and hasattr(module, "layer_idx") and not isinstance(module, Attention):
+            if not module.is_causal:  # a decoder layer's attention
                 found.append(f"{name} ({cls}): non-causal attention is not supported")
+            elif cls not in ATTENTIONS:
+                found.append(f"{name} ({cls}): no my_ops attention for this class; add it to my_ops.hf.ATTENTIONS if it "
+                             "computes Llama's attention (q, k, v and o projections, rotary embedding)")
     if getattr(text, "attn_logit_softcapping", None) is not None:
         found.append("attn_logit_softcapping: soft-capped attention logits are not supported")
     return found
@@ -157,18 +227,27 @@ def problems(model: torch.nn.Module, *, keep_unknown_norms: bool = False, max_se
 def swap_ops(model: torch.nn.Module, *, keep_unknown_norms: bool = False,
              max_seq_len: int | None = None) -> torch.nn.Module:
     """Puts the project's ops into `model`, in place: every known RMSNorm becomes RMSNorm (my_ops::rms_norm, the same
-    weight and epsilon) and attention goes through my_ops::sdpa_with_cache (config._attn_implementation). The cache
-    is ExportableDecoder's. Raises UnsupportedModelError naming every problem first."""
+    weight and epsilon), every attention module Attention (my_ops::update_cache and my_ops::sdpa_with_cache over
+    ExportableDecoder's cache), every gated MLP an MLP with one projection for gate and up. Raises
+    UnsupportedModelError naming every problem first."""
     from transformers import AttentionInterface
 
     if found := problems(model, keep_unknown_norms=keep_unknown_norms, max_seq_len=max_seq_len):
         raise UnsupportedModelError("cannot put this model on my_ops:\n  " + "\n  ".join(found))
     AttentionInterface.register(ATTENTION_NAME, sdpa_with_cache_attention)
     for name, module in list(model.named_modules()):
-        if (mapping := NORMS.get(type(module).__name__)) is not None:
+        cls = type(module).__name__
+        parent, _, child = name.rpartition(".")
+        if (mapping := NORMS.get(cls)) is not None:
             weight, eps = mapping(module)
-            parent, _, child = name.rpartition(".")
-            setattr(model.get_submodule(parent), child, RMSNorm(weight, eps, type(module).__name__))
+            setattr(model.get_submodule(parent), child, RMSNorm(weight, eps, cls))
+    for name, module in list(model.named_modules()):  # after the norms: Qwen3's per-head ones move with its attention
+        cls = type(module).__name__
+        parent, _, child = name.rpartition(".")
+        if cls in ATTENTIONS:
+            setattr(model.get_submodule(parent), child, Attention(module))
+        elif cls in MLPS:
+            setattr(model.get_submodule(parent), child, MLP(module))
     for config in {id(c): c for c in (model.config, model.config.get_text_config(decoder=True))}.values():
         config._attn_implementation = ATTENTION_NAME
     return model
@@ -199,72 +278,3 @@ class ExportableDecoder(torch.nn.Module):
 
     def dynamic_shapes(self):
         return ({1: torch.export.Dim("length", min=1, max=self.max_seq_len)}, None)
-
-
-def quantize_8da8w(module: torch.nn.Module, inputs, dynamic_shapes) -> torch.nn.Module:
-    """XNNPACK's 8-bit dynamic quantization of the linear layers (int8 weights per channel, activations per token),
-    calibrated on `inputs`; returns the converted graph, which also runs in eager (the quantized model's reference)."""
-    from executorch.backends.transforms.duplicate_dynamic_quant_chain import DuplicateDynamicQuantChainPass
-    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
-        XNNPACKQuantizer, get_symmetric_quantization_config)
-    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
-
-    quantizer = XNNPACKQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True, is_dynamic=True))
-    graph = torch.export.export(module, inputs, dynamic_shapes=dynamic_shapes, strict=True).module()
-    prepared = prepare_pt2e(graph, quantizer)
-    prepared(*inputs)
-    converted = convert_pt2e(prepared)
-    # One activation-quantizing chain per linear layer: q, k and v share their input, and one chain feeding three
-    # partitions on either side of the custom ops makes XNNPACK's partitions depend on each other in a cycle.
-    DuplicateDynamicQuantChainPass()(converted)
-    return converted
-
-
-def export_program(model: torch.nn.Module, *, max_seq_len: int = 256, quantize: str | None = None,
-                   keep_unknown_norms: bool = False):
-    """Swaps the project's ops into `model` (in place), exports it with its linear layers on XNNPACK, and returns the
-    ExecuTorch program (an ExecutorchProgramManager: .buffer, .write_to_file). Checks that every custom op stayed
-    outside the delegate."""
-    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
-    from executorch.exir import to_edge_transform_and_lower
-
-    if quantize not in (None, *QUANTIZE_MODES):
-        raise UnsupportedModelError(f"quantize={quantize!r}: choose None (float32) or one of {QUANTIZE_MODES}")
-    if max_seq_len < 1:
-        raise UnsupportedModelError(f"max_seq_len={max_seq_len}: give the positions the program holds, 1 or more")
-    text_config = model.config.get_text_config(decoder=True)
-    limit = getattr(text_config, "max_position_embeddings", None)
-    if limit is not None and max_seq_len > limit:
-        raise UnsupportedModelError(f"max_seq_len={max_seq_len} passes the model's max_position_embeddings ({limit})")
-    model = swap_ops(model.eval(), keep_unknown_norms=keep_unknown_norms, max_seq_len=max_seq_len).requires_grad_(False)
-    decoder = ExportableDecoder(model, max_seq_len).eval()
-    inputs, dynamic_shapes = decoder.example_inputs(), decoder.dynamic_shapes()
-    module = quantize_8da8w(decoder, inputs, dynamic_shapes) if quantize else decoder
-    exported = torch.export.export(module, inputs, dynamic_shapes=dynamic_shapes, strict=True)
-    # The methods ExecuTorch's LLM runner (extension/llm/runner, TextLLMRunner) reads before it decodes: with them the
-    # program also runs there, as optimum-executorch's do (get_max_seq_len is required; the others have defaults that
-    # would prefill token by token).
-    metadata = {"get_max_seq_len": max_seq_len, "get_max_context_len": max_seq_len, "enable_dynamic_shape": True,
-                "use_kv_cache": True, "get_vocab_size": text_config.vocab_size}
-    edge = to_edge_transform_and_lower(exported, partitioner=[XnnpackPartitioner()], constant_methods=metadata)
-    if missing := [op for op in OPS if op not in _ops_outside_delegates(edge.exported_program().graph)]:
-        raise UnsupportedModelError(f"{', '.join(missing)} did not reach the program's own kernels (decomposed or "
-                                    "delegated): the swap did not take")
-    # The caches start uninitialized (their zeros are not stored in the program): every position attention reads was
-    # written by this generation first, since my_ops::sdpa_with_cache reads only positions before start + T.
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="Mutation on a buffer in the model is detected")
-        return edge.to_executorch()
-
-
-def _ops_outside_delegates(graph) -> set[str]:
-    """The operators the edge graph calls itself (not through a delegate), e.g. "my_ops::rms_norm"; an op mutating its
-    argument is wrapped in auto_functionalized until to_executorch."""
-    names = set()
-    for node in graph.nodes:
-        if node.op != "call_function":
-            continue
-        target = node.args[0] if "auto_functionalized" in str(node.target) else node.target
-        if hasattr(target, "name"):
-            names.add(target.name().split(".")[0])  # "my_ops::rms_norm.default" -> "my_ops::rms_norm"
-    return names

@@ -1,0 +1,179 @@
+"""Text in, text out with a model you have, on the project's ops in ExecuTorch:
+
+    python -m my_ops.hf generate --model PATH --prompt "The capital of France is" [--chat] [--quantize 8da4w]
+                                 [--max_new_tokens N]
+    python -m my_ops.hf export --model PATH [--quantize 8da4w] --output DIR
+    python -m my_ops.hf perplexity --model PATH [--quantize 8da4w] [--text FILE]
+
+PATH is a Hugging Face model folder or a llama.cpp GGUF file. generate exports the model once (the program is kept in
+a cache folder under a hash of the model, the precision and the sources; later runs reuse it), decodes the prompt in
+ExecuTorch's Python runtime, streams the text and ends with the prefill time and decode speed. export writes
+model.pte beside the tokenizer.json that ExecuTorch's LLM runner (TextLLMRunner) reads. perplexity scores a text (by
+default the one shipped in the repository, examples/alice_chapter1.txt) with the program, beside the eager float32
+model's.
+
+The ops come from a CMake build of the repository (--build_dir; in a checkout, cmake-out/all_ops), or PyTorch's side
+from the installed my_ops wheel with the kernels from --kernel_library.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from . import runtime
+
+PRECISIONS = {"none": None, "float32": None, "8da8w": "8da8w", "8da4w": "8da4w"}
+DEFAULT_TEXT = os.path.join(runtime.CHECKOUT, "examples", "alice_chapter1.txt")
+
+
+def export_cached(checkpoint, quantize: str | None, max_seq_len: int, cache_dir: str, key: str = "") -> tuple[str, bool]:
+    """The program of `checkpoint` at `quantize`, exported once per model, settings, sources and `key` (what else the
+    caller's program depends on) into cache_dir; (path, whether it was exported now). The checkpoint's model is
+    swapped in place when it is exported."""
+    from .export import export_program
+
+    def make(path: str) -> None:
+        program = export_program(checkpoint.model, max_seq_len=max_seq_len, quantize=quantize)
+        with open(path, "wb") as f:
+            program.write_to_file(f)
+
+    name = f"{os.path.splitext(os.path.basename(checkpoint.path.rstrip('/')))[0]}_{quantize or 'float32'}.pte"
+    identity = " ".join([checkpoint.digest(), str(quantize), str(max_seq_len), runtime.versions(),
+                         runtime.package_hash(), key])
+    return runtime.cached(cache_dir, name, identity, make)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m my_ops.hf", description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    def command(name: str, help: str) -> argparse.ArgumentParser:
+        sub = commands.add_parser(name, help=help)
+        sub.add_argument("--model", required=True, help="a Hugging Face model folder or a llama.cpp .gguf file")
+        sub.add_argument("--quantize", default="none", choices=list(PRECISIONS),
+                         help="none (float32), 8da8w or 8da4w: 8- or 4-bit weights in blocks of 32, activations "
+                              "quantized to 8 bits at run time")
+        sub.add_argument("--max_seq_len", type=int, default=512, help="positions the program holds (default 512)")
+        sub.add_argument("--build_dir", default=runtime.default_build_dir(),
+                         help="a CMake build of the repository with every op (default: cmake-out/all_ops of this "
+                              "checkout, when built)")
+        return sub
+
+    generate = command("generate", "decode a prompt in ExecuTorch, streaming the text")
+    generate.add_argument("--prompt", required=True)
+    generate.add_argument("--chat", action="store_true", help="the prompt as a user's turn of the model's chat template")
+    generate.add_argument("--max_new_tokens", type=int, default=128)
+    export = command("export", "write model.pte and tokenizer.json (TextLLMRunner's inputs) into --output")
+    export.add_argument("--output", required=True, help="the folder to write into")
+    score = command("perplexity", "the perplexity of a text under the program, beside the eager float32 model's")
+    score.add_argument("--text", default=DEFAULT_TEXT, help="a UTF-8 text file (default: %(default)s)")
+    score.add_argument("--window", type=int, default=None, help="tokens per window (default: --max_seq_len)")
+    for sub in (generate, score):
+        sub.add_argument("--kernel_library", default=None,
+                         help="the ops' ExecuTorch kernels (default: --build_dir's libcustom_ops_lib.so)")
+        sub.add_argument("--cache_dir", default=os.environ.get("MY_OPS_CACHE_DIR",
+                                                                os.path.expanduser("~/.cache/my_ops/programs")),
+                         help="where exported programs are kept (default: $MY_OPS_CACHE_DIR or %(default)s)")
+    return parser
+
+
+def _library_key(args) -> str:
+    """The op library's identity: a program depends on its schemas."""
+    import hashlib
+
+    if args.build_dir is None:
+        return ""
+    with open(os.path.join(args.build_dir, runtime.AOT_LIBRARY), "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()[:16]
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.max_seq_len < 2:
+        print("error: --max_seq_len must be 2 or more", file=sys.stderr)
+        return 2
+    quantize = PRECISIONS[args.quantize]
+    try:
+        runtime.register_ops(args.build_dir)
+        from . import checkpoint as checkpoints
+
+        checkpoint = checkpoints.load(args.model)
+        if args.command == "export":
+            return _export(args, checkpoint, quantize)
+        library = args.kernel_library or (os.path.join(args.build_dir, runtime.KERNEL_LIBRARY) if args.build_dir else
+                                          None)
+        if library is None:
+            raise FileNotFoundError(f"no kernel library: {runtime.build_hint()} pass --build_dir or --kernel_library")
+        runtime.load_kernels(library)
+        return _generate(args, checkpoint, quantize) if args.command == "generate" else _perplexity(args, checkpoint,
+                                                                                                     quantize)
+    except (OSError, ValueError, RuntimeError) as err:  # UnsupportedModelError is a ValueError
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+
+
+def _export(args, checkpoint, quantize) -> int:
+    from .export import export_program
+
+    os.makedirs(args.output, exist_ok=True)
+    program = export_program(checkpoint.model, max_seq_len=args.max_seq_len, quantize=quantize)
+    pte = os.path.join(args.output, "model.pte")
+    with open(pte, "wb") as f:
+        program.write_to_file(f)
+    checkpoint.tokenizer.save_pretrained(args.output)
+    print(f"Wrote {pte} ({os.path.getsize(pte) / 2 ** 20:.1f} MiB) and "
+          f"{os.path.join(args.output, 'tokenizer.json')}")
+    return 0
+
+
+def _program(args, checkpoint, quantize) -> str:
+    pte, made = export_cached(checkpoint, quantize, args.max_seq_len, args.cache_dir, _library_key(args))
+    print(f"{'Exported' if made else 'Reused'} {pte}", file=sys.stderr)
+    return pte
+
+
+def _generate(args, checkpoint, quantize) -> int:
+    from .text import generate, prompt_ids
+
+    ids = prompt_ids(checkpoint.tokenizer, args.prompt, chat=args.chat)
+    if len(ids) + args.max_new_tokens > args.max_seq_len:
+        print(f"error: the prompt's {len(ids)} tokens and {args.max_new_tokens} new ones pass --max_seq_len "
+              f"{args.max_seq_len}; raise it or ask for fewer", file=sys.stderr)
+        return 2
+    pte = _program(args, checkpoint, quantize)
+    program, method = runtime.load_method(pte)
+    if not args.chat:
+        print(args.prompt, end="", flush=True)
+    result = generate(lambda t, p: method.execute([t, p])[0], checkpoint.tokenizer, ids, args.max_new_tokens,
+                      checkpoint.stop_ids, on_text=lambda text: print(text, end="", flush=True))
+    print()
+    print(f"Prefill: {len(ids)} tokens in {result.prefill_s * 1e3:.1f} ms; decode: {len(result.tokens) - 1} tokens at "
+          f"{result.decode_tokens_per_s:.1f} tokens/s", file=sys.stderr)
+    del program
+    return 0
+
+
+def _perplexity(args, checkpoint, quantize) -> int:
+    import copy
+
+    from .text import eager_perplexity, perplexity
+
+    with open(args.text, encoding="utf-8") as f:
+        ids = list(checkpoint.tokenizer.encode(f.read(), add_special_tokens=False))
+    window = args.window or args.max_seq_len
+    reference = copy.deepcopy(checkpoint.model)  # the export swaps the model in place
+    eager, scored = eager_perplexity(reference, ids, window)
+    pte = _program(args, checkpoint, quantize)
+    program, method = runtime.load_method(pte)
+    value, _ = perplexity(lambda t, p: method.execute([t, p])[0], ids, window)
+    print(f"{os.path.basename(args.text)}: {scored} tokens scored in windows of {window}; perplexity "
+          f"{value:.3f} ({args.quantize} program in ExecuTorch), {eager:.3f} (float32 in eager transformers), "
+          f"{100 * (value / eager - 1):+.2f}%")
+    del program
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,113 @@
+"""A model as users have it, a Hugging Face folder or a llama.cpp GGUF file, loaded the way transformers loads it:
+the model in float32 (a GGUF file's blocks dequantized by transformers' own reader) and its tokenizer, with the chat
+template and the tokens that end a generation.
+
+    checkpoint = my_ops.hf.checkpoint.load("SmolLM2-135M-Instruct.Q4_1.gguf")   # or a folder with config.json
+    checkpoint.model, checkpoint.tokenizer, checkpoint.stop_ids
+
+transformers 5.0.0rc1 fails on two steps of the GGUF path, both worked around here: its model loader needs a
+generation_config.json beside the file (a TypeError in adjust_generation_fn otherwise), so the file is loaded from a
+temporary folder holding a link to it and one; and its tokenizer loader raises UnboundLocalError for a GGUF file, so
+the tokenizer is built from the file's vocabulary with transformers' own converter.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+
+import torch
+
+from .swap import UnsupportedModelError
+
+
+@dataclass
+class Checkpoint:
+    model: torch.nn.Module  # float32, eval mode
+    tokenizer: object  # a transformers PreTrainedTokenizerFast
+    path: str  # the folder or the .gguf file it came from
+    stop_ids: list[int] = field(default_factory=list)  # the tokens that end a generation (eos)
+
+    def files(self) -> list[str]:
+        """The files the model is made from (what a cached export is keyed by)."""
+        if os.path.isfile(self.path):
+            return [self.path]
+        return sorted(p for p in glob.glob(os.path.join(self.path, "*")) if os.path.isfile(p))
+
+    def digest(self) -> str:
+        """A hash of the model's files: the same checkpoint anywhere gives the same one."""
+        h = hashlib.sha256()
+        for path in self.files():
+            h.update(os.path.basename(path).encode() + b"\0")
+            with open(path, "rb") as f:
+                for chunk in iter(lambda: f.read(1 << 24), b""):
+                    h.update(chunk)
+        return h.hexdigest()[:16]
+
+
+def gguf_file(path: str) -> str | None:
+    """The GGUF file `path` names: itself, or a folder's only .gguf file when the folder has no config.json."""
+    if os.path.isfile(path):
+        return path if path.endswith(".gguf") else None
+    found = glob.glob(os.path.join(path, "*.gguf"))
+    return found[0] if len(found) == 1 and not os.path.isfile(os.path.join(path, "config.json")) else None
+
+
+def load(path: str) -> Checkpoint:
+    """The model and tokenizer at `path` (a folder transformers' from_pretrained reads, or a .gguf file)."""
+    from transformers.utils import logging
+
+    logging.disable_progress_bar()
+    if not os.path.exists(path):
+        raise UnsupportedModelError(f"{path}: no such file or folder; give a model folder (config.json, weights, "
+                                    "tokenizer) or a llama.cpp .gguf file")
+    gguf = gguf_file(path)
+    checkpoint = _load_gguf(gguf) if gguf else _load_folder(path)
+    checkpoint.model.eval()
+    return checkpoint
+
+
+def _load_folder(path: str) -> Checkpoint:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if not os.path.isfile(os.path.join(path, "config.json")):
+        raise UnsupportedModelError(f"{path}: a model folder holds config.json (or a single .gguf file)")
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    return Checkpoint(model, tokenizer, path, _stop_ids(model.generation_config.eos_token_id, tokenizer))
+
+
+def _load_gguf(path: str) -> Checkpoint:
+    from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
+    from transformers.integrations.ggml import convert_gguf_tokenizer
+    from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
+
+    path = os.path.abspath(path)
+    parsed = load_gguf_checkpoint(path, return_tensors=False)
+    vocabulary, tokenizer_config = parsed["tokenizer"], parsed.get("tokenizer_config", {})
+    architecture = parsed["config"].get("model_type", "llama")
+    with tempfile.TemporaryDirectory() as folder:
+        os.symlink(path, os.path.join(folder, os.path.basename(path)))
+        with open(os.path.join(folder, "generation_config.json"), "w") as f:
+            json.dump({k: vocabulary[k] for k in ("bos_token_id", "eos_token_id") if k in vocabulary}, f)
+        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=os.path.basename(path), dtype=torch.float32)
+    backend, extra = convert_gguf_tokenizer(architecture, vocabulary)
+    tokens = vocabulary["tokens"]
+    # The converter names the beginning-of-text token as the end one; the file says which is which.
+    for role in ("bos", "eos", "unk", "pad"):
+        if (index := vocabulary.get(f"{role}_token_id")) is not None and 0 <= index < len(tokens):
+            extra[f"{role}_token"] = tokens[index]
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, chat_template=tokenizer_config.get("chat_template"),
+                                        **extra)
+    return Checkpoint(model, tokenizer, path, _stop_ids(vocabulary.get("eos_token_id"), tokenizer))
+
+
+def _stop_ids(eos, tokenizer) -> list[int]:
+    ids = eos if isinstance(eos, list) else [eos] if eos is not None else []
+    if tokenizer.eos_token_id is not None:
+        ids.append(tokenizer.eos_token_id)
+    return sorted(set(ids))

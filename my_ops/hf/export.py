@@ -1,0 +1,81 @@
+"""From a transformers model to an ExecuTorch program on the project's ops: swap.py puts its norms, cache and
+attention on my_ops, quantize.py its linear layers and embedding, then one torch.export and EXIR lowering. Every
+computation that reads weights runs on the project's kernels, so the program needs no delegate: what is left
+(rotary embeddings, the MLP's activation, residual additions) runs on ExecuTorch's own kernels.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+
+from .quantize import FORMATS, ops_of, put_linears_on_ops
+from .swap import OPS, ExportableDecoder, UnsupportedModelError, swap_ops
+
+QUANTIZE_MODES = tuple(p for p in FORMATS if p)  # ("8da8w", "8da4w"); None is float32
+
+
+def program_ops(quantize: str | None) -> tuple[str, ...]:
+    """The custom ops a program of this precision calls (each must reach the program's own kernels)."""
+    return (*OPS, *ops_of(quantize))
+
+
+def prepare(model: torch.nn.Module, *, max_seq_len: int = 256, quantize: str | None = None,
+            keep_unknown_norms: bool = False) -> ExportableDecoder:
+    """`model` with the project's ops swapped in (in place) and its linear layers packed, inside the module a program
+    is exported from: forward(tokens int64 [1, T], input_pos int64 [1]) -> logits [1, vocab] of the last position. It
+    runs in eager too (the ops' PyTorch kernels)."""
+    if quantize not in FORMATS:
+        raise UnsupportedModelError(f"quantize={quantize!r}: choose None (float32) or one of {QUANTIZE_MODES}")
+    if max_seq_len < 1:
+        raise UnsupportedModelError(f"max_seq_len={max_seq_len}: give the positions the program holds, 1 or more")
+    limit = getattr(model.config.get_text_config(decoder=True), "max_position_embeddings", None)
+    if limit is not None and max_seq_len > limit:
+        raise UnsupportedModelError(f"max_seq_len={max_seq_len} passes the model's max_position_embeddings ({limit})")
+    model = swap_ops(model.eval(), keep_unknown_norms=keep_unknown_norms, max_seq_len=max_seq_len).requires_grad_(False)
+    put_linears_on_ops(model, quantize)
+    return ExportableDecoder(model, max_seq_len).eval()
+
+
+def export_program(model: torch.nn.Module, *, max_seq_len: int = 256, quantize: str | None = None,
+                   keep_unknown_norms: bool = False):
+    """Swaps the project's ops into `model` (in place), exports it and returns the ExecuTorch program (an
+    ExecutorchProgramManager: .buffer, .write_to_file). quantize: None (float32), "8da8w" or "8da4w". Checks that
+    every custom op of the precision reached the program's own kernels."""
+    from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
+
+    decoder = prepare(model, max_seq_len=max_seq_len, quantize=quantize, keep_unknown_norms=keep_unknown_norms)
+    inputs, dynamic_shapes = decoder.example_inputs(), decoder.dynamic_shapes()
+    exported = torch.export.export(decoder, inputs, dynamic_shapes=dynamic_shapes, strict=True)
+    # The methods ExecuTorch's LLM runner (extension/llm/runner, TextLLMRunner) reads before it decodes: with them the
+    # program also runs there, as optimum-executorch's do (get_max_seq_len is required; the others have defaults that
+    # would prefill token by token).
+    text_config = decoder.model.config.get_text_config(decoder=True)
+    metadata = {"get_max_seq_len": max_seq_len, "get_max_context_len": max_seq_len, "enable_dynamic_shape": True,
+                "use_kv_cache": True, "get_vocab_size": text_config.vocab_size}
+    # The IR check re-verifies every node against the edge dialect: a minute for a 30-layer model, and the program's
+    # ops are checked below and by the runtime's loader.
+    edge = to_edge_transform_and_lower(exported, constant_methods=metadata,
+                                       compile_config=EdgeCompileConfig(_check_ir_validity=False))
+    if missing := [op for op in program_ops(quantize) if op not in _ops_outside_delegates(edge.exported_program().graph)]:
+        raise UnsupportedModelError(f"{', '.join(missing)} did not reach the program's own kernels (decomposed or "
+                                    "delegated): the swap did not take")
+    # The caches start uninitialized (their zeros are not stored in the program): every position attention reads was
+    # written by this generation first, since my_ops::sdpa_with_cache reads only positions before start + T.
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Mutation on a buffer in the model is detected")
+        return edge.to_executorch()
+
+
+def _ops_outside_delegates(graph) -> set[str]:
+    """The operators the edge graph calls itself (not through a delegate), e.g. "my_ops::rms_norm"; an op mutating its
+    argument is wrapped in auto_functionalized until to_executorch."""
+    names = set()
+    for node in graph.nodes:
+        if node.op != "call_function":
+            continue
+        target = node.args[0] if "auto_functionalized" in str(node.target) else node.target
+        if hasattr(target, "name"):
+            names.add(target.name().split(".")[0])  # "my_ops::rms_norm.default" -> "my_ops::rms_norm"
+    return names

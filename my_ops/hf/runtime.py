@@ -1,0 +1,108 @@
+"""What a process needs to export and decode with the project's ops: the ops known to PyTorch (export) and their
+ExecuTorch kernels (decoding in the Python runtime), from the my_ops wheel or a CMake build of the repository
+(`cmake-out/all_ops` by default in a checkout); and programs exported once per model, precision and source, kept in a
+cache folder.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import hashlib
+import os
+import tempfile
+from importlib import metadata
+from typing import Callable
+
+import torch
+
+PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # my_ops/
+CHECKOUT = os.path.dirname(PACKAGE_DIR)
+AOT_LIBRARY = "libcustom_ops_aot_lib.so"  # the ops for PyTorch, in a CMake build
+KERNEL_LIBRARY = "libcustom_ops_lib.so"  # their ExecuTorch kernels, in a CMake build
+_loaded_kernels: list[str] = []
+
+
+def default_build_dir() -> str | None:
+    """The checkout's build with every op, when my_ops is the repository's own package and it was built."""
+    build = os.path.join(CHECKOUT, "cmake-out", "all_ops")
+    return build if os.path.isfile(os.path.join(build, KERNEL_LIBRARY)) else None
+
+
+def build_hint() -> str:
+    if os.path.isfile(os.path.join(CHECKOUT, "test_custom_ops.sh")):
+        return f"build it with `bash {os.path.join(CHECKOUT, 'test_custom_ops.sh')} real` (cmake-out/all_ops), or"
+    return "build the repository (bash test_custom_ops.sh real) and"
+
+
+def register_ops(build_dir: str | None) -> None:
+    """Every op of the project known to PyTorch: the build's AOT library first when given (then `import my_ops` adds
+    the Python-registered ones and loads nothing twice), else the installed wheel's."""
+    if build_dir is not None:
+        library = os.path.join(build_dir, AOT_LIBRARY)
+        if not os.path.isfile(library):
+            raise FileNotFoundError(f"{library} not found: {build_hint()} pass --build_dir")
+        if not hasattr(torch.ops.my_ops, "linear_q4_0"):
+            torch.ops.load_library(library)
+    import my_ops  # noqa: F401  (registers what is not registered yet)
+
+
+def load_kernels(library: str) -> None:
+    """The ops' ExecuTorch kernels into the runtime's registry (ExecuTorch's Python runtime sees them): once per
+    process, since a second library registering the same kernels aborts it."""
+    library = os.path.realpath(library)
+    if library in _loaded_kernels:
+        return
+    if _loaded_kernels:
+        raise RuntimeError(f"{_loaded_kernels[0]} already gave this process the ops' kernels; a second library "
+                           f"({library}) would register them again, which aborts")
+    if not os.path.isfile(library):
+        raise FileNotFoundError(f"{library} not found: {build_hint()} pass --kernel_library")
+    ctypes.CDLL(library, mode=ctypes.RTLD_GLOBAL)
+    _loaded_kernels.append(library)
+
+
+def load_method(pte: str):
+    """(program, method) of `pte` in ExecuTorch's Python runtime; keep the program as long as the method (it owns the
+    bytes the method reads). Decoding shares the machine's cores with ExecuTorch's thread pool, so PyTorch's own
+    threads, which spin between ops, are limited to one (with two cores they cost a third of the speed)."""
+    from executorch.runtime import Runtime
+
+    torch.set_num_threads(1)
+    program = Runtime.get().load_program(pte)
+    return program, program.load_method("forward")
+
+
+def versions() -> str:
+    found = []
+    for package in ("torch", "executorch", "transformers", "torchao"):
+        try:
+            found.append(f"{package}={metadata.version(package)}")
+        except metadata.PackageNotFoundError:
+            found.append(f"{package}=absent")
+    return " ".join(found)
+
+
+def package_hash() -> str:
+    """A hash of my_ops' Python sources: the swap and the packing an export runs."""
+    h = hashlib.sha256()
+    for path in sorted(glob.glob(os.path.join(PACKAGE_DIR, "**", "*.py"), recursive=True)):
+        h.update(os.path.relpath(path, PACKAGE_DIR).encode() + b"\0")
+        with open(path, "rb") as f:
+            h.update(f.read())
+    return h.hexdigest()[:16]
+
+
+def cached(cache_dir: str, name: str, key: str, make: Callable[[str], None]) -> tuple[str, bool]:
+    """<cache_dir>/<name stem>-<hash of key><ext>, made by make(path) once per key; and whether it was made now. Made
+    beside its place and renamed into it, so a reader sees a whole file or none."""
+    stem, ext = os.path.splitext(name)
+    path = os.path.join(cache_dir, f"{stem}-{hashlib.sha256(key.encode()).hexdigest()[:16]}{ext}")
+    if os.path.isfile(path):
+        return path, False
+    os.makedirs(cache_dir, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=cache_dir) as tmp:
+        partial = os.path.join(tmp, name)
+        make(partial)
+        os.replace(partial, path)
+    return path, True

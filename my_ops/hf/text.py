@@ -1,0 +1,110 @@
+"""Text in, text out over any step function of a program's signature, step(tokens int64 [1, T], input_pos int64 [1])
+-> logits [1, vocab] of the last position (an ExecuTorch method, or the eager module it was exported from): a prompt
+(through the model's chat template or as it is) to token ids, greedy decoding with the text streamed as it forms,
+and the perplexity of a text, computed by the program itself.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import torch
+
+Step = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def prompt_ids(tokenizer, prompt: str, *, chat: bool = False) -> list[int]:
+    """The prompt's token ids: as a user's turn through the model's chat template (`chat`), or as it is."""
+    if not chat:
+        return list(tokenizer.encode(prompt))
+    if not getattr(tokenizer, "chat_template", None):
+        raise ValueError("--chat: this model's tokenizer has no chat template; give the prompt without --chat")
+    encoded = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
+                                            tokenize=True)
+    return list(encoded["input_ids"] if hasattr(encoded, "keys") else encoded)
+
+
+class TextStream:
+    """Decoded text as tokens arrive: each call returns what the new token adds. Text is decoded from all the tokens so
+    far (a token may be part of a character, or change how the previous one reads), and nothing ending in an
+    incomplete character is released."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer, self.tokens, self.released = tokenizer, [], ""
+
+    def add(self, token: int) -> str:
+        self.tokens.append(token)
+        text = self.tokenizer.decode(self.tokens, skip_special_tokens=True)
+        if text.endswith("\ufffd") or not text.startswith(self.released):
+            return ""
+        new, self.released = text[len(self.released):], text
+        return new
+
+
+@dataclass
+class Generation:
+    tokens: list[int]  # the new tokens (a stop token included when one ended it)
+    text: str
+    prefill_s: float
+    decode_s: float  # the steps after prefill, together
+
+    @property
+    def decode_tokens_per_s(self) -> float:
+        return (len(self.tokens) - 1) / self.decode_s if self.decode_s > 0 else float("nan")
+
+
+def generate(step: Step, tokenizer, ids: Sequence[int], max_new_tokens: int, stop_ids: Sequence[int] = (),
+             on_text: Callable[[str], None] | None = None) -> Generation:
+    """Greedy decoding: the prompt at position 0, then each argmax fed back, until a stop token or max_new_tokens."""
+    stream = TextStream(tokenizer)
+    tokens, position = torch.tensor([list(ids)], dtype=torch.int64), 0
+    new: list[int] = []
+    prefill_s = decode_s = 0.0
+    for index in range(max_new_tokens):
+        start = time.perf_counter()
+        logits = step(tokens, torch.tensor([position], dtype=torch.int64))
+        token = int(logits.reshape(-1).argmax())
+        elapsed = time.perf_counter() - start
+        if index == 0:
+            prefill_s = elapsed
+        else:
+            decode_s += elapsed
+        new.append(token)
+        text = stream.add(token)
+        if on_text and text:
+            on_text(text)
+        if token in stop_ids:
+            break
+        position += tokens.shape[1]
+        tokens = torch.tensor([[token]], dtype=torch.int64)
+    return Generation(new, stream.released, prefill_s, decode_s)
+
+
+def perplexity(step: Step, ids: Sequence[int], window: int) -> tuple[float, int]:
+    """(perplexity, tokens scored) of `ids` under the model: windows of `window` tokens, each from position 0, one token
+    per step; the logits after token i score token i + 1 (the first token of each window only conditions)."""
+    total, scored = 0.0, 0
+    for first in range(0, len(ids), window):
+        chunk = ids[first:first + window]
+        for position, (token, following) in enumerate(zip(chunk, chunk[1:])):
+            logits = step(torch.tensor([[token]], dtype=torch.int64), torch.tensor([position], dtype=torch.int64))
+            total -= float(torch.log_softmax(logits.reshape(-1).double(), dim=0)[following])
+            scored += 1
+    return math.exp(total / scored), scored
+
+
+def eager_perplexity(model: torch.nn.Module, ids: Sequence[int], window: int) -> tuple[float, int]:
+    """The same windows scored by a transformers model itself, each window in one forward pass (its full logits)."""
+    total, scored = 0.0, 0
+    with torch.no_grad():
+        for first in range(0, len(ids), window):
+            chunk = torch.tensor([list(ids[first:first + window])], dtype=torch.int64)
+            if chunk.shape[1] < 2:
+                continue
+            logits = model(input_ids=chunk).logits[0, :-1].double()
+            total -= float(torch.log_softmax(logits, dim=-1).gather(1, chunk[0, 1:, None]).sum())
+            scored += chunk.shape[1] - 1
+    return math.exp(total / scored), scored
