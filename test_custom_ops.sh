@@ -17,6 +17,10 @@
 #                                             put on my_ops (my_ops/hf.py), exported (float32, 8-bit), decoded in a
 #                                             runner selected from the programs and in the Python runtime vs
 #                                             transformers (ARGS: --models llama,qwen3)
+#   bash test_custom_ops.sh real [ARGS]       a real pretrained model: SmolLM2-135M-Instruct (a GGUF file from PyPI)
+#                                             on my_ops at float32, 8da8w and 8da4w (my_ops.hf), decoded in the runner,
+#                                             the Python runtime and ExecuTorch's LLM runner vs transformers, with each
+#                                             program's perplexity (ARGS: --precisions float32,8da8w,8da4w)
 #   bash test_custom_ops.sh aoti              the peer path: every example and the decoder packaged with AOTInductor,
 #                                             run from C++ without Python (custom_ops_aoti_runner), checked vs eager
 #   bash test_custom_ops.sh wheel             the my_ops wheel (setup.py: C++ AOT ops + Python registrations) in dist/
@@ -29,6 +33,7 @@
 #                                             bench decoder: the decoder's tokens/s, custom vs ATen ops, XNNPACK, 8-bit
 #                                             bench attention: sdpa_with_cache vs ATen ops and llama::custom_sdpa
 #                                             bench hf: my_ops.hf vs optimum-executorch on the same checkpoints
+#                                             bench real: SmolLM2-135M vs optimum-executorch and llama.cpp
 #                                             bench aoti: the decoder in ExecuTorch vs AOTInductor (speed, memory,
 #                                             size, start)
 set -euo pipefail
@@ -63,8 +68,10 @@ ensure_venv() {
   "${PYTHON}" "${REPO_ROOT}/tools/pyproject_pins.py" "${REPO_ROOT}/pyproject.toml" > "${requirements}"
   local log="${VENV}/pip-install.log"
   # torch first, alone: the pin resolves to the CPU wheel and executorch then keeps it.
+  "${PYTHON}" "${REPO_ROOT}/tools/pyproject_pins.py" "${REPO_ROOT}/pyproject.toml" no-deps > "${VENV}/no-deps.txt"
   if ! { "${PYTHON}" -m pip install --quiet "$(grep '^torch==' "${requirements}")" &&
-         "${PYTHON}" -m pip install --quiet -r "${requirements}"; } >"${log}" 2>&1; then
+         "${PYTHON}" -m pip install --quiet -r "${requirements}" &&
+         "${PYTHON}" -m pip install --quiet --no-deps -r "${VENV}/no-deps.txt"; } >"${log}" 2>&1; then
     tail -n 30 "${log}" >&2
     die "installing the pins failed (full log: ${log})"
   fi
@@ -323,6 +330,21 @@ my_ops and export float32 and 8-bit programs (my_ops/hf.py) into ${out#"${REPO_R
   step "The Hugging Face models' tokens match transformers in the runner and the Python runtime"
 }
 
+mode_real() {
+  ensure_venv
+  use_venv
+  local build_dir="${BUILD_ROOT}/all_ops" out="${BUILD_ROOT}/real"
+  step "Build every declared op's kernels, the runner and the AOT library (${build_dir#"${REPO_ROOT}"/})"
+  cmake_build "${build_dir}" >/dev/null
+  step "Load SmolLM2-135M-Instruct from its GGUF file (transformers), put it on my_ops at each precision and export it \
+(my_ops/hf/, cached by source hash) into ${out#"${REPO_ROOT}"/}"
+  "${PYTHON}" -m flow.real export --build_dir "${build_dir}" --output_dir "${out}" "$@"
+  step "Decode in the runner, the Python runtime and TextLLMRunner; compare with transformers and the eager quantized \
+models; each program's perplexity (flow/real.py)"
+  "${PYTHON}" -m flow.real check --build_dir "${build_dir}" --output_dir "${out}" --perplexity "$@"
+  step "The real model's programs match their references; text in, text out: python -m my_ops.hf generate"
+}
+
 # AOTInductor's side, in the build with every op (the ExecuTorch runner it is compared with is there): that build plus
 # custom_ops_aoti_runner and the C++ registration of the Python-registered ops. The option stays on in that build.
 readonly AOTI_BUILD_DIR="${BUILD_ROOT}/all_ops"
@@ -396,6 +418,14 @@ mode_bench() {
       --runner_dir "${BUILD_ROOT}/all_ops" "$@"
     return
   fi
+  if [[ "${1:-}" == real ]]; then
+    shift
+    ensure_peer_venv
+    cmake_build "${BUILD_ROOT}/all_ops" >/dev/null
+    PATH="${VENV}/bin:${PATH}" "${REPO_ROOT}/.venv-peer/bin/python" "${REPO_ROOT}/benchmark/real.py" \
+      --build_dir "${BUILD_ROOT}/all_ops" "$@"
+    return
+  fi
   if [[ "${1:-}" == aoti ]]; then
     shift
     build_aoti
@@ -444,6 +474,7 @@ case "${1:-}" in
   profile) shift; mode_profile "$@" ;;
   model) shift; mode_model "$@" ;;
   hf) shift; mode_hf "$@" ;;
+  real) shift; mode_real "$@" ;;
   aoti) mode_aoti ;;
   wheel) mode_wheel ;;
   test) shift; mode_test "$@" ;;

@@ -29,7 +29,8 @@ from benchmark import execution_times, memcpy_times, spread  # noqa: E402  (benc
 DECODE = [(1, filled, h, kv, d) for filled in (64, 256, 1024, 4096) for h, kv, d in ((8, 8, 64), (32, 32, 128))]
 PREFILL = [(t, 0, h, kv, d) for t in (128, 512) for h, kv, d in ((8, 8, 64), (32, 32, 128))]
 GQA = [(1, 1024, 32, 8, 128), (1, 4096, 32, 8, 128), (128, 0, 32, 8, 128)]
-CASES = DECODE + PREFILL + GQA
+SMOLLM2 = [(1, 128, 9, 3, 64), (1, 255, 9, 3, 64), (128, 0, 9, 3, 64)]  # the real model's heads (bench real)
+CASES = DECODE + PREFILL + GQA + SMOLLM2
 
 
 class Fused(torch.nn.Module):

@@ -9,7 +9,6 @@ import functools
 import glob
 import hashlib
 import os
-import tempfile
 from importlib import metadata
 from typing import Callable
 
@@ -19,7 +18,7 @@ CACHE_ROOT = os.path.join(REPO_ROOT, "cmake-out")
 # The project's sources an export reads: the declarations, the ops' Python and C++ (registrations, Meta kernels), the
 # kernel helpers, the example models, the flow package and the my_ops package (its module swaps).
 SOURCE_PATTERNS = ("*.py", "*.cpp", "custom_ops.bzl", "ops/**/*.py", "ops/**/*.cpp", "ops/**/*.h", "kernel_helpers/*.h",
-                   "examples/*.py", "flow/*.py", "my_ops/*.py")
+                   "examples/*.py", "flow/*.py", "my_ops/**/*.py")
 PACKAGES = ("torch", "executorch", "transformers")
 
 
@@ -48,16 +47,7 @@ def source_hash(*settings: str) -> str:
 def cached(directory: str, name: str, make: Callable[[str], None], *settings: str) -> tuple[str, bool]:
     """The path of artifact `name` (e.g. "llama.pte") under cmake-out/<directory>, made by make(path) once per source
     hash; and whether it was made now. Made beside its place and renamed into it, so a process reading the cache sees
-    a whole artifact or none."""
-    stem, ext = os.path.splitext(name)
-    folder = os.path.join(CACHE_ROOT, directory)
-    path = os.path.join(folder, f"{stem}-{source_hash(*settings)}{ext}")
-    if os.path.isfile(path):
-        return path, False
-    os.makedirs(folder, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=folder) as tmp:
-        partial = os.path.join(tmp, name)
-        make(partial)
-        os.replace(partial, path)
-    return path, True
+    a whole artifact or none (my_ops.hf.runtime.cached, the cache `python -m my_ops.hf` keeps its programs in)."""
+    from my_ops.hf.runtime import cached as keyed
 
+    return keyed(os.path.join(CACHE_ROOT, directory), name, source_hash(*settings), make)

@@ -8,7 +8,7 @@ in the project's C++ runner and in ExecuTorch's Python runtime and compared with
 export makes each checkpoint and writes <model>.pte (float32) and <model>_8da8w.pte; check decodes each program twice
 in the runner (built by selective build from the programs) and twice in the Python runtime (check_program). The
 references never run a my_ops kernel: float32, transformers' own greedy generate() on the untouched model; 8-bit, the
-untouched model with transformers' own cache and attention, quantized the same way and run in eager.
+same quantized model in eager PyTorch with every my_ops op computed by its ATen reference.
 """
 
 from __future__ import annotations
@@ -123,34 +123,22 @@ def generate_eager(directory: str, prompt, new_tokens: int) -> Decoded:
     return Decoded(out.sequences[0, len(prompt):].tolist(), torch.cat(out.logits).float())
 
 
-class TransformersDecoder(torch.nn.Module):
-    """The untouched model with transformers' own static cache and attention, in the programs' signature
-    (tokens [1, T], input_pos [1]) -> last logits [1, vocab]: what the 8-bit reference quantizes and runs."""
+def reference_decode(model, quantize: str | None, max_seq_len: int, prompt, new_tokens: int) -> Decoded:
+    """`model` (a transformers model, swapped in place) on my_ops at `quantize`, decoded greedily in eager PyTorch with
+    every my_ops op computed by its declared ATen reference (no kernel under test): the eager quantized model a
+    quantized program is checked against."""
+    import my_ops.hf
+    from flow import declarations
+    from flow.reference import ReferenceMode, RememberedDequantization, references
 
-    def __init__(self, model, max_seq_len: int):
-        super().__init__()
-        from transformers import GenerationConfig
-        from transformers.integrations.executorch import TorchExportableModuleWithStaticCache
-
-        model.generation_config = GenerationConfig(use_cache=True, cache_implementation="static",
-                                                   cache_config={"batch_size": 1, "max_cache_len": max_seq_len})
-        self.inner = TorchExportableModuleWithStaticCache(model, batch_size=1, max_cache_len=max_seq_len)
-
-    def forward(self, tokens: torch.Tensor, input_pos: torch.Tensor) -> torch.Tensor:
-        positions = input_pos + torch.arange(tokens.shape[1], dtype=input_pos.dtype)
-        return self.inner(input_ids=tokens, cache_position=positions)[:, -1, :]
+    decoder = my_ops.hf.prepare(model, max_seq_len=max_seq_len, quantize=quantize)
+    with torch.no_grad(), RememberedDequantization(), ReferenceMode(references(declarations.load().values())):
+        return greedy_decode(decoder, prompt, new_tokens)
 
 
 def quantized_reference(directory: str, prompt, new_tokens: int) -> Decoded:
-    import my_ops.hf
-
     m = hf_models()
-    reference = TransformersDecoder(m.load(directory).requires_grad_(False), m.MAX_POSITIONS).eval()
-    inputs = (torch.zeros(1, 2, dtype=torch.int64), torch.zeros(1, dtype=torch.int64))
-    shapes = ({1: torch.export.Dim("length", min=1, max=m.MAX_POSITIONS)}, None)
-    quantized = my_ops.hf.quantize_8da8w(reference, inputs, shapes)
-    with torch.no_grad():
-        return greedy_decode(quantized, prompt, new_tokens)
+    return reference_decode(m.load(directory), QUANTIZED, m.MAX_POSITIONS, prompt, new_tokens)
 
 
 def decode_forced(pte: str, prompt, tokens) -> Decoded:
@@ -165,17 +153,17 @@ def decode_forced(pte: str, prompt, tokens) -> Decoded:
 
 def check_program(pte: str, directory: str, runner: str, quantized: bool) -> str:
     """Decodes `pte` twice in the runner and twice in the Python runtime; returns what to print, or raises
-    AssertionError. float32: the tokens of transformers' generate(), logits within FLOAT32_TOLERANCE. 8-bit: XNNPACK
-    quantizes each token's activations with its own rounding, so its logits differ from eager's by up to ~0.15 and a
-    near tie (eager's top two within 0.01 at some steps) may go the other way, after which the texts part. So: the
-    runner and the Python runtime decode the same tokens and logits, and fed eager's tokens the program's logits are
-    within QUANTIZED_TOLERANCE of eager's at every step."""
+    AssertionError. float32: the tokens of transformers' generate(), logits within FLOAT32_TOLERANCE. 8-bit: the
+    runner and the Python runtime decode the same tokens and logits, bit for bit, and fed the tokens of the same
+    quantized model in eager PyTorch (every my_ops op computed by its ATen reference), the program's logits are within
+    QUANTIZED_TOLERANCE of its at every step: the program quantizes activations with the same arithmetic, but a sum
+    accumulated in another order can move an activation across a rounding boundary of its int8 grid."""
     m = hf_models()
-    expected = (quantized_reference if quantized else generate_eager)(directory, m.PROMPT, m.NEW_TOKENS)
     runs = {"runner": decode_runner(runner, pte, m.PROMPT, m.NEW_TOKENS, generations=2),
             "Python runtime": decode_runtime(pte, m.PROMPT, m.NEW_TOKENS, generations=2)}
     name = os.path.basename(pte)
     if not quantized:
+        expected = generate_eager(directory, m.PROMPT, m.NEW_TOKENS)
         for where, decoded in runs.items():
             if (problem := difference(decoded, expected, FLOAT32_TOLERANCE)) is not None:
                 raise AssertionError(f"{name} in the {where}: {problem}")
@@ -184,6 +172,7 @@ def check_program(pte: str, directory: str, runner: str, quantized: bool) -> str
     else:
         if (problem := difference(runs["runner"], runs["Python runtime"], dict(atol=0, rtol=0))) is not None:
             raise AssertionError(f"{name}: the runner and the Python runtime differ: {problem}")
+        expected = quantized_reference(directory, m.PROMPT, m.NEW_TOKENS)
         forced = decode_forced(pte, m.PROMPT, expected.tokens)
         try:
             torch.testing.assert_close(forced.logits, expected.logits, **QUANTIZED_TOLERANCE)
@@ -192,7 +181,7 @@ def check_program(pte: str, directory: str, runner: str, quantized: bool) -> str
         same = next((i for i, (a, b) in enumerate(zip(runs["runner"].tokens, expected.tokens)) if a != b), None)
         worst = float((forced.logits - expected.logits).abs().max())
         what = (f"runner = Python runtime; fed eager's {m.NEW_TOKENS} tokens, logits within "
-                f"{worst:.2g} of 8-bit eager; free-running, the first "
+                f"{worst:.2g} of 8-bit eager (ATen references); free-running, the first "
                 f"{m.NEW_TOKENS if same is None else same} tokens equal eager's")
     speed = runs["runner"]
     return (f"{name}: {what}; runner: prefill {speed.prefill_us:.0f} us, decode {speed.decode_tokens_per_s:.0f} "

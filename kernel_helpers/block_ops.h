@@ -147,7 +147,7 @@ at::Tensor& embedding_out(const at::Tensor& weight, const at::Tensor& indices, a
   at::Tensor y = out.is_contiguous() ? out : at::empty(out.sizes(), out.options());
   contract::require(layout_problem(op, {{y, "out"}}, {{w, "weight"}, {i, "indices"}}));
   contract::require(index_problem<F>(w, i, op));
-  embed<F>(w.const_data_ptr<uint8_t>(), inputs_of<F>(w), i.const_data_ptr<int64_t>(), i.numel(),
+  embed<F>(w.const_data_ptr<uint8_t>(), w.size(0), inputs_of<F>(w), i.const_data_ptr<int64_t>(), i.numel(),
            y.mutable_data_ptr<float>());
   if (!y.is_same(out)) {
     out.copy_(y);
@@ -194,7 +194,7 @@ Tensor& embedding_out(KernelContext& ctx, const Tensor& weight, const Tensor& in
       !contract::require(ctx, index_problem<F>(weight, indices, op))) {
     return out;
   }
-  embed<F>(weight.const_data_ptr<uint8_t>(), inputs_of<F>(weight), indices.const_data_ptr<int64_t>(),
+  embed<F>(weight.const_data_ptr<uint8_t>(), weight.size(0), inputs_of<F>(weight), indices.const_data_ptr<int64_t>(),
            indices.numel(), out.mutable_data_ptr<float>());
   return out;
 }

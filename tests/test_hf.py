@@ -58,6 +58,8 @@ def test_a_swapped_model_decodes_like_transformers_in_eager(name, hf, checkpoint
     layers = hf_models.configs()[name].num_hidden_layers
     # Two per layer and the final one; Qwen3 also normalizes each head's queries and keys.
     assert len(norms) == 2 * layers + 1 + (2 * layers if name == "qwen3" else 0)
+    for swapped in (my_ops.hf.Attention, my_ops.hf.MLP):
+        assert sum(isinstance(module, swapped) for module in model.modules()) == layers
     assert not [n for n, module in model.named_modules() if type(module).__name__.endswith("RMSNorm")
                 and not isinstance(module, my_ops.hf.RMSNorm)]
     assert difference(decode_swapped(checkpoints[name]), reference(hf, checkpoints[name]), hf.FLOAT32_TOLERANCE) is None
@@ -68,23 +70,29 @@ def _dropped_epsilon(monkeypatch, hf_module):
 
 
 def _cache_one_position_off(monkeypatch, hf_module):
-    make = hf_module._cache_class
+    make = hf_module.swap._cache_class
 
     def shifted():
         class Shifted(make()):
-            def update(self, key_states, value_states, layer_idx, cache_kwargs=None):
-                moved = dict(cache_kwargs, cache_position=cache_kwargs["cache_position"] + 1)
-                return super().update(key_states, value_states, layer_idx, moved)
+            def write(self, layer_idx, key_states, value_states, cache_position):
+                return super().write(layer_idx, key_states, value_states, cache_position + 1)
 
         return Shifted
 
-    monkeypatch.setattr(hf_module, "_cache_class", shifted)
+    monkeypatch.setattr(hf_module.swap, "_cache_class", shifted)
 
 
 def _kv_heads_swapped(monkeypatch, hf_module):
-    attention = hf_module.sdpa_with_cache_attention
-    monkeypatch.setattr(hf_module, "sdpa_with_cache_attention", lambda module, query, key, value, *args, **kwargs:
-                        attention(module, query, key.flip(2), value, *args, **kwargs))
+    make = hf_module.swap._cache_class
+
+    def swapped():
+        class Swapped(make()):
+            def write(self, layer_idx, key_states, value_states, cache_position):
+                return super().write(layer_idx, key_states.flip(2), value_states, cache_position)
+
+        return Swapped
+
+    monkeypatch.setattr(hf_module.swap, "_cache_class", swapped)
 
 
 @pytest.mark.parametrize("mistake", [_dropped_epsilon, _cache_one_position_off, _kv_heads_swapped],
@@ -125,7 +133,7 @@ def test_a_missing_op_is_named_with_the_way_to_register_it(hf, checkpoints, monk
     import my_ops.hf
     from examples import hf_models
 
-    monkeypatch.setattr(my_ops.hf, "OPS", (*my_ops.hf.OPS, "my_ops::not_built"))
+    monkeypatch.setattr(my_ops.hf.swap, "OPS", (*my_ops.hf.OPS, "my_ops::not_built"))
     found = my_ops.hf.problems(hf_models.load(checkpoints["llama"]))
     assert len(found) == 1 and found[0].startswith("my_ops::not_built not registered with PyTorch: `import my_ops`")
 

@@ -28,23 +28,6 @@ PRECISIONS = {"none": None, "float32": None, "8da8w": "8da8w", "8da4w": "8da4w"}
 DEFAULT_TEXT = os.path.join(runtime.CHECKOUT, "examples", "alice_chapter1.txt")
 
 
-def export_cached(checkpoint, quantize: str | None, max_seq_len: int, cache_dir: str, key: str = "") -> tuple[str, bool]:
-    """The program of `checkpoint` at `quantize`, exported once per model, settings, sources and `key` (what else the
-    caller's program depends on) into cache_dir; (path, whether it was exported now). The checkpoint's model is
-    swapped in place when it is exported."""
-    from .export import export_program
-
-    def make(path: str) -> None:
-        program = export_program(checkpoint.model, max_seq_len=max_seq_len, quantize=quantize)
-        with open(path, "wb") as f:
-            program.write_to_file(f)
-
-    name = f"{os.path.splitext(os.path.basename(checkpoint.path.rstrip('/')))[0]}_{quantize or 'float32'}.pte"
-    identity = " ".join([checkpoint.digest(), str(quantize), str(max_seq_len), runtime.versions(),
-                         runtime.package_hash(), key])
-    return runtime.cached(cache_dir, name, identity, make)
-
-
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m my_ops.hf", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -77,16 +60,6 @@ def _parser() -> argparse.ArgumentParser:
                                                                 os.path.expanduser("~/.cache/my_ops/programs")),
                          help="where exported programs are kept (default: $MY_OPS_CACHE_DIR or %(default)s)")
     return parser
-
-
-def _library_key(args) -> str:
-    """The op library's identity: a program depends on its schemas."""
-    import hashlib
-
-    if args.build_dir is None:
-        return ""
-    with open(os.path.join(args.build_dir, runtime.AOT_LIBRARY), "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()[:16]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -122,14 +95,14 @@ def _export(args, checkpoint, quantize) -> int:
     pte = os.path.join(args.output, "model.pte")
     with open(pte, "wb") as f:
         program.write_to_file(f)
-    checkpoint.tokenizer.save_pretrained(args.output)
-    print(f"Wrote {pte} ({os.path.getsize(pte) / 2 ** 20:.1f} MiB) and "
-          f"{os.path.join(args.output, 'tokenizer.json')}")
+    from .checkpoint import save_tokenizer
+
+    print(f"Wrote {pte} ({os.path.getsize(pte) / 2 ** 20:.1f} MiB) and {save_tokenizer(checkpoint.tokenizer, args.output)}")
     return 0
 
 
 def _program(args, checkpoint, quantize) -> str:
-    pte, made = export_cached(checkpoint, quantize, args.max_seq_len, args.cache_dir, _library_key(args))
+    pte, made = runtime.export_cached(checkpoint, quantize, args.max_seq_len, args.cache_dir, args.build_dir)
     print(f"{'Exported' if made else 'Reused'} {pte}", file=sys.stderr)
     return pte
 

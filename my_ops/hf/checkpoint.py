@@ -111,3 +111,20 @@ def _stop_ids(eos, tokenizer) -> list[int]:
     if tokenizer.eos_token_id is not None:
         ids.append(tokenizer.eos_token_id)
     return sorted(set(ids))
+
+
+def save_tokenizer(tokenizer, directory: str) -> str:
+    """The tokenizer's files in `directory` (save_pretrained: tokenizer.json, its config and chat template), the
+    tokenizer.json in the form ExecuTorch's LLM runner reads too: its loader refuses a normalizer that is an empty
+    Sequence (what transformers' GGUF converter writes for "none"), so that one is written as none. Returns the
+    tokenizer.json's path."""
+    tokenizer.save_pretrained(directory)
+    path = os.path.join(directory, "tokenizer.json")
+    with open(path, encoding="utf-8") as f:
+        spec = json.load(f)
+    normalizer = spec.get("normalizer")
+    if isinstance(normalizer, dict) and normalizer.get("type") == "Sequence" and not normalizer.get("normalizers"):
+        spec["normalizer"] = None
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(spec, f, ensure_ascii=False)
+    return path

@@ -40,30 +40,50 @@ def _half(values: torch.Tensor) -> torch.Tensor:
 
 
 def pack(weight: torch.Tensor, fmt: str) -> torch.Tensor:
-    """`weight` [n, k] (k a multiple of 32) as my_ops' `fmt` ops read it: uint8 [n, k / 32 * block bytes], each row its
-    blocks' quants (Q8_0: 32 int8; Q4_0 and Q4_1: 16 bytes, byte j = q[j] | q[j + 16] << 4), then their fp16 records
-    (d; Q4_1: d, m)."""
+    """`weight` [n, k] (k a multiple of 32) quantized to `fmt` and laid out as my_ops' `fmt` ops read it: uint8
+    [n, k / 32 * block bytes] (kernel_helpers/block_linear.h: groups of 16 rows, each block's quants interleaved row by
+    row, then its records)."""
     n, k = weight.shape
     w = weight.detach().float().reshape(n, k // GROUP, GROUP)
     if fmt == "q8_0":
         d = _half(w.abs().amax(-1) / 127)
-        q = torch.round(w / _safe(d)).clamp(-127, 127).to(torch.int8)
-        return torch.cat([q.view(torch.uint8).reshape(n, k), d.view(torch.uint8)], dim=1).contiguous()
+        q = torch.round(w / _safe(d)).clamp(-127, 127)
+        return interleave((q + 128).to(torch.uint8).reshape(n, k), [d], fmt)
     if fmt == "q4_0":
         extreme = w.gather(-1, w.abs().argmax(-1, keepdim=True)).squeeze(-1)
         d = _half(extreme / -8)
         q = (torch.round(w / _safe(d)) + 8).clamp(0, 15)
-        records = d.view(torch.uint8)
-    elif fmt == "q4_1":
+        return interleave(q.to(torch.uint8).reshape(n, k), [d], fmt)
+    if fmt == "q4_1":
         low, high = w.amin(-1), w.amax(-1)
         d, m = _half((high - low) / 15), _half(low)
         q = torch.round((w - m.float()[..., None]) / _safe(d)).clamp(0, 15)
-        records = torch.stack([d, m], dim=-1).view(torch.uint8).reshape(n, -1)
+        return interleave(q.to(torch.uint8).reshape(n, k), [d, m], fmt)
+    raise ValueError(f"no block format {fmt!r}")
+
+
+def interleave(codes: torch.Tensor, records: list[torch.Tensor], fmt: str) -> torch.Tensor:
+    """The layout of kernel_helpers/block_linear.h from each weight's stored code (Q8_0: q + 128; Q4: q, 0 to 15),
+    uint8 [n, k], and its blocks' records (fp16 [n, k / 32] each: d, then m for Q4_1): rows in groups of 16 (the last
+    group what remains), each group block after block, a block's quants interleaved by row four bytes at a time (Q4:
+    byte j of chunk c holds inputs 8c + j and 8c + 4 + j in its low and high nibble), then the R rows' d (and m)."""
+    n, k = codes.shape
+    blocks = k // GROUP
+    if fmt == "q8_0":
+        steps = codes.reshape(n, blocks, 8, 4)
     else:
-        raise ValueError(f"no block format {fmt!r}")
-    nibbles = q.to(torch.uint8)
-    quants = (nibbles[:, :, :GROUP // 2] | (nibbles[:, :, GROUP // 2:] << 4)).reshape(n, k // 2)
-    return torch.cat([quants, records], dim=1).contiguous()
+        nibbles = codes.reshape(n, blocks, 4, 2, 4)
+        steps = nibbles[:, :, :, 0] | (nibbles[:, :, :, 1] << 4)  # [n, blocks, 4 chunks, 4]
+    parts = []
+    full = n // 16 * 16
+    for rows, groups, count in ((slice(0, full), full // 16, 16), (slice(full, n), 1, n - full)):
+        if groups == 0 or count == 0:  # the whole groups at once, then the short one
+            continue
+        quants = steps[rows].reshape(groups, count, blocks, -1, 4).permute(0, 2, 3, 1, 4).reshape(groups, blocks, -1)
+        fields = [r[rows].reshape(groups, count, blocks).permute(0, 2, 1).contiguous().flatten().view(torch.uint8)
+                  .reshape(groups, blocks, 2 * count) for r in records]
+        parts.append(torch.cat([quants, *fields], dim=2).reshape(-1))
+    return torch.cat(parts).reshape(n, -1)
 
 
 def _safe(d: torch.Tensor) -> torch.Tensor:

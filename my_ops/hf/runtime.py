@@ -106,3 +106,31 @@ def cached(cache_dir: str, name: str, key: str, make: Callable[[str], None]) -> 
         make(partial)
         os.replace(partial, path)
     return path, True
+
+
+def library_hash(build_dir: str | None) -> str:
+    """The op library's identity (a program holds the schemas it registered); the wheel's when no build is given."""
+    path = os.path.join(build_dir, AOT_LIBRARY) if build_dir else next(iter(glob.glob(os.path.join(PACKAGE_DIR,
+                                                                                                   "_C*.so"))), None)
+    if path is None or not os.path.isfile(path):
+        return "no-library"
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()[:16]
+
+
+def export_cached(checkpoint, quantize: str | None, max_seq_len: int, cache_dir: str,
+                  build_dir: str | None) -> tuple[str, bool]:
+    """The program of `checkpoint` at `quantize`: exported once per model file, settings, package versions, my_ops
+    sources and op library into cache_dir; (path, whether it was exported now). The checkpoint's model is swapped in
+    place when it is exported."""
+    from .export import export_program
+
+    def make(path: str) -> None:
+        program = export_program(checkpoint.model, max_seq_len=max_seq_len, quantize=quantize)
+        with open(path, "wb") as f:
+            program.write_to_file(f)
+
+    name = f"{os.path.splitext(os.path.basename(checkpoint.path.rstrip('/')))[0]}_{quantize or 'float32'}.pte"
+    identity = " ".join([checkpoint.digest(), str(quantize), str(max_seq_len), versions(), package_hash(),
+                         library_hash(build_dir)])
+    return cached(cache_dir, name, identity, make)

@@ -2,10 +2,12 @@
 embedding_q4_1.cpp, in libcustom_ops_aot_lib.so); this module holds their references in ATen ops and the examples the
 flow exports. It imports only torch.
 
-The weight is a uint8 tensor [n, k / 32 * 20], one row per output feature (a row of the embedding table): the row's
-k / 32 blocks of 16 bytes, byte j holding q[j] in its low nibble and q[j + 16] in its high one, then the blocks' fp16
-(d, m) records; w = d * q + m (llama.cpp's block_q4_1, with each block's record moved to the end of the row). The
-linear quantizes its activations per block of 32 to int8 as linear_q8_0 does (ops/q8_0/q8_0.py).
+The weight is a uint8 tensor [n, k / 32 * 20] holding llama.cpp's Q4_1 blocks (per row and block of 32 inputs:
+32 four-bit q, an fp16 scale d and minimum m, w = d * q + m) in the layout the kernel reads
+(kernel_helpers/block_linear.h): rows in groups of 16, the last group what remains; a group stores block after block,
+each block's quants as 4 chunks of its R rows' next four bytes (byte j of chunk c: q[8c + j] in the low nibble,
+q[8c + 4 + j] in the high one), then the R rows' d, then their m. The linear quantizes its activations per block of 32
+to int8 as linear_q8_0 does (ops/q8_0/q8_0.py).
 """
 
 from __future__ import annotations
@@ -17,11 +19,14 @@ BLOCK = 32
 
 def dequantize(weight: torch.Tensor) -> torch.Tensor:
     """The float32 [n, k] weight a Q4_1 weight holds."""
-    n, blocks = weight.shape[0], weight.shape[1] // (BLOCK // 2 + 4)
-    packed = weight[:, :blocks * BLOCK // 2].reshape(n, blocks, BLOCK // 2)
-    q = torch.cat([packed & 0x0F, packed >> 4], dim=-1).float()
-    records = weight[:, blocks * BLOCK // 2:].contiguous().view(torch.float16).float().reshape(n, blocks, 2)
-    return (q * records[:, :, :1] + records[:, :, 1:]).reshape(n, blocks * BLOCK)
+    from ops.q8_0.q8_0 import deinterleave  # the layout every block format shares
+
+    quants, records = deinterleave(weight, BLOCK // 2, 4)
+    n, blocks = quants.shape[:2]
+    chunks = quants.reshape(n, blocks, 4, 1, 4)  # byte j of chunk c: inputs 8c + j (low nibble), 8c + 4 + j (high)
+    q = torch.cat([chunks & 0x0F, chunks >> 4], dim=3).float().reshape(n, blocks, BLOCK)
+    d, m = records.contiguous().view(torch.float16).float().unbind(-1)  # [n, blocks] each
+    return (q * d[..., None] + m[..., None]).reshape(n, -1)
 
 
 def linear_q4_1_reference(input: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
@@ -35,12 +40,14 @@ def embedding_q4_1_reference(weight: torch.Tensor, indices: torch.Tensor) -> tor
 
 
 def random_weight(rows: int, inputs: int, generator: torch.Generator) -> torch.Tensor:
-    """A Q4_1 weight of random nibbles (every value 0-15), scales around 0.05 and minimums around -0.4."""
-    packed = torch.randint(0, 256, (rows, inputs // 2), generator=generator, dtype=torch.uint8)
-    d = 0.02 + 0.05 * torch.rand(rows, inputs // BLOCK, generator=generator)
-    m = -0.4 + 0.2 * torch.randn(rows, inputs // BLOCK, generator=generator)
-    records = torch.stack([d, m], dim=-1).half()
-    return torch.cat([packed, records.view(torch.uint8).reshape(rows, -1)], dim=1)
+    """A Q4_1 weight of random codes (every value 0-15), scales around 0.05 and minimums around -0.4, laid out by the
+    packer (my_ops/hf/quantize.py) the programs use."""
+    from my_ops.hf.quantize import interleave
+
+    codes = torch.randint(0, 16, (rows, inputs), generator=generator, dtype=torch.uint8)
+    d = (0.02 + 0.05 * torch.rand(rows, inputs // BLOCK, generator=generator)).half()
+    m = (-0.4 + 0.2 * torch.randn(rows, inputs // BLOCK, generator=generator)).half()
+    return interleave(codes, [d, m], "q4_1")
 
 
 class LinearExample(torch.nn.Module):

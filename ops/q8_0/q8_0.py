@@ -2,11 +2,12 @@
 embedding_q8_0.cpp, in libcustom_ops_aot_lib.so); this module holds their references in ATen ops and the example the
 flow exports. It imports only torch.
 
-The weight is a uint8 tensor [n, k / 32 * 34], one row per output feature (a row of the embedding table): the row's
-k / 32 blocks of 32 int8 quants q, then their k / 32 fp16 scales d; w = d * q (llama.cpp's block_q8_0, with each
-block's scale moved to the end of the row). The linear quantizes each block of 32 activations to int8 as llama.cpp
-does (d = max|x| / 127, q = round-half-even(x / d)) and sums exact integer products per block, so its reference
-computes with those quantized activations.
+The weight is a uint8 tensor [n, k / 32 * 34] holding llama.cpp's Q8_0 blocks (per row and block of 32 inputs: 32
+int8 q and an fp16 scale d, w = d * q) in the layout the kernel reads (kernel_helpers/block_linear.h): rows in groups
+of 16, the last group what remains; a group stores block after block, each block's quants as 8 steps of its R rows'
+four next q (stored as q + 128), then the R rows' d. The linear quantizes each block of 32 activations to int8 as
+llama.cpp does (d = max|x| / 127, q = round-half-even(x / d)) and sums exact integer products per block, so its
+reference computes with those quantized activations.
 """
 
 from __future__ import annotations
@@ -16,12 +17,28 @@ import torch
 BLOCK = 32
 
 
+def deinterleave(weight: torch.Tensor, quant_bytes: int, record_bytes: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A block-format weight's bytes back in row order: (quants [n, blocks, quant_bytes], records [n, blocks,
+    record_bytes]), each row's quants in its steps' order and its record fields (d, then m) side by side."""
+    n, blocks = weight.shape[0], weight.shape[1] // (quant_bytes + record_bytes)
+    flat, quants, records = weight.reshape(-1), [], []
+    for first in range(0, n, 16):
+        rows = min(16, n - first)
+        group = flat[first * blocks * (quant_bytes + record_bytes):(first + rows) * blocks * (quant_bytes + record_bytes)]
+        group = group.reshape(blocks, rows * (quant_bytes + record_bytes))
+        quants.append(group[:, :rows * quant_bytes].reshape(blocks, quant_bytes // 4, rows, 4).permute(2, 0, 1, 3)
+                      .reshape(rows, blocks, quant_bytes))
+        records.append(group[:, rows * quant_bytes:].reshape(blocks, record_bytes // 2, rows, 2).permute(2, 0, 1, 3)
+                       .reshape(rows, blocks, record_bytes))
+    return torch.cat(quants), torch.cat(records)
+
+
 def dequantize(weight: torch.Tensor) -> torch.Tensor:
     """The float32 [n, k] weight a Q8_0 weight holds."""
-    n, blocks = weight.shape[0], weight.shape[1] // (BLOCK + 2)
-    q = weight[:, :blocks * BLOCK].view(torch.int8).reshape(n, blocks, BLOCK).float()
-    d = weight[:, blocks * BLOCK:].contiguous().view(torch.float16).float()
-    return (q * d[:, :, None]).reshape(n, blocks * BLOCK)
+    quants, records = deinterleave(weight, BLOCK, 2)
+    q = quants.int() - 128
+    d = records.contiguous().view(torch.float16).float()  # [n, blocks, 1]
+    return (q.float() * d).reshape(weight.shape[0], -1)
 
 
 def quantized_activations(x: torch.Tensor) -> torch.Tensor:
@@ -43,10 +60,13 @@ def embedding_q8_0_reference(weight: torch.Tensor, indices: torch.Tensor) -> tor
 
 
 def random_weight(rows: int, inputs: int, generator: torch.Generator) -> torch.Tensor:
-    """A Q8_0 weight of random quants (every int8 value, -128 included) and scales around 0.01."""
-    q = torch.randint(-128, 128, (rows, inputs), generator=generator, dtype=torch.int8)
+    """A Q8_0 weight of random quants (every int8 value, -128 included) and scales around 0.01, laid out by the
+    packer (my_ops/hf/quantize.py) the programs use."""
+    from my_ops.hf.quantize import interleave
+
+    codes = torch.randint(0, 256, (rows, inputs), generator=generator, dtype=torch.uint8)
     d = (0.005 + 0.01 * torch.rand(rows, inputs // BLOCK, generator=generator)).half()
-    return torch.cat([q.view(torch.uint8), d.view(torch.uint8).reshape(rows, -1)], dim=1)
+    return interleave(codes, [d], "q8_0")
 
 
 class LinearExample(torch.nn.Module):

