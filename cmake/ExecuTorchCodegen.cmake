@@ -1,7 +1,7 @@
 # Selective build and kernel-binding codegen, through the project's one codegen entry point (codegen/run_codegen.py),
 # which wraps the tools the executorch wheel ships (gen_oplist, executorch.codegen.gen) with this project's templates.
 #
-#   plan_custom_ops([ROOT_OPS <op;op...>] [MODEL_FILE <pte>] [EXAMPLE <1|2|3>])
+#   plan_custom_ops([ROOT_OPS <op;op...>] [MODEL_FILE <pte[,pte...]>] [EXAMPLE <1|2|3>])
 #       at configure time: checks the selection against custom_ops.yaml and custom_ops.bzl (a mistake is a configure
 #       error naming the fix), writes the selection yamls into the build directory and sets CUSTOM_OPS_SELECTED,
 #       CUSTOM_OPS_BY_CODEGEN (those registered by codegen; the others' sources register themselves),
@@ -25,7 +25,8 @@ function(plan_custom_ops)
   set(selection)
   if(ARG_MODEL_FILE)
     set(selection --model_file "${ARG_MODEL_FILE}")
-    set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS "${ARG_MODEL_FILE}")
+    string(REPLACE "," ";" model_files "${ARG_MODEL_FILE}")
+    set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${model_files})
   elseif(ARG_ROOT_OPS)
     list(JOIN ARG_ROOT_OPS "," root_ops)
     set(selection --root_ops "${root_ops}")

@@ -2,7 +2,7 @@
 codegen with this project's templates), behind checks that turn selection mistakes into one-line errors that name
 the fix. CMake's configure step and custom commands, the JIT build (custom_ops_2.py) and Buck2's genrules call it.
 
-  run_codegen.py plan     --build_dir DIR [--root_ops a.out,b.out | --model_file x.pte | --example N]
+  run_codegen.py plan     --build_dir DIR [--root_ops a.out,b.out | --model_file x.pte[,y.pte] | --example N]
       checks the selection against custom_ops.yaml and custom_ops.bzl, writes DIR/selected_operators.yaml (and
       DIR/aot_selected_operators.yaml when a selected op is registered from C++) and DIR/custom_ops_plan.cmake (the
       selected ops and their sources, for CMakeLists.txt). No selection: every declared op.
@@ -182,8 +182,8 @@ def write_selection(output: str, root_ops: list[str]) -> None:
 
 def selected_root_ops(ops, *, root_ops=None, model_file=None, example=None) -> list[str]:
     bound = yaml_ops()
-    if model_file:
-        return program_operators(model_file)
+    if model_file:  # one program, or several comma-separated: the ops any of them calls
+        return list(dict.fromkeys(op for path in model_file.split(",") for op in program_operators(path)))
     if root_ops:
         check_root_ops(root_ops, bound, [op.out_name for op in ops.values() if not op.by_codegen])
         return list(root_ops)
@@ -405,7 +405,7 @@ def main() -> int:
     for command in (p, s):
         which = command.add_mutually_exclusive_group()
         which.add_argument("--root_ops", help="comma-separated out variants, e.g. my_ops::mul3.out")
-        which.add_argument("--model_file", help="select every op this .pte program calls")
+        which.add_argument("--model_file", help="select every op this .pte program calls (a,b.pte: any of them)")
         if command is p:
             which.add_argument("--example", help="1, 2 or 3 (both): the upstream example's REGISTER_EXAMPLE_CUSTOM_OP")
     g = sub.add_parser("generate")

@@ -49,7 +49,7 @@ def programs_of(names) -> list[tuple[str, bool]]:
 
 def export_all(programs, output_dir: str) -> list[str]:
     """Makes each checkpoint, loads it back, swaps and exports each (model, quantized); returns the programs written.
-    Lowering takes ~14 s a program, so programs are cached in cmake-out/hf_programs/ by a hash of every source and
+    An export takes seconds a program, so programs are cached in cmake-out/hf_programs/ by a hash of every source and
     package version they come from (flow/artifact_cache.py); the checkpoints, which the checks read, are made anew."""
     import shutil
 

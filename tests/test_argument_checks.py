@@ -145,8 +145,32 @@ def update_cache_cases() -> list[Case]:
     ]
 
 
+def block_format_cases() -> list[Case]:
+    # The weights are packed blocks (uint8), built by the op's Python side as its example is.
+    from ops.q4_0 import q4_0
+    from ops.q8_0 import q8_0
+
+    generator = torch.Generator().manual_seed(0)
+    q8, q4 = q8_0.random_weight(8, 96, generator), q4_0.random_weight(8, 96, generator)
+    linear_q8_0, linear_f32 = out_variant("linear_q8_0"), out_variant("linear_f32")
+    embedding_q4_0 = out_variant("embedding_q4_0")
+    return [
+        Case("linear_q8_0", "input width", lambda: linear_q8_0(torch.randn(1, 2, 64), q8, out=torch.empty(0)),
+             set_sizes(0, lambda s: s[:-1] + [s[-1] - 32]), "must end in the layer's"),
+        Case("linear_q8_0", "weight rows not whole blocks",
+             lambda: linear_q8_0(torch.randn(2, 96), q8[:, :-1], out=torch.empty(0)),
+             set_sizes(1, lambda s: [s[0], s[1] - 1]), "bytes are not whole Q8_0 blocks"),
+        Case("linear_f32", "input dtype",
+             lambda: linear_f32(torch.ones(2, 3, dtype=torch.int32), torch.ones(4, 3), out=torch.empty(0)),
+             set_dtype(0, "INT"), "input has unsupported dtype int32; supported: float32"),
+        Case("embedding_q4_0", "indices dtype",
+             lambda: embedding_q4_0(q4, torch.zeros(3, dtype=torch.int32), out=torch.empty(0)),
+             set_dtype(1, "INT"), "indices have dtype int32; they must be int64"),
+    ]
+
+
 CASES = [*elementwise_cases("mul3"), *elementwise_cases("mul4"), *rms_norm_cases(), *quantize_rows_cases(),
-         *update_cache_cases()]
+         *update_cache_cases(), *block_format_cases()]
 
 
 def reason(text: str, op: str) -> str:
@@ -160,7 +184,8 @@ def reason(text: str, op: str) -> str:
 def examples(declared, python_ops, aot_ops, tmp_path_factory) -> dict[str, str]:
     directory = tmp_path_factory.mktemp("examples")
     return {name: export_example(declared[f"my_ops::{name}"], directory) for name in
-            ("mul3", "mul4", "rms_norm", "quantize_rows", "update_cache")}
+            ("mul3", "mul4", "rms_norm", "quantize_rows", "update_cache", "linear_q8_0", "linear_f32",
+             "embedding_q4_0")}
 
 
 def rewritten(src: str, dst: str, op: str, edit) -> str:

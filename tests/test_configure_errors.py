@@ -33,9 +33,18 @@ def test_a_root_op_that_is_not_bound_fails_at_configure_time(root_ops, expected,
     assert error_line(configure(tmp_path, f"CUSTOM_OPS_ROOT_OPS={root_ops}")).startswith(expected)
 
 
-def test_a_missing_model_file_fails_at_configure_time(tmp_path):
+@pytest.mark.parametrize("after_a_program", [False, True], ids=["alone", "second of two"])
+def test_a_missing_model_file_fails_at_configure_time(after_a_program, request, tmp_path):
+    # Alone, or listed after a program that exists (a runner for several programs): the missing one is named.
     missing = tmp_path / "nonexistent.pte"
-    line = error_line(configure(tmp_path / "build", f"CUSTOM_OPS_MODEL_FILE={missing}"))
+    files = str(missing)
+    if after_a_program:
+        from flow.export import export_example
+
+        declared = request.getfixturevalue("declared")
+        request.getfixturevalue("python_ops")
+        files = f"{export_example(declared['my_ops::mul3'], str(tmp_path))},{missing}"
+    line = error_line(configure(tmp_path / "build", f"CUSTOM_OPS_MODEL_FILE={files}"))
     assert line.startswith(f"error: model file {missing} does not exist")
 
 

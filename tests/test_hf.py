@@ -141,14 +141,14 @@ def test_a_missing_op_is_named_with_the_way_to_register_it(hf, checkpoints, monk
 def test_the_hf_flow_decodes_both_architectures_in_the_runner_and_the_python_runtime(hf, load_method, tmp_path,
                                                                                         capsys):
     # The `hf` mode's steps in this process (its imports and registrations are made): export, a runner selected from
-    # the program, then 200 tokens twice in the runner and twice in the Python runtime per program. One program per
-    # architecture, float32 for one and 8-bit for the other (lowering to XNNPACK costs ~14 s a program; the mode
-    # makes all four): each comparison and each architecture runs. `load_method` is asked for its side effect: the
+    # both programs (the float32 one calls linear_f32, the 8-bit one the q8_0 ops), then 200 tokens twice in the
+    # runner and twice in the Python runtime per program. One program per architecture, float32 for one and 8-bit for
+    # the other (the mode makes all four): each comparison and each architecture runs. `load_method` is asked for its side effect: the
     # combined kernel library loaded into this process, which check_all's Python-runtime decode needs.
     out = str(tmp_path)
     programs = [("llama", False), ("qwen3", True)]
-    hf.export_all(programs, out)
-    runner = cmake_build("hf_runner", f"CUSTOM_OPS_MODEL_FILE={os.path.join(out, 'llama.pte')}",
+    exported = hf.export_all(programs, out)
+    runner = cmake_build("hf_runner", f"CUSTOM_OPS_MODEL_FILE={','.join(exported)}",
                          "CUSTOM_OPS_BUILD_AOT_LIBRARY=OFF")
     assert hf.check_all(programs, out, runner.runner) == 0, capsys.readouterr().err[-4000:]
     lines = [line for line in capsys.readouterr().out.splitlines() if not line.startswith(("Exported", "Reused"))]

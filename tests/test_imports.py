@@ -12,7 +12,7 @@ import pytest
 from flow import declarations
 from helpers import REPO_ROOT
 
-MACHINERY = ["flow/*.py", "codegen/*.py", "my_ops/*.py", "setup.py", "benchmark/*.py", "tools/*.py"]
+MACHINERY = ["flow/*.py", "codegen/*.py", "my_ops/*.py", "my_ops/hf/*.py", "setup.py", "benchmark/*.py", "tools/*.py"]
 OP_MODULES = ["custom_ops_1.py", "custom_ops_2.py", "ops/*/*.py"]  # copied into users' projects and the wheel
 EXAMPLES = [*OP_MODULES, "examples/*.py"]
 
