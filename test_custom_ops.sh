@@ -424,8 +424,9 @@ mode_bench() {
     shift
     ensure_peer_venv
     cmake_build "${BUILD_ROOT}/all_ops" >/dev/null
+    cmake_build "${BUILD_ROOT}/bench" -DCUSTOM_OPS_BUILD_BENCHMARK=ON >/dev/null  # memcpy_bandwidth
     PATH="${VENV}/bin:${PATH}" "${REPO_ROOT}/.venv-peer/bin/python" "${REPO_ROOT}/benchmark/real.py" \
-      --build_dir "${BUILD_ROOT}/all_ops" "$@"
+      --build_dir "${BUILD_ROOT}/all_ops" --memcpy "${BUILD_ROOT}/bench/memcpy_bandwidth" "$@"
     return
   fi
   if [[ "${1:-}" == aoti ]]; then

@@ -13,7 +13,9 @@ over NEW_TOKENS tokens. Once per program: .pte size, and memory in a process of 
 decoding less before the load: the imports cancel out). Then both sides' programs from C++ in ExecuTorch's own LLM
 runner (TextLLMRunner, text in and out), interleaved rounds. llama.cpp: llama-bench -t THREADS -p PROMPT_TOKENS -n
 NEW_TOKENS, its mean and standard deviation over the same number of repetitions, and its peak resident memory.
-Then where a decode step's time goes in each of the project's programs (ETDump from the runner, per kind of op).
+Then where a decode step's time goes in each of the project's programs (ETDump from the runner, per kind of op), and
+(--memcpy) a memcpy of the bytes a decode step reads (the program's weights: its size) on every thread: the decode rate
+if the weights were read at memcpy's speed, and the fraction of it each side reaches.
 Ratios are taken within a round; tables give medians and the min-max of each ratio across rounds.
 """
 
@@ -36,7 +38,7 @@ import torch
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [REPO_ROOT, os.path.dirname(os.path.abspath(__file__))]
 
-from benchmark import spread  # noqa: E402  (benchmark/benchmark.py)
+from benchmark import memcpy_times, spread  # noqa: E402  (benchmark/benchmark.py)
 from hf import load_runtimes, native_output_silenced, step_of  # noqa: E402  (benchmark/hf.py)
 
 DECODE_GOAL, PREFILL_GOAL = 1.1, 1.5  # the project over optimum-executorch
@@ -226,6 +228,7 @@ def main() -> int:
     parser.add_argument("--precisions", default="float32,8da8w,8da4w")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--no_llama_cpp", action="store_true", help="skip llama.cpp (its first build takes minutes)")
+    parser.add_argument("--memcpy", default=None, help="benchmark/memcpy_bandwidth built (CUSTOM_OPS_BUILD_BENCHMARK)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     from flow import real
@@ -264,6 +267,10 @@ def main() -> int:
         row["llm_runner"] = llm_runner_rounds(pair, tokenizer_json, checkpoint.tokenizer.decode(ids), args.rounds)
         row["profile"] = decode_profile(os.path.join(args.build_dir, "custom_ops_executor_runner"), pair["project"],
                                         ids)
+        if args.memcpy:  # the weights a step reads: nearly all of the program's bytes
+            copy_us = statistics.median(memcpy_times(args.memcpy, os.path.getsize(pair["project"]), 20)
+                                        for _ in range(args.rounds))
+            row["memcpy_tokens_per_s"] = 1e6 / copy_us
         rows[name] = row
         print(json.dumps({name: row}), flush=True)
     llama = {} if args.no_llama_cpp else llama_cpp_rows(real.gguf_path(), args.rounds)
@@ -315,6 +322,17 @@ def main() -> int:
                  for c in [c for c, _ in CATEGORIES] + ["other ExecuTorch ops"]]
         print(f"| {name} | " + " | ".join(f"{c['us_per_step']:.0f} us ({100 * c['share']:.0f}%, "
                                             f"{c['calls_per_step']:.0f} calls)" for c in cells) + " |")
+    if any("memcpy_tokens_per_s" in row for row in rows.values()):
+        print(f"\nA memcpy of the program's bytes (what a decode step reads) on {THREADS} threads: the decode rate if "
+              "the weights were read at memcpy's speed, and what each side reaches of it.\n")
+        print("| precision | program MiB | memcpy bound tok/s | project | of bound | optimum-executorch | of bound |")
+        print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+        for name, row in rows.items():
+            bound = row.get("memcpy_tokens_per_s")
+            if bound:
+                print(f"| {name} | {row['size_mib_project']:.1f} | {bound:.0f} | "
+                      f"{row['decode_tokens_per_s_project']:.1f} | {row['decode_tokens_per_s_project'] / bound:.0%} | "
+                      f"{row['decode_tokens_per_s_peer']:.1f} | {row['decode_tokens_per_s_peer'] / bound:.0%} |")
     decode = all(row["decode_tokens_per_s_ratio"][0] >= DECODE_GOAL for row in rows.values())
     prefill = all(row["prefill_tokens_per_s_ratio"][0] >= PREFILL_GOAL for row in rows.values())
     print(f"\nGoals: decode >= {DECODE_GOAL}x optimum-executorch at every precision: {'met' if decode else 'not met'}; "

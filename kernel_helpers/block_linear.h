@@ -500,11 +500,13 @@ inline bool cpu_has_avx512_vnni() {
 
 enum class Isa { kBaseline, kAvx2, kAvx512 };
 
-inline Isa isa() {
+// The code path format F runs on this CPU (capped by CUSTOM_OPS_ISA): F32 needs AVX-512F, the integer dots VNNI too.
+template <Format F>
+Isa isa() {
 #ifdef CUSTOM_OPS_X86_DISPATCH
   switch (elementwise::detected_isa()) {
     case elementwise::Isa::kAvx512:
-      return cpu_has_avx512_vnni() ? Isa::kAvx512 : Isa::kAvx2;
+      return F == Format::kF32 || cpu_has_avx512_vnni() ? Isa::kAvx512 : Isa::kAvx2;
     case elementwise::Isa::kAvx2:
       return Isa::kAvx2;
     case elementwise::Isa::kBaseline:
@@ -538,7 +540,7 @@ constexpr double kSerialWork = 1 << 18;
 // out [tokens, n] = x [tokens, k] . weight^T, weight n rows of format F. False when the pool did not run every task.
 template <Format F>
 bool linear(const float* x, int64_t tokens, int64_t k, const void* weight, int64_t n, float* out) {
-  const Isa which = isa();
+  const Isa which = isa<F>();
   thread_local Activations activations;  // the calling thread's; its tasks only read it
   if constexpr (F != Format::kF32) {
 #ifdef CUSTOM_OPS_X86_DISPATCH

@@ -25,8 +25,9 @@ def reference_module(fmt: str):
     return import_repository_module(f"ops.{fmt}.{fmt}")
 
 
-def run_cases(seed: int = 0) -> int:
-    """Every shape of every format through the op and its reference; the outputs computed (raises on a mismatch)."""
+def run_cases(seed: int = 0) -> tuple[int, int]:
+    """Every shape of every format through the op and its reference; the outputs computed, quantized formats and F32
+    (raises on a mismatch)."""
     from flow.declarations import import_repository_module
 
     generator = torch.Generator().manual_seed(seed)
@@ -40,13 +41,14 @@ def run_cases(seed: int = 0) -> int:
             actual = op(x, weight)
             torch.testing.assert_close(actual, reference(x, weight), **TOLERANCE, msg=f"{fmt} {tokens}x{outputs}x{inputs}")
             elements += actual.numel()
+    f32_elements = 0
     f32 = import_repository_module("ops.linear_f32.linear_f32")
     for tokens, outputs, inputs in F32_SHAPES:
         weight, x = torch.randn(outputs, inputs, generator=generator), torch.randn(tokens, inputs, generator=generator)
         actual = torch.ops.my_ops.linear_f32(x, weight)
         torch.testing.assert_close(actual, f32.linear_f32_reference(x, weight), **TOLERANCE)
-        elements += actual.numel()
-    return elements
+        f32_elements += actual.numel()
+    return elements, f32_elements
 
 
 # Each vector ISA's code in a fresh process with CUSTOM_OPS_ISA capping it, counted where it wrote its outputs.
@@ -55,21 +57,33 @@ from helpers import path_counts
 from flow import registration
 registration.load_aot_library({aot!r})
 from test_block_formats import run_cases
-elements = run_cases()
+quantized, f32 = run_cases()
 counts = path_counts({aot!r})
-result = {{"elements": elements, "baseline": counts[4], "avx2": counts[5], "avx512": counts[6]}}
+result = {{"quantized": quantized, "f32": f32, "baseline": counts[4], "avx2": counts[5], "avx512": counts[6]}}
 """
+
+
+def cpu_has_vnni() -> bool:
+    with open("/proc/cpuinfo") as f:
+        return "avx512_vnni" in f.read().split()
 
 
 @pytest.mark.parametrize("isa", ["baseline", "avx2", "avx512"])
 def test_every_format_equals_its_reference_on_every_vector_isa(isa, combined_build):
+    # The quantized formats' AVX-512 code needs VNNI: on an AVX-512 CPU without it they run the AVX2 loop (F32 does
+    # not need it).
     from test_kernel_paths import expected_isa
 
     if expected_isa(isa) != isa:
         pytest.skip(f"this CPU has no {isa}")
     counts = run_in_fresh_python(ISA_PROBE.format(aot=combined_build.aot_lib),
                                  env=dict(COUNT_PATHS, CUSTOM_OPS_ISA=isa))
-    assert counts[isa] == counts["elements"] > 0, counts
+    quantized_isa = "avx2" if isa == "avx512" and not cpu_has_vnni() else isa
+    expected = {"baseline": 0, "avx2": 0, "avx512": 0}
+    expected[isa] += counts["f32"]
+    expected[quantized_isa] += counts["quantized"]
+    assert counts["quantized"] > 0 and counts["f32"] > 0
+    assert {k: counts[k] for k in expected} == expected, counts
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
@@ -186,3 +200,29 @@ def test_an_index_outside_the_table_is_one_error_in_the_runner_and_the_python_ru
     with pytest.raises(RuntimeError):
         method.execute([torch.tensor([[0, 5, 40, 7]])])
     assert method.execute([torch.tensor([[0, 5, 39, 7]])])[0].shape == (1, 4, 96)
+
+
+def test_a_weight_shape_past_its_stored_bytes_is_refused_before_a_kernel_reads_it(declared, aot_ops, combined_build,
+                                                                                   tmp_path):
+    # The packed weight is a constant of the program: a program claiming more rows than its bytes hold must not send
+    # the kernel past them. ExecuTorch's loader checks a constant's size against its segment (this test holds it to
+    # that), so the kernels' checks start from a weight whose bytes are all there.
+    from flow.export import export_example
+    from flow.runtime import load_kernel_library, load_method_checked
+    from pte_surgery import edit_plan
+
+    def more_rows(plan):
+        (weight,) = [v.val for v in plan.values if getattr(v.val, "data_buffer_idx", 0) > 0
+                     and getattr(v.val, "sizes", None) and len(v.val.sizes) == 2]
+        weight.sizes = [weight.sizes[0] * 64, weight.sizes[1]]
+
+    good = export_example(declared["my_ops::linear_q4_1"], str(tmp_path))
+    bad = edit_plan(good, str(tmp_path / "more_rows.pte"), more_rows)
+    proc = run_runner(combined_build.runner, f"--model_path={bad}")
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    assert proc.returncode == 1 and len(errors) == 1, proc.stderr[-2000:]
+    assert "invalid for program constant segment size" in proc.stderr
+    load_kernel_library(combined_build.kernel_lib)
+    with pytest.raises(RuntimeError, match="Failed to load method forward"):
+        load_method_checked(bad)
+    assert load_method_checked(good).execute([torch.randn(1, 5, 96)])[0].shape == (1, 5, 40)

@@ -39,13 +39,11 @@ def embedding_q4_0_reference(weight: torch.Tensor, indices: torch.Tensor) -> tor
 
 
 def random_weight(rows: int, inputs: int, generator: torch.Generator) -> torch.Tensor:
-    """A Q4_0 weight of random codes (every value 0-15) and scales around 0.05, laid out by the packer
-    (my_ops/hf/quantize.py) the programs use."""
-    from my_ops.hf.quantize import interleave
+    """A Q4_0 weight of random codes (every value 0-15) and scales around 0.05."""
+    from ops.q8_0.q8_0 import random_blocks
 
-    codes = torch.randint(0, 16, (rows, inputs), generator=generator, dtype=torch.uint8)
     d = (0.02 + 0.05 * torch.rand(rows, inputs // BLOCK, generator=generator)).half()
-    return interleave(codes, [d], "q4_0")
+    return random_blocks(rows, inputs, BLOCK // 2, [d], generator)
 
 
 class LinearExample(torch.nn.Module):

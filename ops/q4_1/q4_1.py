@@ -40,14 +40,12 @@ def embedding_q4_1_reference(weight: torch.Tensor, indices: torch.Tensor) -> tor
 
 
 def random_weight(rows: int, inputs: int, generator: torch.Generator) -> torch.Tensor:
-    """A Q4_1 weight of random codes (every value 0-15), scales around 0.05 and minimums around -0.4, laid out by the
-    packer (my_ops/hf/quantize.py) the programs use."""
-    from my_ops.hf.quantize import interleave
+    """A Q4_1 weight of random codes (every value 0-15), scales around 0.05 and minimums around -0.4."""
+    from ops.q8_0.q8_0 import random_blocks
 
-    codes = torch.randint(0, 16, (rows, inputs), generator=generator, dtype=torch.uint8)
     d = (0.02 + 0.05 * torch.rand(rows, inputs // BLOCK, generator=generator)).half()
     m = (-0.4 + 0.2 * torch.randn(rows, inputs // BLOCK, generator=generator)).half()
-    return interleave(codes, [d, m], "q4_1")
+    return random_blocks(rows, inputs, BLOCK // 2, [d, m], generator)
 
 
 class LinearExample(torch.nn.Module):

@@ -59,14 +59,24 @@ def embedding_q8_0_reference(weight: torch.Tensor, indices: torch.Tensor) -> tor
     return dequantize(weight)[indices]
 
 
-def random_weight(rows: int, inputs: int, generator: torch.Generator) -> torch.Tensor:
-    """A Q8_0 weight of random quants (every int8 value, -128 included) and scales around 0.01, laid out by the
-    packer (my_ops/hf/quantize.py) the programs use."""
-    from my_ops.hf.quantize import interleave
+def random_blocks(rows: int, inputs: int, quant_bytes: int, records: list[torch.Tensor],
+                  generator: torch.Generator) -> torch.Tensor:
+    """A block-format weight [rows, inputs / 32 * block bytes] of random quant bytes (every value) whose records hold
+    `records` (fp16 [rows, inputs / 32] each: d, then m), placed where deinterleave reads them; torch alone, so an
+    example builds without the packer's package."""
+    blocks, record_bytes = inputs // BLOCK, 2 * len(records)
+    weight = torch.randint(0, 256, (rows, blocks * (quant_bytes + record_bytes)), generator=generator,
+                           dtype=torch.uint8)
+    _, where = deinterleave(torch.arange(weight.numel()).reshape(weight.shape), quant_bytes, record_bytes)
+    fields = torch.stack(records, dim=-1).contiguous().view(torch.uint8)  # [rows, blocks, record_bytes]
+    weight.view(-1)[where.reshape(-1)] = fields.reshape(-1)
+    return weight
 
-    codes = torch.randint(0, 256, (rows, inputs), generator=generator, dtype=torch.uint8)
+
+def random_weight(rows: int, inputs: int, generator: torch.Generator) -> torch.Tensor:
+    """A Q8_0 weight of random quants (every int8 value, -128 included) and scales around 0.01."""
     d = (0.005 + 0.01 * torch.rand(rows, inputs // BLOCK, generator=generator)).half()
-    return interleave(codes, [d], "q8_0")
+    return random_blocks(rows, inputs, BLOCK, [d], generator)
 
 
 class LinearExample(torch.nn.Module):
