@@ -158,6 +158,17 @@ def llm_runner_rounds(programs: dict[str, str], tokenizer_json: str, text: str, 
                                               for key in ("prefill", "decode")}}
 
 
+# Runs argv[2:] and writes its peak resident memory (KiB) to argv[1]. A child's ru_maxrss starts from its parent's
+# resident memory at the fork (exec keeps the high-water mark), so llama-bench is started from this small process, not
+# from the benchmark's, which holds models.
+RSS_LAUNCHER = """import os, sys
+pid = os.spawnv(os.P_NOWAIT, sys.argv[2], sys.argv[2:])
+_, status, usage = os.wait4(pid, 0)
+open(sys.argv[1], "w").write(str(usage.ru_maxrss))
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
 def llama_cpp_rows(gguf: str, rounds: int) -> dict[str, dict]:
     """llama-bench on the shipped file and on Q8_0 and F32 files made from it: tokens/s of pp and tg (mean, standard
     deviation), the file's size, llama-bench's peak resident memory (ru_maxrss: KiB on Linux)."""
@@ -173,14 +184,14 @@ def llama_cpp_rows(gguf: str, rounds: int) -> dict[str, dict]:
             os.rename(files[kind] + ".partial", files[kind])
     rows = {}
     for kind, path in files.items():
-        proc = subprocess.Popen([found["llama-bench"], "-m", path, "-t", str(THREADS), "-p", str(PROMPT_TOKENS), "-n",
-                                 str(NEW_TOKENS), "-r", str(rounds), "-o", "json"], stdout=subprocess.PIPE,
-                                stderr=subprocess.DEVNULL, text=True)
-        out = proc.stdout.read()
-        _, status, usage = os.wait4(proc.pid, 0)
-        if status != 0:
-            raise RuntimeError(f"llama-bench failed on {path}")
-        row = {"size_mib": os.path.getsize(path) / 2 ** 20, "peak_rss_mib": usage.ru_maxrss / 1024}
+        with tempfile.NamedTemporaryFile("r") as rss:
+            proc = subprocess.run([sys.executable, "-c", RSS_LAUNCHER, rss.name, found["llama-bench"], "-m", path, "-t",
+                                   str(THREADS), "-p", str(PROMPT_TOKENS), "-n", str(NEW_TOKENS), "-r", str(rounds),
+                                   "-o", "json"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+            if proc.returncode != 0:
+                raise RuntimeError(f"llama-bench failed on {path}")
+            out, peak_kib = proc.stdout, int(rss.read())
+        row = {"size_mib": os.path.getsize(path) / 2 ** 20, "peak_rss_mib": peak_kib / 1024}
         for test in json.loads(out):
             key = "prefill" if test["n_prompt"] else "decode"
             row[key] = (test["avg_ts"], test["stddev_ts"])
@@ -243,7 +254,7 @@ def main() -> int:
     os.makedirs(args.output_dir, exist_ok=True)
     checkpoint = real.load()
     ids = prompt(checkpoint.tokenizer)
-    ours = real.export_all(checkpoint, [real.PRECISIONS[n] for n in names], args.output_dir, args.build_dir)
+    ours = real.export_all(checkpoint, [real.PRECISIONS[n] for n in names], args.output_dir)
     tokenizer_json = save_tokenizer(checkpoint.tokenizer, args.output_dir)
     folder = hf_folder(checkpoint, args.output_dir)
     programs = {n: {"project": pte, "peer": export_peer(folder, n, args.output_dir)} for n, pte in zip(names, ours)}
@@ -268,7 +279,7 @@ def main() -> int:
         row["profile"] = decode_profile(os.path.join(args.build_dir, "custom_ops_executor_runner"), pair["project"],
                                         ids)
         if args.memcpy:  # the weights a step reads: nearly all of the program's bytes
-            copy_us = statistics.median(memcpy_times(args.memcpy, os.path.getsize(pair["project"]), 20)
+            copy_us = statistics.median(memcpy_times(args.memcpy, os.path.getsize(pair["project"]), 20)[0]
                                         for _ in range(args.rounds))
             row["memcpy_tokens_per_s"] = 1e6 / copy_us
         rows[name] = row

@@ -13,7 +13,7 @@ runtime, and the same text from TextLLMRunner, twice. 8da8w and 8da4w: the runne
 tokens with the same logits, bit for bit, twice each; fed the reference's tokens, the program's logits stay within
 QUANTIZED_TOLERANCE of the same quantized model in eager PyTorch, every my_ops op computed by its ATen reference (no
 kernel under test). --perplexity: each program's perplexity of examples/alice_chapter1.txt, computed in ExecuTorch,
-beside the eager float32 model's. Programs are exported once (cmake-out/real_programs/, the cache of `python -m
+beside the eager float32 model's. Programs are exported once (~/.cache/my_ops/programs, the cache of `python -m
 my_ops.hf`).
 """
 
@@ -46,7 +46,6 @@ FLOAT32_TOLERANCE = dict(atol=2e-3, rtol=1e-4)  # logits span about +-30
 # different integers from that layer on: seen up to 1.2 after 30 layers (logits of about +-30, decided tokens unmoved).
 QUANTIZED_TOLERANCE = dict(atol=3.0, rtol=0.0)
 TEXT = os.path.join(REPO_ROOT, "examples", "alice_chapter1.txt")
-CACHE_DIR = os.path.join(REPO_ROOT, "cmake-out", "real_programs")
 
 
 def gguf_path() -> str:
@@ -75,20 +74,20 @@ def program_path(output_dir: str, quantize: str | None) -> str:
     return os.path.join(output_dir, f"smollm2_{precision_name(quantize)}.pte")
 
 
-def export_all(checkpoint, precisions, output_dir: str, build_dir: str) -> list[str]:
+def export_all(checkpoint, precisions, output_dir: str) -> list[str]:
     """Each precision's program into output_dir and the tokenizer beside them; the checkpoint's model is left
-    untouched. Programs come from the cache `python -m my_ops.hf` keeps (cmake-out/real_programs here), made once per
-    model file, settings, my_ops sources and op library: the CLI reuses what this made and the other way round."""
+    untouched. Programs come from the cache `python -m my_ops.hf` keeps (~/.cache/my_ops/programs), made once per
+    model file, settings, my_ops sources and op schemas: the CLI reuses what this made and the other way round."""
     from flow.export import written_whole
     from my_ops.hf.checkpoint import save_tokenizer
-    from my_ops.hf.runtime import export_cached
+    from my_ops.hf.runtime import default_cache_dir, export_cached
 
     os.makedirs(output_dir, exist_ok=True)
     save_tokenizer(checkpoint.tokenizer, output_dir)
     written = []
     for quantize in precisions:
         model = copy.deepcopy(checkpoint)  # the export swaps the model in place
-        cached, made = export_cached(model, quantize, MAX_SEQ_LEN, CACHE_DIR, build_dir)
+        cached, made = export_cached(model, quantize, MAX_SEQ_LEN, default_cache_dir())
         with open(cached, "rb") as source:  # a copy: the cache keeps its own
             written.append(written_whole(program_path(output_dir, quantize), lambda f: shutil.copyfileobj(source, f)))
         print(f"{'Exported' if made else 'Reused'} {os.path.relpath(written[-1])} "
@@ -229,7 +228,7 @@ def main() -> int:
     try:
         checkpoint = load()
         if args.stage == "export":
-            export_all(checkpoint, precisions, args.output_dir, args.build_dir)
+            export_all(checkpoint, precisions, args.output_dir)
             return 0
         load_kernel_library(os.path.join(args.build_dir, "libcustom_ops_lib.so"))
         runner = os.path.join(args.build_dir, "custom_ops_executor_runner")

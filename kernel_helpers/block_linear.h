@@ -393,7 +393,7 @@ CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_BLOCKS_INLINE void group_avx512(const Task& ta
   }
 }
 
-// F32: four rows' 16 weights against T tokens' 16 activations per step; a row's tail through a mask.
+// F32: R rows' 16 weights against T tokens' 16 activations per step; a row's tail through a mask.
 template <int R, int T>
 CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_BLOCKS_INLINE void step_f32(const float* w, const float* x, int64_t k, int64_t j,
                                                             __mmask16 mask, __m512 (&acc)[R][T]) {
@@ -442,13 +442,14 @@ CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_BLOCKS_INLINE void rows_f32_avx512(const Task&
   }
 }
 
-// Units [first, end) against T tokens from t0: a group at a time (the last one may be short), or F32 rows four at a
-// time at decode (each activation load feeding four rows, four sums in flight) and two at a time for more tokens.
+// Units [first, end) against T tokens from t0: a group at a time (the last one may be short), or F32 rows eight at a
+// time at decode (each activation load feeding eight rows, eight sums in flight: about 6% faster than four over
+// SmolLM2's weights, which stream from memory) and two at a time for more tokens.
 template <Format F, int T>
 CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_BLOCKS_INLINE void units_of_tokens_avx512(const Task& task, int64_t t0,
                                                                             int64_t first, int64_t end) {
   if constexpr (F == Format::kF32) {
-    constexpr int R = T == 1 ? 4 : 2;
+    constexpr int R = T == 1 ? 8 : 2;
     int64_t r = first;
     for (; r + R <= end; r += R) {
       rows_f32_avx512<R, T>(task, r, t0);

@@ -174,3 +174,63 @@ def test_executorchs_own_llm_runner_decodes_the_program_to_generates_tokens(hf, 
         runner.generate(hf.LLM_RUNNER_PROMPT, hf.llm_runner_config(m.NEW_TOKENS, m.MAX_POSITIONS),
                         token_callback=pieces.append)
         assert [ids[p] for p in pieces] == expected
+
+
+def test_the_program_cache_makes_once_per_identity_and_keeps_only_the_newest_of_a_name(hf, tmp_path):
+    # `python -m my_ops.hf` and the real mode keep their programs in ~/.cache/my_ops/programs: hundreds of MiB each,
+    # so a program made for a new identity (other sources, schemas, packages) replaces the one it supersedes.
+    from my_ops.hf.runtime import cached
+
+    made = []
+
+    def make(path):
+        made.append(path)
+        with open(path, "w") as f:
+            f.write(str(len(made)))
+
+    first, fresh = cached(str(tmp_path), "model_8da4w.pte", "identity 1", make)
+    again, fresh_again = cached(str(tmp_path), "model_8da4w.pte", "identity 1", make)
+    other, _ = cached(str(tmp_path), "other_8da4w.pte", "identity 1", make)
+    newer, fresh_newer = cached(str(tmp_path), "model_8da4w.pte", "identity 2", make)
+    assert (fresh, fresh_again, fresh_newer, len(made)) == (True, False, True, 3) and again == first != newer
+    assert sorted(os.listdir(tmp_path)) == sorted([os.path.basename(other), os.path.basename(newer)])
+    assert open(newer).read() == "3"
+
+
+def test_the_program_identity_is_the_schemas_not_the_kernels(hf):
+    # A rebuilt kernel keeps the programs; a changed schema (here: one more op registered) makes them anew.
+    from my_ops.hf.runtime import schema_hash
+
+    before = schema_hash()
+    assert schema_hash() == before
+    library = torch.library.Library("my_ops", "FRAGMENT")
+    library.define("cache_identity_probe(Tensor x) -> Tensor")
+    try:
+        assert schema_hash() != before
+    finally:
+        library._destroy()
+    assert schema_hash() == before
+
+
+def test_the_program_identity_covers_every_module_an_export_runs(hf):
+    # A cached program is made again when a source it comes from changes: EXPORT_SOURCES must hold export.py and every
+    # my_ops.hf module it imports, transitively, and my_ops' own __init__ (the registration); the command line and the
+    # text helpers are left out on purpose.
+    import ast
+
+    from my_ops.hf import runtime
+
+    def imported(relative):
+        tree = ast.parse(open(os.path.join(runtime.PACKAGE_DIR, relative)).read())
+        package = os.path.dirname(relative)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.level == 1 and package == "hf":
+                yield os.path.join(package, f"{node.module}.py" if node.module else "__init__.py")
+
+    reached, pending = set(), ["hf/export.py", "hf/__init__.py", "__init__.py"]
+    while pending:
+        relative = pending.pop()
+        if relative not in reached:
+            reached.add(relative)
+            pending.extend(imported(relative))
+    assert reached == set(runtime.EXPORT_SOURCES)

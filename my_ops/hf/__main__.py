@@ -56,8 +56,7 @@ def _parser() -> argparse.ArgumentParser:
     for sub in (generate, score):
         sub.add_argument("--kernel_library", default=None,
                          help="the ops' ExecuTorch kernels (default: --build_dir's libcustom_ops_lib.so)")
-        sub.add_argument("--cache_dir", default=os.environ.get("MY_OPS_CACHE_DIR",
-                                                                os.path.expanduser("~/.cache/my_ops/programs")),
+        sub.add_argument("--cache_dir", default=runtime.default_cache_dir(),
                          help="where exported programs are kept (default: $MY_OPS_CACHE_DIR or %(default)s)")
     return parser
 
@@ -102,7 +101,7 @@ def _export(args, checkpoint, quantize) -> int:
 
 
 def _program(args, checkpoint, quantize) -> str:
-    pte, made = runtime.export_cached(checkpoint, quantize, args.max_seq_len, args.cache_dir, args.build_dir)
+    pte, made = runtime.export_cached(checkpoint, quantize, args.max_seq_len, args.cache_dir)
     print(f"{'Exported' if made else 'Reused'} {pte}", file=sys.stderr)
     return pte
 

@@ -83,19 +83,25 @@ def versions() -> str:
     return " ".join(found)
 
 
+# The sources an export runs (the swap, the packing, the export itself); the command line, the tokenizer and perplexity
+# code can change without making the programs again.
+EXPORT_SOURCES = ("__init__.py", "hf/__init__.py", "hf/swap.py", "hf/quantize.py", "hf/export.py")
+
+
 def package_hash() -> str:
-    """A hash of my_ops' Python sources: the swap and the packing an export runs."""
+    """A hash of the my_ops sources an export runs (EXPORT_SOURCES)."""
     h = hashlib.sha256()
-    for path in sorted(glob.glob(os.path.join(PACKAGE_DIR, "**", "*.py"), recursive=True)):
-        h.update(os.path.relpath(path, PACKAGE_DIR).encode() + b"\0")
-        with open(path, "rb") as f:
+    for relative in EXPORT_SOURCES:
+        h.update(relative.encode() + b"\0")
+        with open(os.path.join(PACKAGE_DIR, relative), "rb") as f:
             h.update(f.read())
     return h.hexdigest()[:16]
 
 
 def cached(cache_dir: str, name: str, key: str, make: Callable[[str], None]) -> tuple[str, bool]:
     """<cache_dir>/<name stem>-<hash of key><ext>, made by make(path) once per key; and whether it was made now. Made
-    beside its place and renamed into it, so a reader sees a whole file or none."""
+    beside its place and renamed into it, so a reader sees a whole file or none; the versions of the same name it
+    supersedes are removed (a program is hundreds of MiB)."""
     stem, ext = os.path.splitext(name)
     path = os.path.join(cache_dir, f"{stem}-{hashlib.sha256(key.encode()).hexdigest()[:16]}{ext}")
     if os.path.isfile(path):
@@ -105,23 +111,31 @@ def cached(cache_dir: str, name: str, key: str, make: Callable[[str], None]) -> 
         partial = os.path.join(tmp, name)
         make(partial)
         os.replace(partial, path)
+    for old in glob.glob(os.path.join(cache_dir, f"{glob.escape(stem)}-{'[0-9a-f]' * 16}{ext}")):
+        if old != path:
+            os.remove(old)
     return path, True
 
 
-def library_hash(build_dir: str | None) -> str:
-    """The op library's identity (a program holds the schemas it registered); the wheel's when no build is given."""
-    path = os.path.join(build_dir, AOT_LIBRARY) if build_dir else next(iter(glob.glob(os.path.join(PACKAGE_DIR,
-                                                                                                   "_C*.so"))), None)
-    if path is None or not os.path.isfile(path):
-        return "no-library"
-    with open(path, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()[:16]
+def schema_hash() -> str:
+    """The registered my_ops schemas' identity: what a program takes from the op library (a kernel's body is the
+    runtime's business, so rebuilding a kernel keeps the programs)."""
+    import torch
+
+    schemas = sorted(str(torch._C._get_schema(*(name.split(".", 1) + [""])[:2]))
+                     for name in torch._C._dispatch_get_all_op_names() if name.startswith("my_ops::"))
+    return hashlib.sha256("\n".join(schemas).encode()).hexdigest()[:16]
 
 
-def export_cached(checkpoint, quantize: str | None, max_seq_len: int, cache_dir: str,
-                  build_dir: str | None) -> tuple[str, bool]:
+def default_cache_dir() -> str:
+    """Where exported programs are kept: $MY_OPS_CACHE_DIR, else ~/.cache/my_ops/programs (outside any checkout, so a
+    fresh clone reuses them)."""
+    return os.environ.get("MY_OPS_CACHE_DIR", os.path.expanduser(os.path.join("~", ".cache", "my_ops", "programs")))
+
+
+def export_cached(checkpoint, quantize: str | None, max_seq_len: int, cache_dir: str) -> tuple[str, bool]:
     """The program of `checkpoint` at `quantize`: exported once per model file, settings, package versions, my_ops
-    sources and op library into cache_dir; (path, whether it was exported now). The checkpoint's model is swapped in
+    sources and op schemas into cache_dir; (path, whether it was exported now). The checkpoint's model is swapped in
     place when it is exported."""
     from .export import export_program
 
@@ -132,5 +146,5 @@ def export_cached(checkpoint, quantize: str | None, max_seq_len: int, cache_dir:
 
     name = f"{os.path.splitext(os.path.basename(checkpoint.path.rstrip('/')))[0]}_{quantize or 'float32'}.pte"
     identity = " ".join([checkpoint.digest(), str(quantize), str(max_seq_len), versions(), package_hash(),
-                         library_hash(build_dir)])
+                         schema_hash()])
     return cached(cache_dir, name, identity, make)
