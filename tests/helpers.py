@@ -115,15 +115,20 @@ def run_flow(module: str, *args: str, repo: str = REPO_ROOT, timeout: int = 600,
 COUNT_PATHS = {"CUSTOM_OPS_COUNT_PATHS": "1"}
 
 
-def path_counts(library: str) -> list[int]:
-    """A kernel library's path counters (custom_ops_elementwise_stats, in the order of its Path enum), read in a process
-    started with COUNT_PATHS."""
+# The counters of elementwise_loop.h's Path enum, in its order; the last four name where the vector work ran.
+PATH_COUNTERS = ["serial", "parallel_tasks", "streamed_blocks", "unaligned_heads",
+                 "baseline", "avx2", "avx512", "half_arithmetic"]
+
+
+def path_counts(library: str) -> dict[str, int]:
+    """A kernel library's path counters by name (custom_ops_elementwise_stats), read in a process started with
+    COUNT_PATHS."""
     import ctypes
 
-    counts = (ctypes.c_uint64 * 8)()
-    if ctypes.CDLL(library).custom_ops_elementwise_stats(counts, 8) != 1:
+    counts = (ctypes.c_uint64 * len(PATH_COUNTERS))()
+    if ctypes.CDLL(library).custom_ops_elementwise_stats(counts, len(PATH_COUNTERS)) != 1:
         raise AssertionError(f"{library} counted nothing: start the process with CUSTOM_OPS_COUNT_PATHS=1")
-    return list(counts)
+    return dict(zip(PATH_COUNTERS, counts))
 
 
 def run_in_fresh_python(code: str, timeout: int = 300, env: dict[str, str] | None = None) -> dict:

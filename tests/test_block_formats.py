@@ -28,8 +28,6 @@ def reference_module(fmt: str):
 def run_cases(seed: int = 0) -> tuple[int, int]:
     """Every shape of every format through the op and its reference; the outputs computed, quantized formats and F32
     (raises on a mismatch)."""
-    from flow.declarations import import_repository_module
-
     generator = torch.Generator().manual_seed(seed)
     elements = 0
     for fmt in FORMATS:
@@ -42,7 +40,7 @@ def run_cases(seed: int = 0) -> tuple[int, int]:
             torch.testing.assert_close(actual, reference(x, weight), **TOLERANCE, msg=f"{fmt} {tokens}x{outputs}x{inputs}")
             elements += actual.numel()
     f32_elements = 0
-    f32 = import_repository_module("ops.linear_f32.linear_f32")
+    f32 = reference_module("linear_f32")
     for tokens, outputs, inputs in F32_SHAPES:
         weight, x = torch.randn(outputs, inputs, generator=generator), torch.randn(tokens, inputs, generator=generator)
         actual = torch.ops.my_ops.linear_f32(x, weight)
@@ -59,7 +57,7 @@ registration.load_aot_library({aot!r})
 from test_block_formats import run_cases
 quantized, f32 = run_cases()
 counts = path_counts({aot!r})
-result = {{"quantized": quantized, "f32": f32, "baseline": counts[4], "avx2": counts[5], "avx512": counts[6]}}
+result = {{"quantized": quantized, "f32": f32, **counts}}
 """
 
 

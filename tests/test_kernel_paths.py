@@ -16,16 +16,14 @@ import pytest
 import torch
 
 from flow.compare import assert_bit_exact, bit_difference
-from helpers import ALL_DTYPES, COUNT_PATHS, full_range, run_in_fresh_python
+from helpers import ALL_DTYPES, COUNT_PATHS, PATH_COUNTERS, full_range, run_in_fresh_python
 from pte_surgery import rewrite_output_tensor
 
 GRAIN = 16 << 10
 SMALL_THRESHOLDS = {"CUSTOM_OPS_STREAMING_MIN_BYTES": "0", "CUSTOM_OPS_PARALLEL_GRAIN_BYTES": str(GRAIN)}
 CALL_BYTES = 192 << 10
 MAX_ELEMENTS = 1 << 18
-COUNTERS = ["serial", "parallel_tasks", "streamed_blocks", "unaligned_heads",
-            "baseline", "avx2", "avx512", "half_arithmetic"]
-ISA_COUNTERS = COUNTERS[4:]
+ISA_COUNTERS = PATH_COUNTERS[4:]
 
 
 def numel(dtype_name: str) -> int:
@@ -55,7 +53,7 @@ from flow.compare import bit_difference
 from helpers import full_range, path_counts
 
 def path_stats(library):
-    return dict(zip({counters!r}, path_counts(library)))
+    return path_counts(library)
 
 reference = {{op.short_name: op.reference_function() for op in declarations.load().values()}}
 mismatches, elements = [], 0
@@ -126,7 +124,7 @@ def assert_every_path_ran(result, isa: str, calls: int, total_bytes: int, shifte
 @pytest.mark.parametrize("cap", ["baseline", "avx2", None], ids=["baseline", "avx2", "best"])
 def test_runtime_kernels_stream_in_parallel_on_every_isa(cap, combined_build, large_programs):
     env = dict(SMALL_THRESHOLDS, **COUNT_PATHS, **({"CUSTOM_OPS_ISA": cap} if cap else {}))
-    result = run_in_fresh_python(RUNTIME_PROBE.format(counters=COUNTERS, kernel_lib=combined_build.kernel_lib,
+    result = run_in_fresh_python(RUNTIME_PROBE.format(kernel_lib=combined_build.kernel_lib,
                                                       programs=large_programs), env=env)
     total_bytes = sum(n * getattr(torch, d).itemsize for _, d, n, _, _ in large_programs)
     assert_every_path_ran(result, expected_isa(cap), len(large_programs), total_bytes, shifted_calls=1)
@@ -136,7 +134,7 @@ def test_runtime_kernels_stream_in_parallel_on_every_isa(cap, combined_build, la
 def test_aten_kernel_streams_in_parallel_on_every_isa(cap, mul4_build):
     env = dict(SMALL_THRESHOLDS, **COUNT_PATHS, **({"CUSTOM_OPS_ISA": cap} if cap else {}))
     sizes = [(d, numel(d)) for d in ALL_DTYPES]
-    result = run_in_fresh_python(ATEN_PROBE.format(counters=COUNTERS, aot_lib=mul4_build.aot_lib, sizes=sizes),
+    result = run_in_fresh_python(ATEN_PROBE.format(aot_lib=mul4_build.aot_lib, sizes=sizes),
                                  env=env)
     total_bytes = 4 * sum(n * getattr(torch, d).itemsize for d, n in sizes)
     assert_every_path_ran(result, expected_isa(cap), 4 * len(sizes), total_bytes, shifted_calls=len(sizes))
@@ -145,9 +143,9 @@ def test_aten_kernel_streams_in_parallel_on_every_isa(cap, mul4_build):
 def test_small_inputs_stay_serial_and_cached_by_default(combined_build, dynamic_programs, mul4_build):
     programs = [(op, d, 16, dynamic_programs.get(op, getattr(torch, d), 1), False)
                 for op in ("mul3", "mul4") for d in ALL_DTYPES]
-    runtime = run_in_fresh_python(RUNTIME_PROBE.format(counters=COUNTERS, kernel_lib=combined_build.kernel_lib,
+    runtime = run_in_fresh_python(RUNTIME_PROBE.format(kernel_lib=combined_build.kernel_lib,
                                                        programs=programs), env=COUNT_PATHS)
-    aten = run_in_fresh_python(ATEN_PROBE.format(counters=COUNTERS, aot_lib=mul4_build.aot_lib,
+    aten = run_in_fresh_python(ATEN_PROBE.format(aot_lib=mul4_build.aot_lib,
                                                  sizes=[(d, 16 * 16) for d in ALL_DTYPES]), env=COUNT_PATHS)
     for result, calls in ((runtime, len(programs)), (aten, 4 * len(ALL_DTYPES))):
         assert result["mismatches"] == []

@@ -141,7 +141,7 @@ for dtype in ("float32", "float16", "bfloat16"):
     w = (1 + 0.1 * torch.randn(4096 + 15, generator=generator)).to(x.dtype)
     y = torch.ops.my_ops.rms_norm(x, w, 1e-5)
     outputs[dtype] = hashlib.sha256(y.view(torch.int16 if y.itemsize == 2 else torch.int32).numpy().tobytes()).hexdigest()
-result = {{"outputs": outputs, "stats": dict(zip({counters!r}, path_counts({aot_lib!r})))}}
+result = {{"outputs": outputs, "stats": path_counts({aot_lib!r})}}
 """
 
 
@@ -149,12 +149,12 @@ def test_every_isa_gives_the_same_bits_and_the_rows_run_on_the_best(combined_bui
     # The AVX-512 variant converts 16-bit rows in order with its own code; a reduction must not depend on the CPU.
     # Nor on the stores: with the streaming threshold at 0, AVX-512's bfloat16 rows leave by non-temporal stores.
     from helpers import COUNT_PATHS, run_in_fresh_python
-    from test_kernel_paths import COUNTERS, expected_isa
+    from test_kernel_paths import expected_isa
 
     runs = {"baseline": {"CUSTOM_OPS_ISA": "baseline"}, "best": {}, "streamed": {"CUSTOM_OPS_STREAMING_MIN_BYTES": "0"}}
     results = {}
     for run, env in runs.items():
-        results[run] = run_in_fresh_python(ISA_PROBE.format(aot_lib=combined_build.aot_lib, counters=COUNTERS),
+        results[run] = run_in_fresh_python(ISA_PROBE.format(aot_lib=combined_build.aot_lib),
                                            env=dict(COUNT_PATHS, **env))
         isa = expected_isa(env.get("CUSTOM_OPS_ISA"))
         elements = 3 * 1024 * (4096 + 15)
