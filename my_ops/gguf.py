@@ -58,3 +58,52 @@ def rope_row_order(rows: int, heads: int) -> np.ndarray:
     converter interleaved each head's two rotary halves; whole rows move, so the blocks stay intact."""
     half = rows // heads // 2
     return np.arange(rows).reshape(heads, half, 2).swapaxes(1, 2).reshape(rows)
+
+
+def attach_blocks(model, path: str) -> dict[str, str]:
+    """Every torch.nn.Linear and the token embedding of `model` (transformers' model of the GGUF file at `path`) whose
+    weight is a quantized tensor of the file gets `gguf_blocks = (codes, records, format)` in transformers' row order,
+    for my_ops.hf.quantize to pack instead of quantizing. Returns {GGUF tensor: its type} of what was attached. Raises
+    UnsupportedTensorError naming every quantized tensor of a type the ops do not take, before anything is attached."""
+    import gguf
+    import torch
+    from transformers.modeling_gguf_pytorch_utils import get_gguf_hf_weights_map
+
+    config = model.config.get_text_config(decoder=True)
+    names = get_gguf_hf_weights_map(model)  # GGUF tensor -> transformers parameter
+    reader = gguf.GGUFReader(path)
+    float_types = {"F32", "F16", "BF16"}
+    refused = [f"{t.name} ({t.tensor_type.name})" for t in reader.tensors
+               if t.tensor_type.name not in float_types | set(BLOCK_BYTES)]
+    if refused:
+        raise UnsupportedTensorError(f"{path}: {len(refused)} tensors of types my_ops does not read: "
+                                     f"{', '.join(refused[:6])}{' ...' if len(refused) > 6 else ''}; it takes "
+                                     f"{', '.join(BLOCK_BYTES)} (and float tensors); requantize the file with "
+                                     "llama-quantize to one of them, or export with --quantize 8da4w")
+    modules = dict(model.named_modules())
+    attached = {}
+    for tensor in reader.tensors:
+        kind = tensor.tensor_type.name
+        if kind not in BLOCK_BYTES or tensor.name not in names:
+            continue
+        module = modules[names[tensor.name].rsplit(".", 1)[0]]
+        codes, records = codes_and_records(np.asarray(tensor.data), kind)
+        if ".attn_q." in tensor.name or ".attn_k." in tensor.name:
+            heads = config.num_attention_heads if ".attn_q." in tensor.name else config.num_key_value_heads
+            order = rope_row_order(codes.shape[0], heads)
+            codes, records = codes[order], [r[order] for r in records]
+        module.gguf_blocks = (torch.from_numpy(np.ascontiguousarray(codes)),
+                              [torch.from_numpy(np.ascontiguousarray(r)) for r in records], FORMATS[kind])
+        attached[tensor.name] = kind
+    return attached
+
+
+def export_program(path: str, *, max_seq_len: int = 256):
+    """The GGUF file at `path` as an ExecuTorch program whose linear layers and embedding run the file's own blocks on
+    my_ops' block ops (nothing dequantized into the program, nothing requantized); the rest as my_ops.hf does it."""
+    from .hf import export_program as export_hf
+    from .hf.checkpoint import load
+
+    checkpoint = load(path)
+    attach_blocks(checkpoint.model, path)
+    return export_hf(checkpoint.model, max_seq_len=max_seq_len, quantize="gguf")
