@@ -10,7 +10,7 @@ import warnings
 
 import torch
 
-from .quantize import FORMATS, ops_of, put_linears_on_ops
+from .quantize import FORMATS, Embedding, Linear, ops_of, put_linears_on_ops
 from .swap import OPS, ExportableDecoder, UnsupportedModelError, swap_ops
 
 QUANTIZE_MODES = tuple(p for p in FORMATS if p)  # ("8da8w", "8da4w"); None is float32
@@ -26,7 +26,7 @@ def prepare(model: torch.nn.Module, *, max_seq_len: int = 256, quantize: str | N
     """`model` with the project's ops swapped in (in place) and its linear layers packed, inside the module a program
     is exported from: forward(tokens int64 [1, T], input_pos int64 [1]) -> logits [1, vocab] of the last position. It
     runs in eager too (the ops' PyTorch kernels)."""
-    if quantize not in FORMATS:
+    if quantize not in FORMATS and quantize != "gguf":
         raise UnsupportedModelError(f"quantize={quantize!r}: choose None (float32) or one of {QUANTIZE_MODES}")
     if max_seq_len < 1:
         raise UnsupportedModelError(f"max_seq_len={max_seq_len}: give the positions the program holds, 1 or more")
@@ -58,7 +58,10 @@ def export_program(model: torch.nn.Module, *, max_seq_len: int = 256, quantize: 
     # instead of 15 for SmolLM2's 30 layers). The IR check re-verifies every node against the edge dialect, a minute
     # more; the program's ops are checked below and by the runtime's loader.
     edge = to_edge(exported, constant_methods=metadata, compile_config=EdgeCompileConfig(_check_ir_validity=False))
-    if missing := [op for op in program_ops(quantize) if op not in _ops_outside_delegates(edge.exported_program().graph)]:
+    expected = program_ops(quantize) if quantize != "gguf" else (*OPS, *sorted(
+        {f"my_ops::{'linear' if isinstance(m, Linear) else 'embedding'}_{m.fmt}" for m in decoder.modules()
+         if isinstance(m, (Linear, Embedding))}))
+    if missing := [op for op in expected if op not in _ops_outside_delegates(edge.exported_program().graph)]:
         raise UnsupportedModelError(f"{', '.join(missing)} did not reach the program's own kernels (decomposed or "
                                     "delegated): the swap did not take")
     # The caches start uninitialized (their zeros are not stored in the program): every position attention reads was

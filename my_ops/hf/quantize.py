@@ -136,6 +136,8 @@ def put_linears_on_ops(model: torch.nn.Module, precision: str | None) -> torch.n
     """Every torch.nn.Linear of `model` (a transformers model, in place) on my_ops' linear op of `precision`, its token
     embedding too when quantized; a tied output projection shares the embedding's packed table. Raises
     UnsupportedModelError for a layer a block format cannot hold (inputs not a multiple of 32)."""
+    if precision == "gguf":
+        return _put_gguf_blocks_on_ops(model)
     if precision not in FORMATS:
         raise UnsupportedModelError(f"quantize={precision!r}: choose None (float32) or one of "
                                     f"{tuple(p for p in FORMATS if p)}")
@@ -159,5 +161,29 @@ def put_linears_on_ops(model: torch.nn.Module, precision: str | None) -> torch.n
             weight = linear.weight  # the Parameter itself: a tied embedding keeps reading the same one
         else:
             weight = table if tied and table is not None else pack(linear.weight.detach(), fmt)
+        _replace(model, name, Linear(weight, fmt, linear.bias, type(linear).__name__))
+    return model
+
+
+def _put_gguf_blocks_on_ops(model: torch.nn.Module) -> torch.nn.Module:
+    """The linear layers and embedding carrying a GGUF file's own blocks (my_ops.gguf.attach_blocks) on the op of their
+    format, the blocks packed as they are (nothing requantized); a tied output projection reads the embedding's table;
+    a layer the file stores in float stays float32 (my_ops::linear_f32)."""
+    linears = {name: m for name, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
+    embedding = model.get_input_embeddings()
+    table = None
+    if getattr(embedding, "gguf_blocks", None) is not None:
+        codes, records, fmt = embedding.gguf_blocks
+        table = (interleave(codes, records, fmt), fmt)
+        _replace(model, next(n for n, m in model.named_modules() if m is embedding), Embedding(*table))
+    for name, linear in linears.items():
+        tied = embedding is not None and linear.weight is getattr(embedding, "weight", None)
+        if tied and table is not None:
+            weight, fmt = table
+        elif getattr(linear, "gguf_blocks", None) is not None:
+            codes, records, fmt = linear.gguf_blocks
+            weight = interleave(codes, records, fmt)
+        else:
+            weight, fmt = linear.weight, "f32"
         _replace(model, name, Linear(weight, fmt, linear.bias, type(linear).__name__))
     return model

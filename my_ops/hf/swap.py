@@ -72,6 +72,11 @@ def _fused_linear(*linears: torch.nn.Linear) -> torch.nn.Linear:
         fused.weight.copy_(torch.cat([m.weight for m in linears]))
         if fused.bias is not None:
             fused.bias.copy_(torch.cat([m.bias for m in linears]))
+    # A GGUF file's own blocks (my_ops.gguf.attach_blocks) follow the rows, when every part has them in one format.
+    blocks = [getattr(m, "gguf_blocks", None) for m in linears]
+    if all(b is not None for b in blocks) and len({b[2] for b in blocks}) == 1:
+        fused.gguf_blocks = (torch.cat([b[0] for b in blocks]),
+                             [torch.cat(parts) for parts in zip(*(b[1] for b in blocks))], blocks[0][2])
     return fused
 
 
