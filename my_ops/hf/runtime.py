@@ -85,7 +85,7 @@ def versions() -> str:
 
 # The sources an export runs (the swap, the packing, the export itself); the command line, the tokenizer and perplexity
 # code can change without making the programs again.
-EXPORT_SOURCES = ("__init__.py", "hf/__init__.py", "hf/swap.py", "hf/quantize.py", "hf/export.py")
+EXPORT_SOURCES = ("__init__.py", "gguf.py", "hf/__init__.py", "hf/swap.py", "hf/quantize.py", "hf/export.py")
 
 
 def package_hash() -> str:
@@ -137,10 +137,10 @@ def export_cached(checkpoint, quantize: str | None, max_seq_len: int, cache_dir:
     """The program of `checkpoint` at `quantize`: exported once per model file, settings, package versions, my_ops
     sources and op schemas into cache_dir; (path, whether it was exported now). The checkpoint's model is swapped in
     place when it is exported."""
-    from .export import export_program
+    from .export import export_checkpoint
 
     def make(path: str) -> None:
-        program = export_program(checkpoint.model, max_seq_len=max_seq_len, quantize=quantize)
+        program = export_checkpoint(checkpoint, max_seq_len=max_seq_len, quantize=quantize)
         with open(path, "wb") as f:
             program.write_to_file(f)
 
