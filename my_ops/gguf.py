@@ -28,6 +28,10 @@ def codes_and_records(raw: np.ndarray, type_name: str) -> tuple[np.ndarray, list
     if type_name not in BLOCK_BYTES:
         raise UnsupportedTensorError(f"GGUF tensor type {type_name} is not one my_ops reads; it takes "
                                      f"{', '.join(BLOCK_BYTES)}")
+    if raw.ndim != 2 or raw.dtype != np.uint8 or raw.shape[1] % BLOCK_BYTES[type_name]:
+        raise UnsupportedTensorError(f"a {type_name} tensor's rows are whole blocks of {BLOCK_BYTES[type_name]} bytes; "
+                                     f"this one is {raw.dtype} {list(raw.shape)} ({raw.shape[-1]} bytes a row): the "
+                                     "file is damaged or not llama.cpp's layout")
     n = raw.shape[0]
     blocks = np.ascontiguousarray(raw).reshape(n, -1, BLOCK_BYTES[type_name])
     d = blocks[..., 0:2].copy().view(np.float16)[..., 0]

