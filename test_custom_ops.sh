@@ -25,8 +25,9 @@
 #                                             run from C++ without Python (custom_ops_aoti_runner), checked vs eager
 #   bash test_custom_ops.sh wheel             the my_ops wheel (setup.py: C++ AOT ops + Python registrations) in dist/
 #   bash test_custom_ops.sh test [ARGS]       the whole test suite (pytest; ARGS go to pytest)
-#   bash test_custom_ops.sh test quick [ARGS] the developer's loop: the PyTorch side, codegen, one runner flow and the
-#                                             verifier's machinery (tests/conftest.py QUICK), minutes once built
+#   bash test_custom_ops.sh test quick [ARGS] the developer's loop: the PyTorch side, codegen, one runner flow, the
+#                                             verifier's machinery (tests/conftest.py QUICK) and every op's own tests
+#                                             (ops/<name>/test_*.py), minutes once built
 #   bash test_custom_ops.sh doctor            versions and the paths the build will use
 #   bash test_custom_ops.sh bench [ARGS]      the kernels vs ExecuTorch's aten::mul.out and memcpy (benchmark/);
 #                                             bench rms_norm: rms_norm vs the same math in ATen ops;

@@ -77,8 +77,10 @@ def execution_times(runner: str, pte: str, executions: int) -> list[float]:
     return times[min(10, len(times) // 10):]  # drop warm-up executions
 
 
-def memcpy_times(binary: str, nbytes: int, repetitions: int) -> list[float]:
-    proc = subprocess.run([binary, str(nbytes), str(repetitions)], capture_output=True, text=True, check=True)
+def memcpy_times(binary: str, nbytes: int, repetitions: int, read_only: bool = False) -> list[float]:
+    """The median time (us) of a memcpy of nbytes on every thread of ExecuTorch's pool; read_only: of reading them."""
+    proc = subprocess.run([binary, str(nbytes), str(repetitions), *(["read"] if read_only else [])],
+                          capture_output=True, text=True, check=True)
     return [float(re.search(r"median ([\d.]+) us", proc.stdout).group(1))]
 
 

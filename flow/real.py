@@ -129,7 +129,7 @@ def quantized_reference(checkpoint, quantize: str, ids: list[int]) -> Decoded:
     """The quantized model in eager PyTorch, every my_ops op computed by its declared ATen reference, decoding
     greedily: its own tokens and logits. gguf: the file's own blocks on the ops."""
     from flow.hf import reference_decode
-    from my_ops.gguf import attach_blocks
+    from my_ops.hf.gguf_blocks import attach_blocks
 
     model = copy.deepcopy(checkpoint.model)
     if quantize == "gguf":

@@ -250,13 +250,14 @@ QUICK = [
 
 def pytest_addoption(parser):
     parser.addoption("--quick", action="store_true",
-                     help=f"run only the quick loop's files: {', '.join(QUICK)} (tests/conftest.py)")
+                     help=f"run only the quick loop's files: {', '.join(QUICK)} (tests/conftest.py), and every op's "
+                          "own tests (ops/<name>/test_*.py)")
 
 
 def pytest_collection_modifyitems(config, items):
     if config.getoption("--quick"):
-        deselected = [item for item in items if item.path.name not in QUICK]
-        config.hook.pytest_deselected(items=deselected)
-        items[:] = [item for item in items if item.path.name in QUICK]
+        quick = [item for item in items if item.path.name in QUICK or item.path.parent.parent.name == "ops"]
+        config.hook.pytest_deselected(items=[item for item in items if item not in quick])
+        items[:] = quick
     rank = {name: i for i, name in enumerate(HEAVIEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each file keeps its own order

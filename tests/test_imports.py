@@ -18,8 +18,21 @@ EXAMPLES = [*OP_MODULES, "examples/*.py"]
 
 
 def paths(patterns: list[str]) -> list[str]:
+    """The files the patterns match, less an op's own tests (ops/<name>/test_*.py: tests, which import what tests do;
+    neither copied into users' projects nor into the wheel)."""
     found = (glob.glob(os.path.join(REPO_ROOT, pattern)) for pattern in patterns)
-    return sorted(os.path.relpath(p, REPO_ROOT) for matches in found for p in matches)
+    return sorted(os.path.relpath(p, REPO_ROOT) for matches in found for p in matches
+                  if not os.path.basename(p).startswith("test_"))
+
+
+def test_an_ops_own_tests_are_not_op_modules(tmp_path, monkeypatch):
+    # docs/adding-an-op.md puts an op's tests at ops/<name>/test_<name>.py; they import pytest and the machinery, which
+    # an op module may not.
+    for name in ("ops/mine/mine.py", "ops/mine/test_mine.py"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("import pytest\n")
+    monkeypatch.setattr(sys.modules[__name__], "REPO_ROOT", str(tmp_path))
+    assert paths(OP_MODULES) == ["ops/mine/mine.py"]
 
 
 def module_name(path: str) -> str:

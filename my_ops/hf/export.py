@@ -80,7 +80,7 @@ def export_checkpoint(checkpoint, *, max_seq_len: int = 256, quantize: str | Non
     """export_program of a loaded checkpoint (my_ops.hf.checkpoint.load); quantize="gguf" first attaches the blocks of
     the GGUF file it was loaded from (a model folder has none: refused)."""
     if quantize == "gguf":
-        from ..gguf import attach_blocks
+        from .gguf_blocks import attach_blocks
         from .checkpoint import gguf_file
 
         if (path := gguf_file(checkpoint.path)) is None:

@@ -83,9 +83,10 @@ def versions() -> str:
     return " ".join(found)
 
 
-# The sources an export runs (the swap, the packing, the export itself); the command line, the tokenizer and perplexity
-# code can change without making the programs again.
-EXPORT_SOURCES = ("__init__.py", "gguf.py", "hf/__init__.py", "hf/swap.py", "hf/quantize.py", "hf/export.py")
+# The sources an export runs (the loading, a GGUF file's blocks, the swap, the packing, the export itself); the command
+# line, the tokenizer and perplexity code can change without making the programs again.
+EXPORT_SOURCES = ("__init__.py", "hf/__init__.py", "hf/checkpoint.py", "hf/gguf_blocks.py", "hf/swap.py",
+                  "hf/quantize.py", "hf/export.py")
 
 
 def package_hash() -> str:
