@@ -122,7 +122,8 @@ run_flow_cmake() {
   "${PYTHON}" -m flow.export --op "${name}" --output_dir "${REPO_ROOT}" \
     --aot_library "${build_dir}/libcustom_ops_aot_lib.so"
 
-  step "${short} 3/4: run ${program}.pte in ${build_dir#"${REPO_ROOT}"/}/custom_ops_executor_runner"
+  step "${short} 3/4: run ${program}.pte in ${build_dir#"${REPO_ROOT}"/}/custom_ops_executor_runner on its default \
+inputs, every element 1 (a smoke run: step 4 feeds the example's inputs and checks them)"
   "${build_dir}/custom_ops_executor_runner" --model_path="${pte}"
 
   step "${short} 4/4: the example's inputs through the runner and the Python runtime, checked against the op's ATen \
@@ -188,7 +189,7 @@ run_flow_buck2() {
   step "${short} 2/4: register ${name} with PyTorch, export ${program}.pte (flow/export.py)"
   "${PYTHON}" -m flow.export --op "${name}" --output_dir "${REPO_ROOT}" ${aot:+--aot_library "${aot}"}
 
-  step "${short} 3/4: run ${program}.pte in the buck2-built runner"
+  step "${short} 3/4: run ${program}.pte in the buck2-built runner on its default inputs, every element 1 (a smoke run)"
   "${runner}" --model_path="${REPO_ROOT}/${program}.pte"
 
   step "${short} 4/4: the example's inputs through the runner, checked against the op's ATen reference (flow/verify.py)"

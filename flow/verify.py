@@ -65,8 +65,10 @@ def saved_runs(pte: str) -> list[tuple] | None:
     return runs
 
 
-def _head(outputs) -> list:
-    return outputs[0].flatten()[:6].tolist() if outputs else []
+def _head(outputs) -> str:
+    """The first values of each output (a program with several outputs shows every one)."""
+    heads = [o.flatten()[:6].tolist() if isinstance(o, torch.Tensor) else o for o in outputs]
+    return str(heads[0]) if len(heads) == 1 else "; ".join(f"output {i}: {h}" for i, h in enumerate(heads))
 
 
 def _known_to_pytorch(name: str) -> bool:

@@ -266,11 +266,11 @@ at::Tensor& elementwise_out(const char* op_name, const Op& op, const Named& out,
 //   });
 //
 // The functional kernel: a result of the first input's dtype, which OutKernel (first, rest..., result) resizes to the
-// broadcast shape and fills.
+// broadcast shape and fills; its errors under the functional op's name.
 template <auto OutKernel, typename... Rest>
 at::Tensor elementwise_functional(const at::Tensor& first, Rest... rest) {
   at::Tensor result = at::empty({0}, first.options());
-  OutKernel(first, rest..., result);
+  contract::reported_as_functional([&] { OutKernel(first, rest..., result); });
   return result;
 }
 

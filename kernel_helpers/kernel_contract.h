@@ -15,6 +15,7 @@
 #include <initializer_list>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
@@ -280,6 +281,25 @@ void check_dtype(const Tensor& t, const char* op, const char* arg) {
 
 inline void check_same_dtype(const Tensor& t, const Tensor& like, const char* op, const char* arg, const char* like_arg) {
   require(same_dtype_problem(t, like, op, arg, like_arg));
+}
+
+// A functional op's CPU kernel that fills its result with the out variant's kernel: the out kernel's errors name the
+// out variant ("my_ops::mul4.out: input has unsupported dtype bool ..."), and a user who called the functional op
+// reads them under its name, so the ".out" of the message's leading op name is dropped.
+template <typename Call>
+decltype(auto) reported_as_functional(Call&& call) {
+  try {
+    return call();
+  } catch (const c10::Error& error) {
+    std::string message = error.what_without_backtrace();
+    const size_t colon = message.find(": ");
+    constexpr std::string_view kOut = ".out";
+    if (colon != std::string::npos && colon >= kOut.size() &&
+        message.compare(colon - kOut.size(), kOut.size(), kOut) == 0) {
+      message.erase(colon - kOut.size(), kOut.size());
+    }
+    TORCH_CHECK(false, message);
+  }
 }
 
 // out= rules as ATen's: resized (warning when a non-empty output had another shape), laid out contiguously.

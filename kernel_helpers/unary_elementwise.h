@@ -39,11 +39,11 @@ void check_supported_dtype(at::ScalarType dtype, const char* op_name) {
 }
 
 // The functional op's CPU kernel, from the out variant's: a result laid out like the input (channels-last stays
-// channels-last, as with ATen's elementwise ops), filled by OutKernel.
+// channels-last, as with ATen's elementwise ops), filled by OutKernel; its errors under the functional op's name.
 template <at::Tensor& (*OutKernel)(const at::Tensor&, at::Tensor&)>
 at::Tensor unary_elementwise_functional(const at::Tensor& input) {
   at::Tensor output = at::empty_like(input);
-  return OutKernel(input, output);
+  return contract::reported_as_functional([&]() -> at::Tensor { return OutKernel(input, output); });
 }
 
 // The functional op's Meta kernel: a result like the input (shape, dtype, layout), nothing computed.

@@ -15,9 +15,11 @@ from flow.compare import bit_difference, mismatches
 from helpers import ALL_DTYPES, copy_repository, full_range, run_in_fresh_python
 
 DECLARED = declarations.load()
-# Ops declared by one call on tensors: their inputs can be made in any dtype. (Ops with an example model are tested
-# per dtype in their own test files.)
+# Ops declared by one call on tensors: their inputs can be made in any dtype.
 CALLED_ON_TENSORS = [op for op in DECLARED.values() if op.example_inputs]
+# Ops declared with an example model: swept through their dtypes from the first call the model makes.
+IN_A_MODEL = [op for op in DECLARED.values() if op.example_model]
+REFUSED = ("bool", "complex64")  # dtypes no op takes, only ever refused
 
 
 def inputs_in(op, dtype_name: str) -> list[torch.Tensor]:
@@ -41,12 +43,67 @@ def test_each_op_computes_its_reference_in_every_declared_dtype(name, dtype_name
 
 
 @pytest.mark.parametrize("name, dtype_name", [(op.name, d) for op in CALLED_ON_TENSORS
-                                              for d in sorted({*ALL_DTYPES, "bool", "complex64"} - set(op.dtypes))])
+                                              for d in sorted({*ALL_DTYPES, *REFUSED} - set(op.dtypes))])
 def test_each_op_refuses_every_dtype_it_does_not_declare(name, dtype_name, declared, aot_ops, python_ops):
-    # Named the way torch names it (float32, not Float or torch.float32), and with the op's name.
+    # Named the way torch names it (float32, not Float or torch.float32), and with the name of the op called (the
+    # functional one, not the out variant whose kernel fills its result).
     op = declared[name]
-    with pytest.raises(RuntimeError, match=rf"{op.name}.*\b{dtype_name}\b"):
+    with pytest.raises(RuntimeError, match=rf"^{op.name}: .*\b{dtype_name}\b"):
         op.packet()(*inputs_in(op, dtype_name))
+
+
+def recorded_call(op) -> tuple:
+    """The arguments of the first call of `op` its example model makes, in eager (cloned when called)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from flow.export import example_of
+
+    model, runs = example_of(op)
+    calls = []
+
+    class Record(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if not calls and func.overloadpacket is op.packet():
+                calls.append(tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args))
+            return func(*args, **(kwargs or {}))
+
+    with torch.no_grad(), Record():
+        model(*runs[0])
+    assert calls, f"{op.example_model}() never calls {op.name}"
+    return calls[0]
+
+
+def recorded_call_in(op, dtype_name: str) -> list:
+    """That call with every tensor of its first tensor's dtype in `dtype_name` (the values converted; zeros for a
+    dtype no op takes), the other arguments as they were."""
+    args = recorded_call(op)
+    first = next(a.dtype for a in args if isinstance(a, torch.Tensor))
+    dtype = getattr(torch, dtype_name)
+    return [a if not (isinstance(a, torch.Tensor) and a.dtype == first) else
+            torch.zeros(a.shape, dtype=dtype) if dtype_name in REFUSED else a.to(dtype) for a in args]
+
+
+@pytest.mark.parametrize("name, dtype_name", [(op.name, d) for op in IN_A_MODEL for d in op.dtypes])
+def test_each_op_in_a_model_computes_its_reference_in_every_declared_dtype(name, dtype_name, declared, aot_ops,
+                                                                           python_ops):
+    op = declared[name]
+    expected_args, actual_args = recorded_call_in(op, dtype_name), recorded_call_in(op, dtype_name)
+    expected = op.reference_function()(*expected_args)
+    actual = op.packet()(*actual_args)
+    expected = list(expected) if isinstance(expected, (tuple, list)) else [expected]
+    actual = list(actual) if isinstance(actual, (tuple, list)) else [actual]
+    assert mismatches(actual, expected, exact=op.bit_exact) == []
+    # An op that writes an argument in place (a cache) writes the reference's bytes too.
+    assert mismatches([a for a in actual_args if isinstance(a, torch.Tensor)],
+                      [a for a in expected_args if isinstance(a, torch.Tensor)], exact=op.bit_exact) == []
+
+
+@pytest.mark.parametrize("name, dtype_name", [(op.name, d) for op in IN_A_MODEL
+                                              for d in sorted({*ALL_DTYPES, *REFUSED} - set(op.dtypes))])
+def test_each_op_in_a_model_refuses_every_dtype_it_does_not_declare(name, dtype_name, declared, aot_ops, python_ops):
+    op = declared[name]
+    with pytest.raises(RuntimeError, match=rf"^{op.name}: .*\b{dtype_name}\b"):
+        op.packet()(*recorded_call_in(op, dtype_name))
 
 
 def test_references_are_ours_not_the_kernels():

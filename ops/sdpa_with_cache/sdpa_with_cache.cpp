@@ -57,7 +57,8 @@ void check_symbolic(const at::Tensor& query, const at::Tensor& key, const at::Te
 at::Tensor sdpa_with_cache_cpu(const at::Tensor& query, const at::Tensor& key_cache, const at::Tensor& value_cache,
                                int64_t start_pos, std::optional<double> scale) {
   at::Tensor out = at::empty(query.sizes(), query.options().memory_format(at::MemoryFormat::Contiguous));
-  return sdpa_with_cache_out_impl(query, key_cache, value_cache, start_pos, scale, out);
+  return contract::reported_as_functional(
+      [&]() -> at::Tensor { return sdpa_with_cache_out_impl(query, key_cache, value_cache, start_pos, scale, out); });
 }
 
 at::Tensor sdpa_with_cache_meta(const at::Tensor& query, const at::Tensor& key_cache, const at::Tensor& value_cache,
