@@ -27,6 +27,7 @@ SHAPES = {
     "prefill after 30, one kv head, 70 queries (several query blocks), head_dim 24": (1, 70, 2, 1, 24, 200, 30),
     "prefill, head_dim 100, grouped 6 over 3, batch 2": (2, 5, 6, 3, 100, 40, 7),
     "one position, head_dim 1": (1, 1, 1, 1, 1, 1, 0),
+    "decode, SmolLM2's 9 heads over 3, 200 filled": (1, 1, 9, 3, 64, 256, 199),
 }
 
 
