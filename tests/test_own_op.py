@@ -1,9 +1,10 @@
 """docs/adding-an-op.md, followed literally: in a copy of the repository, every fenced block of the page is applied
 as it says (`file=F` creates F, `mode=append` appends to it, `mode=insert` inserts above the declarations'
 "# Add new ops above this line." marker) and every `bash run` block is run. That adds my_ops::add7 from Python,
-my_ops::relu6 from C++ and my_ops::scaled_add (two tensors and a float, on the N-input helper) and runs each one's
-flow; then their runners are checked against ATen: x + 7, relu6, and x + 0.1 * y broadcast every way, on x86
-and cross-built for ARM64 under qemu (0.1 * y rounds: a kernel fusing x + alpha * y into one FMA would differ)."""
+my_ops::relu6 from C++ and my_ops::scaled_add (two tensors and a float, on the N-input helper, from C++ with
+Autograd) and runs each one's flow; then their runners are checked against ATen: x + 7, relu6, and x + 0.1 * y broadcast
+every way, on x86 and cross-built for ARM64 under qemu (0.1 * y rounds: a kernel fusing x + alpha * y into one FMA would
+differ); scaled_add's gradients equal ATen's."""
 
 import os
 import re
@@ -56,8 +57,8 @@ def test_the_recipe_has_the_files_and_commands_of_both_paths():
     commands = [body.strip() for _, _, run, body in blocks if run]
     assert files == ["ops/add7/add7.py", "ops/add7/add7_out.cpp", "custom_ops.yaml", "custom_ops.bzl",
                      "ops/relu6/relu6.cpp", "ops/relu6/relu6_out.cpp", "custom_ops.yaml", "custom_ops.bzl",
-                     "ops/scaled_add/scaled_add.py", "ops/scaled_add/scaled_add_out.cpp", "custom_ops.yaml",
-                     "custom_ops.bzl"]
+                     "ops/scaled_add/scaled_add.cpp", "ops/scaled_add/scaled_add_out.cpp", "ops/scaled_add/scaled_add.py",
+                     "custom_ops.yaml", "custom_ops.bzl"]
     # A new op's own files are in its folder; the rest are the two declarations.
     assert {f.split("/")[0] for f in files} == {"ops", "custom_ops.yaml", "custom_ops.bzl"}
     assert commands == ["bash test_custom_ops.sh cmake add7", "bash test_custom_ops.sh cmake relu6",
@@ -100,10 +101,12 @@ def broadcast_programs(repo_with_recipe, tmp_path_factory):
     """scaled_add exported at each broadcast case's shapes, by the copy's own modules (one process for all)."""
     directory = tmp_path_factory.mktemp("broadcasts")
     programs = [str(directory / f"scaled_add_{i}.pte") for i in range(len(BROADCASTS))]
+    aot_library = os.path.join(repo_with_recipe, "cmake-out", "scaled_add", "libcustom_ops_aot_lib.so")
     code = f"""
 import sys
 sys.path.insert(0, {repo_with_recipe!r})
 import torch
+torch.ops.load_library({aot_library!r})
 from ops.scaled_add import scaled_add
 from flow.export import export_to_pte
 for shapes, pte in zip({BROADCASTS!r}, {programs!r}):
@@ -121,6 +124,36 @@ def test_scaled_add_broadcasts_like_aten(repo_with_recipe, broadcast_programs, c
     inputs = [full_range(shape, torch.float32, i) / 1e3 for i, shape in enumerate(shapes)]
     expected = [inputs[0] + 0.1 * inputs[1]]
     assert mismatches(run_pte(runner, broadcast_programs[case], inputs, expected), expected, exact=True) == []
+
+
+GRADIENT = """
+import sys
+sys.path.insert(0, {repo!r})
+import torch
+torch.ops.load_library({aot_library!r})
+for x_shape, y_shape in {broadcasts!r}:
+    x, y = torch.randn(x_shape, requires_grad=True), torch.randn(y_shape, requires_grad=True)
+    out = torch.ops.my_ops.scaled_add(x, y, 0.1)
+    grad = torch.randn(out.shape)
+    got = torch.autograd.grad(out, (x, y), grad)
+    want = torch.autograd.grad(x + 0.1 * y, (x, y), grad)
+    assert all(torch.equal(a, b) for a, b in zip(got, want)), (x_shape, y_shape)
+try:
+    torch.ops.my_ops.scaled_add(torch.ones(2, dtype=torch.int32), torch.ones(2, dtype=torch.int32))
+except RuntimeError as error:
+    assert str(error).startswith("my_ops::scaled_add: input has unsupported dtype int32"), str(error)
+else:
+    raise AssertionError("int32 accepted")
+"""
+
+
+def test_scaled_adds_gradients_equal_atens(repo_with_recipe):
+    # The recipe's Autograd kernel: d/dx = grad and d/dy = 0.1 * grad, each summed back over the dimensions it was
+    # broadcast along, as ATen's x + 0.1 * y gives them; a refused dtype is reported under the functional op's name.
+    aot_library = os.path.join(repo_with_recipe, "cmake-out", "scaled_add", "libcustom_ops_aot_lib.so")
+    code = GRADIENT.format(repo=repo_with_recipe, aot_library=aot_library, broadcasts=BROADCASTS)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
 
 
 def test_scaled_add_equals_aten_bit_for_bit_on_arm64(repo_with_recipe, aarch64_package):

@@ -36,7 +36,7 @@ def site(wheel, tmp_path_factory):
 
 DECLARED = declarations.load()  # every op the package registers, in declaration order
 # The package's modules, from the declarations: its own, the shared Python side, and each Python op's module (flat);
-# what `import my_ops` imports. The wheel also carries the package my_ops.hf, imported on demand.
+# what `import my_ops` imports. The wheel also carries my_ops.gguf and the package my_ops.hf, imported on demand.
 PACKAGE_MODULES = sorted({"my_ops", "my_ops._declared", "my_ops.torch_compat", "my_ops.vmap_rules",
                           *(f"my_ops.{op.wheel_module}" for op in DECLARED.values() if op.wheel_module)})
 HF_MODULES = sorted(os.path.basename(p)[:-3] for p in glob.glob(os.path.join(REPO_ROOT, "my_ops", "hf", "*.py")))
@@ -48,8 +48,8 @@ def test_the_wheel_holds_the_package_and_nothing_else(wheel):
     package = {n for n in names if not n.startswith("my_ops-0.1.0.dist-info/")}
     library = {"my_ops/_C.abi3.so"} if any(op.from_cpp for op in DECLARED.values()) else set()
     modules = {m.replace(".", "/") + ("/__init__.py" if m == "my_ops" else ".py") for m in PACKAGE_MODULES}
-    hf = {f"my_ops/hf/{m}.py" for m in HF_MODULES}
-    assert package == modules | library | hf
+    on_demand = {"my_ops/gguf.py", *(f"my_ops/hf/{m}.py" for m in HF_MODULES)}
+    assert package == modules | library | on_demand
     assert os.path.getsize(wheel) < 512 * 1024  # stripped: no debug info, no build outputs
 
 
