@@ -50,7 +50,9 @@ def test_the_wheel_holds_the_package_and_nothing_else(wheel):
     modules = {m.replace(".", "/") + ("/__init__.py" if m == "my_ops" else ".py") for m in PACKAGE_MODULES}
     on_demand = {"my_ops/gguf.py", *(f"my_ops/hf/{m}.py" for m in HF_MODULES)}
     assert package == modules | library | on_demand
-    assert os.path.getsize(wheel) < 512 * 1024  # stripped: no debug info, no build outputs
+    # Stripped: no debug info, no build outputs (with debug info it is tens of MiB). The project's ops make ~450 KiB,
+    # each C++ op ~30-60 KiB more (the recipe's copy, with relu6 and scaled_add: 550 KiB).
+    assert os.path.getsize(wheel) < 1024 * 1024
 
 
 OUTSIDE = """
