@@ -10,7 +10,7 @@ import warnings
 
 import torch
 
-from .quantize import FORMATS, Embedding, Linear, ops_of, put_linears_on_ops
+from .quantize import FORMATS, ops_in, ops_of, put_linears_on_ops
 from .swap import OPS, ExportableDecoder, UnsupportedModelError, swap_ops
 
 # None is float32; "gguf": a GGUF file's own blocks (my_ops.gguf attaches them; export_checkpoint does it for you)
@@ -63,9 +63,8 @@ def export_program(model: torch.nn.Module, *, max_seq_len: int = 256, quantize: 
     # instead of 15 for SmolLM2's 30 layers). The IR check re-verifies every node against the edge dialect, a minute
     # more; the program's ops are checked below and by the runtime's loader.
     edge = to_edge(exported, constant_methods=metadata, compile_config=EdgeCompileConfig(_check_ir_validity=False))
-    expected = program_ops(quantize) if quantize != "gguf" else (*OPS, *sorted(
-        {f"my_ops::{'linear' if isinstance(m, Linear) else 'embedding'}_{m.fmt}" for m in decoder.modules()
-         if isinstance(m, (Linear, Embedding))}))
+    # A GGUF file decides each layer's format: its ops are those of the layers the swap made.
+    expected = program_ops(quantize) if quantize != "gguf" else (*OPS, *ops_in(decoder))
     if missing := [op for op in expected if op not in _ops_outside_delegates(edge.exported_program().graph)]:
         raise UnsupportedModelError(f"{', '.join(missing)} did not reach the program's own kernels (decomposed or "
                                     "delegated): the swap did not take")

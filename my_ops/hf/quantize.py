@@ -31,6 +31,12 @@ def ops_of(precision: str | None) -> tuple[str, ...]:
     return (f"my_ops::linear_{fmt}",) if fmt == "f32" else (f"my_ops::linear_{fmt}", f"my_ops::embedding_{fmt}")
 
 
+def ops_in(model: torch.nn.Module) -> tuple[str, ...]:
+    """The block-format ops the swapped layers of `model` call."""
+    return tuple(sorted({f"my_ops::{'linear' if isinstance(m, Linear) else 'embedding'}_{m.fmt}"
+                         for m in model.modules() if isinstance(m, (Linear, Embedding))}))
+
+
 def _half(values: torch.Tensor) -> torch.Tensor:
     stored = values.half()
     if not bool(stored.isfinite().all()):
@@ -134,56 +140,49 @@ def _replace(model: torch.nn.Module, name: str, module: torch.nn.Module) -> None
 
 def put_linears_on_ops(model: torch.nn.Module, precision: str | None) -> torch.nn.Module:
     """Every torch.nn.Linear of `model` (a transformers model, in place) on my_ops' linear op of `precision`, its token
-    embedding too when quantized; a tied output projection shares the embedding's packed table. Raises
-    UnsupportedModelError for a layer a block format cannot hold (inputs not a multiple of 32)."""
+    embedding too when quantized; a tied output projection shares the embedding's packed table. "gguf": the blocks
+    my_ops.gguf.attach_blocks put on each layer, packed as they are (nothing requantized; a layer the file stores in
+    float stays float32). Raises UnsupportedModelError for a layer a block format cannot hold (inputs not a multiple of
+    32)."""
     if precision == "gguf":
-        return _put_gguf_blocks_on_ops(model)
+        return _put_on_ops(model, _file_blocks)
     if precision not in FORMATS:
         raise UnsupportedModelError(f"quantize={precision!r}: choose None (float32) or one of "
                                     f"{tuple(p for p in FORMATS if p)}")
     fmt = FORMATS[precision]
+    if fmt == "f32":
+        return _put_on_ops(model, lambda module: None)
     linears = {name: m for name, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
     embedding = model.get_input_embeddings()
-    if fmt != "f32":
-        narrow = [f"{name} ({m.in_features} inputs)" for name, m in linears.items() if m.in_features % GROUP]
-        if isinstance(embedding, torch.nn.Embedding) and embedding.embedding_dim % GROUP:
-            narrow.append(f"the token embedding ({embedding.embedding_dim} wide)")
-        if narrow:
-            raise UnsupportedModelError(f"{precision} packs weights in blocks of {GROUP} inputs; these layers have "
-                                        f"other widths: {', '.join(narrow)}; export them in float32 (quantize=None)")
-    table = None
-    if fmt != "f32" and isinstance(embedding, torch.nn.Embedding):
-        table = pack(embedding.weight.detach(), fmt)
-        _replace(model, next(n for n, m in model.named_modules() if m is embedding), Embedding(table, fmt))
-    for name, linear in linears.items():
-        tied = embedding is not None and linear.weight is getattr(embedding, "weight", None)
-        if fmt == "f32":
-            weight = linear.weight  # the Parameter itself: a tied embedding keeps reading the same one
-        else:
-            weight = table if tied and table is not None else pack(linear.weight.detach(), fmt)
-        _replace(model, name, Linear(weight, fmt, linear.bias, type(linear).__name__))
-    return model
+    narrow = [f"{name} ({m.in_features} inputs)" for name, m in linears.items() if m.in_features % GROUP]
+    if isinstance(embedding, torch.nn.Embedding) and embedding.embedding_dim % GROUP:
+        narrow.append(f"the token embedding ({embedding.embedding_dim} wide)")
+    if narrow:
+        raise UnsupportedModelError(f"{precision} packs weights in blocks of {GROUP} inputs; these layers have "
+                                    f"other widths: {', '.join(narrow)}; export them in float32 (quantize=None)")
+    return _put_on_ops(model, lambda module: (pack(module.weight.detach(), fmt), fmt))
 
 
-def _put_gguf_blocks_on_ops(model: torch.nn.Module) -> torch.nn.Module:
-    """The linear layers and embedding carrying a GGUF file's own blocks (my_ops.gguf.attach_blocks) on the op of their
-    format, the blocks packed as they are (nothing requantized); a tied output projection reads the embedding's table;
-    a layer the file stores in float stays float32 (my_ops::linear_f32)."""
+def _file_blocks(module: torch.nn.Module) -> tuple[torch.Tensor, str] | None:
+    """A layer's GGUF blocks (my_ops.gguf.attach_blocks), packed as they are; None for a layer the file keeps in float."""
+    if getattr(module, "gguf_blocks", None) is None:
+        return None
+    codes, records, fmt = module.gguf_blocks
+    return interleave(codes, records, fmt), fmt
+
+
+def _put_on_ops(model: torch.nn.Module, packed) -> torch.nn.Module:
+    """The token embedding and every linear layer on the op of the format packed(module) gives, (packed weight,
+    format), or None: the embedding stays aten::embedding and a linear layer my_ops::linear_f32 on its own weight (the
+    Parameter itself: a tied embedding keeps reading the same one). A tied output projection reads the embedding's
+    packed table, so the program stores it once."""
     linears = {name: m for name, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
     embedding = model.get_input_embeddings()
-    table = None
-    if getattr(embedding, "gguf_blocks", None) is not None:
-        codes, records, fmt = embedding.gguf_blocks
-        table = (interleave(codes, records, fmt), fmt)
+    table = packed(embedding) if isinstance(embedding, torch.nn.Embedding) else None
+    if table is not None:
         _replace(model, next(n for n, m in model.named_modules() if m is embedding), Embedding(*table))
     for name, linear in linears.items():
         tied = embedding is not None and linear.weight is getattr(embedding, "weight", None)
-        if tied and table is not None:
-            weight, fmt = table
-        elif getattr(linear, "gguf_blocks", None) is not None:
-            codes, records, fmt = linear.gguf_blocks
-            weight = interleave(codes, records, fmt)
-        else:
-            weight, fmt = linear.weight, "f32"
+        weight, fmt = table if tied and table is not None else packed(linear) or (linear.weight, "f32")
         _replace(model, name, Linear(weight, fmt, linear.bias, type(linear).__name__))
     return model
