@@ -165,15 +165,9 @@ def llm_runner_rounds(programs: dict[str, str], tokenizer_json: str, text: str, 
                                               for key in ("prefill", "decode")}}
 
 
-# Runs argv[2:] and writes its peak resident memory (KiB) to argv[1]. A child's ru_maxrss starts from its parent's
-# resident memory at the fork (exec keeps the high-water mark), so llama-bench is started from this small process, not
-# from the benchmark's, which holds models.
-RSS_LAUNCHER = """import os, sys
-pid = os.spawnv(os.P_NOWAIT, sys.argv[2], sys.argv[2:])
-_, status, usage = os.wait4(pid, 0)
-open(sys.argv[1], "w").write(str(usage.ru_maxrss))
-sys.exit(os.waitstatus_to_exitcode(status))
-"""
+# llama-bench starts from this small launcher, not from the benchmark's process, which holds models: a child's peak
+# resident memory would start from its parent's (see the tool's docstring).
+OWN_PEAK_RSS = os.path.join(REPO_ROOT, "tools", "own_peak_rss.py")
 
 
 def llama_cpp_rows(gguf: str, rounds: int) -> dict[str, dict]:
@@ -192,7 +186,7 @@ def llama_cpp_rows(gguf: str, rounds: int) -> dict[str, dict]:
     rows = {}
     for kind, path in files.items():
         with tempfile.NamedTemporaryFile("r") as rss:
-            proc = subprocess.run([sys.executable, "-c", RSS_LAUNCHER, rss.name, found["llama-bench"], "-m", path, "-t",
+            proc = subprocess.run([sys.executable, OWN_PEAK_RSS, rss.name, found["llama-bench"], "-m", path, "-t",
                                    str(THREADS), "-p", str(PROMPT_TOKENS), "-n", str(NEW_TOKENS), "-r", str(rounds),
                                    "-o", "json"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
             if proc.returncode != 0:

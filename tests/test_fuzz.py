@@ -5,8 +5,10 @@
 root (CI); elsewhere, without clang, it is skipped saying which packages to install."""
 
 import os
+import resource
 import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -15,6 +17,9 @@ from helpers import REPO_ROOT
 from tests.conftest import cmake_build
 
 PACKAGES = ["clang", "libclang-rt-14-dev"]
+# libFuzzer's RSS limit reads the process's peak resident memory, which Linux carries across exec: started straight
+# from a pytest worker that has held a real model (3 GiB), the fuzzer would start over its 2 GiB limit.
+OWN_PEAK_RSS = [sys.executable, os.path.join(REPO_ROOT, "tools", "own_peak_rss.py")]
 
 
 @pytest.fixture(scope="module")
@@ -30,8 +35,26 @@ def fuzz_program():
 
 
 def run_fuzzer(fuzz_program, *args, cwd):
-    return subprocess.run([fuzz_program, *args], capture_output=True, text=True, errors="replace", cwd=cwd,
-                          timeout=1800)
+    return subprocess.run([*OWN_PEAK_RSS, "-", fuzz_program, *args], capture_output=True, text=True, errors="replace",
+                          cwd=cwd, timeout=1800)
+
+
+def peak_rss_kib_reported_by_a_child(launcher):
+    report = "import resource; print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
+    return int(subprocess.run([*launcher, sys.executable, "-c", report], capture_output=True, text=True,
+                              check=True).stdout)
+
+
+def test_the_fuzzer_starts_with_its_own_peak_memory_not_the_test_process(tmp_path):
+    held = bytearray(512 << 20)  # this process's peak grows by 512 MiB (the pages are written: zeroed)
+    peak_here = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    assert peak_here > 512 << 10
+    # Started directly, a child reports this process's peak as its own: what the launcher is for.
+    assert peak_rss_kib_reported_by_a_child([]) >= peak_here
+    launched = peak_rss_kib_reported_by_a_child([*OWN_PEAK_RSS, str(tmp_path / "peak")])
+    assert launched < 256 << 10, f"a child started through tools/own_peak_rss.py reports {launched} KiB"
+    assert launched <= int((tmp_path / "peak").read_text()) < 256 << 10  # the launcher's figure: the child's own
+    del held
 
 
 def test_the_regression_inputs_of_past_findings_run_clean(fuzz_program, tmp_path):
