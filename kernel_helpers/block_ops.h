@@ -124,15 +124,12 @@ at::Tensor& linear_out(const at::Tensor& input, const at::Tensor& weight, at::Te
   contract::resize_output(out, c10::fromIntArrayRefSlow(sizes), op);
   contract::check_memory(op, {{out, "out"}}, {{input, "input"}, {weight, "weight"}});
   const at::Tensor x = input.contiguous(), w = weight.contiguous();
-  at::Tensor y = out.is_contiguous() ? out : at::empty(out.sizes(), out.options());
-  contract::require(layout_problem(op, {{y, "out"}}, {{x, "input"}, {w, "weight"}}));
-  const int64_t k = inputs_of<F>(w);
-  linear<F>(x.const_data_ptr<float>(), k == 0 ? 0 : x.numel() / k, k, w.const_data_ptr(), w.size(0),
-            y.mutable_data_ptr<float>());
-  if (!y.is_same(out)) {
-    out.copy_(y);
-  }
-  return out;
+  return contract::into_dense_out(out, [&](at::Tensor& y) {
+    contract::require(layout_problem(op, {{y, "out"}}, {{x, "input"}, {w, "weight"}}));
+    const int64_t k = inputs_of<F>(w);
+    linear<F>(x.const_data_ptr<float>(), k == 0 ? 0 : x.numel() / k, k, w.const_data_ptr(), w.size(0),
+              y.mutable_data_ptr<float>());
+  });
 }
 
 template <Format F>
@@ -144,15 +141,12 @@ at::Tensor& embedding_out(const at::Tensor& weight, const at::Tensor& indices, a
   contract::resize_output(out, c10::fromIntArrayRefSlow(sizes), op);
   contract::check_memory(op, {{out, "out"}}, {{weight, "weight"}, {indices, "indices"}});
   const at::Tensor w = weight.contiguous(), i = indices.contiguous();
-  at::Tensor y = out.is_contiguous() ? out : at::empty(out.sizes(), out.options());
-  contract::require(layout_problem(op, {{y, "out"}}, {{w, "weight"}, {i, "indices"}}));
-  contract::require(index_problem<F>(w, i, op));
-  embed<F>(w.const_data_ptr<uint8_t>(), w.size(0), inputs_of<F>(w), i.const_data_ptr<int64_t>(), i.numel(),
-           y.mutable_data_ptr<float>());
-  if (!y.is_same(out)) {
-    out.copy_(y);
-  }
-  return out;
+  return contract::into_dense_out(out, [&](at::Tensor& y) {
+    contract::require(layout_problem(op, {{y, "out"}}, {{w, "weight"}, {i, "indices"}}));
+    contract::require(index_problem<F>(w, i, op));
+    embed<F>(w.const_data_ptr<uint8_t>(), w.size(0), inputs_of<F>(w), i.const_data_ptr<int64_t>(), i.numel(),
+             y.mutable_data_ptr<float>());
+  });
 }
 #else
 using Sizes = std::array<executorch::aten::SizesType, executorch::runtime::kTensorDimensionLimit>;

@@ -25,6 +25,7 @@
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/native/Resize.h>
+#include <ATen/ops/empty.h>
 #else
 #include <executorch/runtime/core/exec_aten/util/scalar_type_util.h>
 #include <executorch/runtime/kernel/kernel_includes.h>
@@ -321,6 +322,18 @@ inline void check_memory(const char* op, std::initializer_list<Operand> outputs,
     at::assert_no_internal_overlap(out.tensor);
   }
   require(memory_problem(op, outputs, inputs));
+}
+
+// PyTorch's tensors may be strided; the kernels' loops run on dense tensors (what an exported program holds).
+// `write(y)` fills a dense output: `out` itself when it is dense, else a scratch tensor then copied into `out`.
+template <typename Write>
+Tensor& into_dense_out(Tensor& out, const Write& write) {
+  Tensor y = out.is_contiguous() ? out : at::empty(out.sizes(), out.options());
+  write(y);
+  if (!y.is_same(out)) {
+    out.copy_(y);
+  }
+  return out;
 }
 
 #else // ExecuTorch mode

@@ -114,6 +114,27 @@ def test_embeddings_equal_their_reference_bit_for_bit(fmt, aot_ops):
     assert_bit_exact(actual, getattr(module, f"embedding_{fmt}_reference")(table, indices), fmt)
 
 
+@pytest.mark.parametrize("fmt", ("f32", *FORMATS))
+def test_strided_inputs_and_outputs_give_the_dense_results(fmt, aot_ops):
+    # PyTorch hands kernels strided tensors: in ATen mode they compute on dense copies and copy into a strided out.
+    generator = torch.Generator().manual_seed(4)
+    weight = (torch.randn(24, 64, generator=generator) if fmt == "f32" else
+              reference_module(fmt).random_weight(24, 64, generator))
+    linear = getattr(torch.ops.my_ops, f"linear_{fmt}")
+    x = torch.randn(64, 5, generator=generator).t()
+    out = torch.empty(24, 5).t()
+    assert not x.is_contiguous() and not out.is_contiguous()
+    linear.out(x, weight, out=out)
+    assert torch.equal(out, linear(x.contiguous(), weight))
+    if fmt != "f32":
+        embedding = getattr(torch.ops.my_ops, f"embedding_{fmt}")
+        indices = torch.tensor([[3, 0, 23], [5, 5, 1]]).t()
+        rows = torch.empty(64, 2, 3).permute(2, 1, 0)
+        assert not indices.is_contiguous() and not rows.is_contiguous()
+        embedding.out(weight, indices, out=rows)
+        assert torch.equal(rows, embedding(weight, indices.contiguous()))
+
+
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_packed_weights_read_back_as_the_format_defines(fmt):
     # my_ops.hf packs at export what the kernels read; the op's reference (written apart from it) reads it back: every

@@ -9,10 +9,6 @@
 #include "kernel_helpers/kernel_contract.h"
 #include "kernel_helpers/row_wise.h"
 
-#ifdef USE_ATEN_LIB
-#include <ATen/ops/empty_like.h>
-#endif
-
 namespace custom {
 namespace native {
 namespace {
@@ -261,17 +257,12 @@ at::Tensor& rms_norm_out_impl(const at::Tensor& input, const at::Tensor& weight,
   contract::require(arguments_problem(input, weight, out));
   contract::resize_output(out, input.sym_sizes(), kOp);
   contract::check_memory(kOp, {{out, "out"}}, {{input, "input", true}, {weight, "weight"}});
-  // PyTorch's tensors may be strided: the loop runs on the dense tensors an export would hold, and a strided `out`
-  // gets the result copied in.
   const at::Tensor x = input.contiguous();
   const at::Tensor w = weight.contiguous();
-  at::Tensor y = out.is_contiguous() ? out : at::empty_like(x);
-  contract::require(layout_problem(x, w, y));
-  Dtypes::visit(x.scalar_type(), [&](auto tag) { run<decltype(tag)>(x, w, y, eps); });
-  if (!y.is_same(out)) {
-    out.copy_(y);
-  }
-  return out;
+  return contract::into_dense_out(out, [&](at::Tensor& y) {
+    contract::require(layout_problem(x, w, y));
+    Dtypes::visit(x.scalar_type(), [&](auto tag) { run<decltype(tag)>(x, w, y, eps); });
+  });
 }
 #else
 executorch::aten::Tensor& rms_norm_out_impl(

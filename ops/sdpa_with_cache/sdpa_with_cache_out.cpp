@@ -16,10 +16,6 @@
 #include "kernel_helpers/elementwise_loop.h"
 #include "kernel_helpers/kernel_contract.h"
 
-#ifdef USE_ATEN_LIB
-#include <ATen/ops/empty_like.h>
-#endif
-
 // The project builds with -ffp-contract=off so that elementwise kernels equal ATen bit for bit. This op promises a
 // tolerance, not bits (custom_ops.bzl), so its own functions may fuse a multiply and an add into one FMA where the ISA
 // has it: the dot products and the accumulation of V take half the instructions.
@@ -576,16 +572,12 @@ at::Tensor& sdpa_with_cache_out_impl(const at::Tensor& query, const at::Tensor& 
   contract::resize_output(out, query.sym_sizes(), kOp);
   contract::check_memory(kOp, {{out, "out"}}, {{query, "query"}, {key_cache, "key_cache"},
                                               {value_cache, "value_cache"}});
-  // PyTorch's tensors may be strided: the loop runs on dense copies, and a strided `out` gets the result copied in.
   const at::Tensor q = query.contiguous(), k = key_cache.contiguous(), v = value_cache.contiguous();
-  at::Tensor y = out.is_contiguous() ? out : at::empty_like(q);
-  contract::require(layout_problem(q, k, v, y));
-  const Geometry g = geometry(q, k, start_pos, scale);
-  Dtypes::visit(q.scalar_type(), [&](auto tag) { run<decltype(tag)>(g, q, k, v, y); });
-  if (!y.is_same(out)) {
-    out.copy_(y);
-  }
-  return out;
+  return contract::into_dense_out(out, [&](at::Tensor& y) {
+    contract::require(layout_problem(q, k, v, y));
+    const Geometry g = geometry(q, k, start_pos, scale);
+    Dtypes::visit(q.scalar_type(), [&](auto tag) { run<decltype(tag)>(g, q, k, v, y); });
+  });
 }
 #else
 executorch::aten::Tensor& sdpa_with_cache_out_impl(
