@@ -24,7 +24,7 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from helpers import CMakeBuild  # noqa: E402
+from helpers import CMakeBuild, fuzzing_toolchain_problem  # noqa: E402
 
 # One compiler cache for every build tree of the session, the repository copies' included (cmake/CompilerCache.cmake).
 os.environ.setdefault("CCACHE_DIR", os.path.join(REPO_ROOT, "cmake-out", "ccache"))
@@ -177,7 +177,12 @@ def combined_build() -> CMakeBuild:
 @pytest.fixture(scope="session")
 def sanitized_build() -> CMakeBuild:
     """Every declared op's kernels and the runner built with AddressSanitizer and UBSan (no AOT library: it would be
-    loaded into Python, which has no sanitizer runtime)."""
+    loaded into Python, which has no sanitizer runtime). With clang, the tree of the libFuzzer target (CUSTOM_OPS_FUZZ:
+    the same sanitizers plus coverage counters), so the sanitized runner and fuzz_program come from one build; without
+    it, GCC's sanitizers (CUSTOM_OPS_SANITIZE)."""
+    if fuzzing_toolchain_problem() is None:
+        return cmake_build("fuzz", "CMAKE_CXX_COMPILER=clang++", "CUSTOM_OPS_FUZZ=ON",
+                           "CUSTOM_OPS_BUILD_AOT_LIBRARY=OFF")
     return cmake_build("sanitize", "CUSTOM_OPS_SANITIZE=ON", "CUSTOM_OPS_BUILD_AOT_LIBRARY=OFF")
 
 

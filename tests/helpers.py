@@ -184,3 +184,14 @@ AARCH64_SYSROOT = "/usr/aarch64-linux-gnu"
 def qemu(cpu: str) -> list[str]:
     """The emulator command for an aarch64 binary (Debian's qemu-user and cross libc)."""
     return ["qemu-aarch64", "-cpu", cpu, "-L", AARCH64_SYSROOT]
+
+
+FUZZING_PACKAGES = ["clang", "libclang-rt-14-dev"]
+
+
+def fuzzing_toolchain_problem() -> str | None:
+    """None when clang and its libFuzzer runtime are installed (tools/require_packages.sh installs them as root), else
+    what to install."""
+    proc = subprocess.run(["bash", os.path.join(REPO_ROOT, "tools", "require_packages.sh"), *FUZZING_PACKAGES],
+                          capture_output=True, text=True)
+    return None if proc.returncode == 0 else proc.stderr.strip()

@@ -14,25 +14,20 @@ import sys
 import pytest
 
 import regression_inputs
-from helpers import REPO_ROOT
-from tests.conftest import cmake_build
+from helpers import REPO_ROOT, fuzzing_toolchain_problem
 
-PACKAGES = ["clang", "libclang-rt-14-dev"]
 # libFuzzer's RSS limit reads the process's peak resident memory, which Linux carries across exec: started straight
 # from a pytest worker that has held a real model (3 GiB), the fuzzer would start over its 2 GiB limit.
 OWN_PEAK_RSS = [sys.executable, os.path.join(REPO_ROOT, "tools", "own_peak_rss.py")]
 
 
 @pytest.fixture(scope="module")
-def fuzz_program():
-    proc = subprocess.run(["bash", os.path.join(REPO_ROOT, "tools", "require_packages.sh"), *PACKAGES],
-                          capture_output=True, text=True)
-    if proc.returncode != 0:
+def fuzz_program(request):
+    if problem := fuzzing_toolchain_problem():
         if os.environ.get("CI"):
-            pytest.fail(f"CI could not install the fuzzing toolchain: {proc.stderr}")
-        pytest.skip(proc.stderr.strip())
-    build = cmake_build("fuzz", "CMAKE_CXX_COMPILER=clang++", "CUSTOM_OPS_FUZZ=ON", "CUSTOM_OPS_BUILD_AOT_LIBRARY=OFF")
-    return os.path.join(build.build_dir, "fuzz_program")
+            pytest.fail(f"CI could not install the fuzzing toolchain: {problem}")
+        pytest.skip(problem)
+    return os.path.join(request.getfixturevalue("sanitized_build").build_dir, "fuzz_program")  # clang's tree
 
 
 def run_fuzzer(fuzz_program, *args, cwd):
