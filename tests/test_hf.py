@@ -4,6 +4,7 @@ would break (each must change the tokens), the refusals, and the `hf` mode's flo
 selected from the program, 200 tokens decoded twice in the runner and the Python runtime)."""
 
 import os
+import time
 
 import pytest
 import torch
@@ -178,8 +179,9 @@ def test_executorchs_own_llm_runner_decodes_the_program_to_generates_tokens(hf, 
 
 def test_the_program_cache_makes_once_per_identity_and_keeps_only_the_newest_of_a_name(hf, tmp_path):
     # `python -m my_ops.hf` and the real mode keep their programs in ~/.cache/my_ops/programs: hundreds of MiB each,
-    # so a program made for a new identity (other sources, schemas, packages) replaces the one it supersedes.
-    from my_ops.hf.runtime import cached
+    # so a program made for a new identity (other sources, schemas, packages) replaces the one it supersedes once that
+    # one has gone unused for a while (another checkout, on older sources, may be reading it).
+    from my_ops.hf.runtime import SUPERSEDED_KEPT_S, cached
 
     made = []
 
@@ -188,13 +190,20 @@ def test_the_program_cache_makes_once_per_identity_and_keeps_only_the_newest_of_
         with open(path, "w") as f:
             f.write(str(len(made)))
 
+    def last_used(path, seconds_ago):
+        os.utime(path, (time.time() - seconds_ago,) * 2)
+
     first, fresh = cached(str(tmp_path), "model_8da4w.pte", "identity 1", make)
-    again, fresh_again = cached(str(tmp_path), "model_8da4w.pte", "identity 1", make)
+    last_used(first, 2 * SUPERSEDED_KEPT_S)
+    again, fresh_again = cached(str(tmp_path), "model_8da4w.pte", "identity 1", make)  # a use: kept again
     other, _ = cached(str(tmp_path), "other_8da4w.pte", "identity 1", make)
     newer, fresh_newer = cached(str(tmp_path), "model_8da4w.pte", "identity 2", make)
     assert (fresh, fresh_again, fresh_newer, len(made)) == (True, False, True, 3) and again == first != newer
-    assert sorted(os.listdir(tmp_path)) == sorted([os.path.basename(other), os.path.basename(newer)])
+    assert sorted(os.listdir(tmp_path)) == sorted(map(os.path.basename, [first, other, newer]))
     assert open(newer).read() == "3"
+    last_used(first, 2 * SUPERSEDED_KEPT_S)
+    newest, _ = cached(str(tmp_path), "model_8da4w.pte", "identity 3", make)
+    assert sorted(os.listdir(tmp_path)) == sorted(map(os.path.basename, [other, newer, newest]))  # newer: just used
 
 
 def test_the_program_identity_is_the_schemas_not_the_kernels(hf):
