@@ -96,23 +96,26 @@ def test_the_new_ops_compute_what_aten_does(repo_with_recipe, program, shapes, r
 BROADCASTS = [[(3, 40), (3, 1)], [(2, 1, 5), (4, 1)], [(1,), (2, 3)], [(4, 1, 3), (1, 6, 1)]]
 
 
+def run_on_the_copys_modules(repo, code):
+    """`code` in a fresh interpreter that imports the copy's modules first and has loaded the copy's AOT library of
+    scaled_add (its C++ registration)."""
+    aot_library = os.path.join(repo, "cmake-out", "scaled_add", "libcustom_ops_aot_lib.so")
+    preamble = f"import sys\nsys.path.insert(0, {repo!r})\nimport torch\ntorch.ops.load_library({aot_library!r})\n"
+    proc = subprocess.run([sys.executable, "-c", preamble + code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
 @pytest.fixture(scope="module")
 def broadcast_programs(repo_with_recipe, tmp_path_factory):
     """scaled_add exported at each broadcast case's shapes, by the copy's own modules (one process for all)."""
     directory = tmp_path_factory.mktemp("broadcasts")
     programs = [str(directory / f"scaled_add_{i}.pte") for i in range(len(BROADCASTS))]
-    aot_library = os.path.join(repo_with_recipe, "cmake-out", "scaled_add", "libcustom_ops_aot_lib.so")
-    code = f"""
-import sys
-sys.path.insert(0, {repo_with_recipe!r})
-import torch
-torch.ops.load_library({aot_library!r})
+    run_on_the_copys_modules(repo_with_recipe, f"""
 from ops.scaled_add import scaled_add
 from flow.export import export_to_pte
 for shapes, pte in zip({BROADCASTS!r}, {programs!r}):
     export_to_pte(scaled_add.ScaledAddExample(), tuple(torch.ones(s) for s in shapes), pte)
-"""
-    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, timeout=300)
+""")
     return programs
 
 
@@ -127,10 +130,6 @@ def test_scaled_add_broadcasts_like_aten(repo_with_recipe, broadcast_programs, c
 
 
 GRADIENT = """
-import sys
-sys.path.insert(0, {repo!r})
-import torch
-torch.ops.load_library({aot_library!r})
 for x_shape, y_shape in {broadcasts!r}:
     x, y = torch.randn(x_shape, requires_grad=True), torch.randn(y_shape, requires_grad=True)
     out = torch.ops.my_ops.scaled_add(x, y, 0.1)
@@ -150,10 +149,7 @@ else:
 def test_scaled_adds_gradients_equal_atens(repo_with_recipe):
     # The recipe's Autograd kernel: d/dx = grad and d/dy = 0.1 * grad, each summed back over the dimensions it was
     # broadcast along, as ATen's x + 0.1 * y gives them; a refused dtype is reported under the functional op's name.
-    aot_library = os.path.join(repo_with_recipe, "cmake-out", "scaled_add", "libcustom_ops_aot_lib.so")
-    code = GRADIENT.format(repo=repo_with_recipe, aot_library=aot_library, broadcasts=BROADCASTS)
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_on_the_copys_modules(repo_with_recipe, GRADIENT.format(broadcasts=BROADCASTS))
 
 
 def test_scaled_add_equals_aten_bit_for_bit_on_arm64(repo_with_recipe, aarch64_package):
