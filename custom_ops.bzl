@@ -28,6 +28,22 @@
 #   runtime_registration  "codegen" (default): custom_ops.yaml binds the out variant, codegen registers it, selective
 #                    build decides; or "executorch_library" (ops registered from Python): the kernel source registers
 #                    it with EXECUTORCH_LIBRARY_CHECKED, no yaml entry, registered wherever its source is linked
+# The formats of my_ops::linear_blocks and embedding_blocks, one source each (ops/blocks/formats.h lists them); both
+# ops run every format, so both list them (each build compiles a shared source once).
+BLOCK_FORMAT_SOURCES = [
+    "ops/blocks/formats/float_rows.cpp",
+    "ops/blocks/formats/q8_0.cpp",
+    "ops/blocks/formats/q4_0.cpp",
+    "ops/blocks/formats/q4_1.cpp",
+    "ops/blocks/formats/q5_0.cpp",
+    "ops/blocks/formats/q5_1.cpp",
+    "ops/blocks/formats/q2_k.cpp",
+    "ops/blocks/formats/q3_k.cpp",
+    "ops/blocks/formats/q4_k.cpp",
+    "ops/blocks/formats/q5_k.cpp",
+    "ops/blocks/formats/q6_k.cpp",
+]
+
 CUSTOM_OPS = {
     "my_ops::mul3": {
         "registered_from": "python",
@@ -94,71 +110,24 @@ CUSTOM_OPS = {
         "example_program": "sdpa_with_cache",
         "example_model": "ops.sdpa_with_cache.sdpa_with_cache.example",
     },
-    "my_ops::linear_q8_0": {
+    "my_ops::linear_blocks": {
         "registered_from": "cpp",
-        "aot_sources": ["ops/q8_0/linear_q8_0.cpp"],
-        "kernel_sources": ["ops/q8_0/linear_q8_0_out.cpp"],
-        "reference": "ops.q8_0.q8_0.linear_q8_0_reference",
+        "aot_sources": ["ops/blocks/linear_blocks.cpp"],
+        "kernel_sources": ["ops/blocks/linear_blocks_out.cpp"] + BLOCK_FORMAT_SOURCES,
+        "reference": "ops.blocks.blocks.linear_blocks_reference",
         "dtypes": ["float32"],
-        "example_program": "linear_q8_0",
-        "example_model": "ops.q8_0.q8_0.linear_example",
+        "example_program": "linear_blocks",
+        "example_model": "ops.blocks.blocks.linear_example",
     },
-    "my_ops::embedding_q8_0": {
+    "my_ops::embedding_blocks": {
         "registered_from": "cpp",
-        "aot_sources": ["ops/q8_0/embedding_q8_0.cpp"],
-        "kernel_sources": ["ops/q8_0/embedding_q8_0_out.cpp"],
+        "aot_sources": ["ops/blocks/embedding_blocks.cpp"],
+        "kernel_sources": ["ops/blocks/embedding_blocks_out.cpp"] + BLOCK_FORMAT_SOURCES,
         "bit_exact": True,
-        "reference": "ops.q8_0.q8_0.embedding_q8_0_reference",
+        "reference": "ops.blocks.blocks.embedding_blocks_reference",
         "dtypes": ["uint8"],
-        "example_program": "embedding_q8_0",
-        "example_model": "ops.q8_0.q8_0.embedding_example",
-    },
-    "my_ops::linear_q4_0": {
-        "registered_from": "cpp",
-        "aot_sources": ["ops/q4_0/linear_q4_0.cpp"],
-        "kernel_sources": ["ops/q4_0/linear_q4_0_out.cpp"],
-        "reference": "ops.q4_0.q4_0.linear_q4_0_reference",
-        "dtypes": ["float32"],
-        "example_program": "linear_q4_0",
-        "example_model": "ops.q4_0.q4_0.linear_example",
-    },
-    "my_ops::embedding_q4_0": {
-        "registered_from": "cpp",
-        "aot_sources": ["ops/q4_0/embedding_q4_0.cpp"],
-        "kernel_sources": ["ops/q4_0/embedding_q4_0_out.cpp"],
-        "bit_exact": True,
-        "reference": "ops.q4_0.q4_0.embedding_q4_0_reference",
-        "dtypes": ["uint8"],
-        "example_program": "embedding_q4_0",
-        "example_model": "ops.q4_0.q4_0.embedding_example",
-    },
-    "my_ops::linear_f32": {
-        "registered_from": "cpp",
-        "aot_sources": ["ops/linear_f32/linear_f32.cpp"],
-        "kernel_sources": ["ops/linear_f32/linear_f32_out.cpp"],
-        "reference": "ops.linear_f32.linear_f32.linear_f32_reference",
-        "dtypes": ["float32"],
-        "example_program": "linear_f32",
-        "example_model": "ops.linear_f32.linear_f32.example",
-    },
-    "my_ops::linear_q4_1": {
-        "registered_from": "cpp",
-        "aot_sources": ["ops/q4_1/linear_q4_1.cpp"],
-        "kernel_sources": ["ops/q4_1/linear_q4_1_out.cpp"],
-        "reference": "ops.q4_1.q4_1.linear_q4_1_reference",
-        "dtypes": ["float32"],
-        "example_program": "linear_q4_1",
-        "example_model": "ops.q4_1.q4_1.linear_example",
-    },
-    "my_ops::embedding_q4_1": {
-        "registered_from": "cpp",
-        "aot_sources": ["ops/q4_1/embedding_q4_1.cpp"],
-        "kernel_sources": ["ops/q4_1/embedding_q4_1_out.cpp"],
-        "bit_exact": True,
-        "reference": "ops.q4_1.q4_1.embedding_q4_1_reference",
-        "dtypes": ["uint8"],
-        "example_program": "embedding_q4_1",
-        "example_model": "ops.q4_1.q4_1.embedding_example",
+        "example_program": "embedding_blocks",
+        "example_model": "ops.blocks.blocks.embedding_example",
     },
     # Add new ops above this line.
 }

@@ -57,7 +57,7 @@ def aot_extension():
     ops = cpp_ops()
     selection = os.path.join(CODEGEN_DIR, "aot_selected_operators.yaml")
     run_codegen.write_selection(selection, [op.out_name for op in ops])
-    sources = [s for op in ops for s in (*op.aot_sources, *op.kernel_sources)]
+    sources = list(dict.fromkeys(s for op in ops for s in (*op.aot_sources, *op.kernel_sources)))  # shared ones once
     sources += [os.path.relpath(s, HERE) for s in run_codegen.generate(selection, CODEGEN_DIR, aten=True)]
     # -g0 and a stripped link: Python's own flags add -g, which made the library 14 MB instead of under 1 MB.
     flags = ["-O3", "-g0", *compiler_flags.ATEN_MODE]  # BuildExtension adds -DPy_LIMITED_API (its minimum, Python 3.10)

@@ -104,6 +104,10 @@ def wheel_libraries():
 # a*b + c twice; GCC fuses it into an FMA by default on ARM64). The same flags as flow/compiler_flags.py.
 _COMPILER_FLAGS = ["-O3", "-ffp-contract=off"]
 
+def _unique(items):
+    """Each item once, in order: ops may share sources (the block formats' serve both of their ops)."""
+    return list({item: None for item in items}.keys())
+
 def _kernel_headers():
     return native.glob(["kernel_helpers/*.h", "ops/**/*.h"])
 
@@ -112,7 +116,7 @@ def _define_example(suffix, ops):
     by_codegen = [name for name in ops if CUSTOM_OPS[name].get("runtime_registration", "codegen") == "codegen"]
     native.cxx_library(
         name = "custom_ops_kernels" + suffix,
-        srcs = [src for name in ops for src in CUSTOM_OPS[name]["kernel_sources"]],
+        srcs = _unique([src for name in ops for src in CUSTOM_OPS[name]["kernel_sources"]]),
         headers = _kernel_headers(),
         compiler_flags = _COMPILER_FLAGS,
         deps = [":executorch_threadpool"],
@@ -163,7 +167,7 @@ def _define_example(suffix, ops):
             name = "custom_ops_aot_lib" + suffix,
             operator_library = ":select_aot" + suffix,
             aten_mode = True,
-            srcs = [src for name in cpp_ops for key in ("aot_sources", "kernel_sources") for src in CUSTOM_OPS[name][key]],
+            srcs = _unique([src for name in cpp_ops for key in ("aot_sources", "kernel_sources") for src in CUSTOM_OPS[name][key]]),
             headers = _kernel_headers(),
             # C++20 like torch's cpp_extension; USE_ATEN_LIB compiles the kernels against at::Tensor.
             compiler_flags = ["-std=c++20"] + _COMPILER_FLAGS,

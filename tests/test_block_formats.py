@@ -1,52 +1,62 @@
-"""The block-format ops (kernel_helpers/block_linear.h: linear_f32, linear_q8_0 / q4_0 / q4_1 and their embeddings)
-against their references (ops/<format>/<format>.py: the weights dequantized and the activations quantized with ATen
-ops), on every vector ISA; the packing of my_ops/hf/quantize.py read back by those references; bad weights and
-indices refused by PyTorch and the runtime; a program whose weight holds too few bytes for its shape refused before a
-kernel reads it."""
+"""my_ops::linear_blocks and embedding_blocks (ops/blocks: every GGUF format, kernel_helpers/block_formats.h) against
+their reference (ops/blocks/blocks.py: the weights dequantized and the activations quantized with ATen ops), every
+format at shapes that reach each path, on every vector ISA; the packing of my_ops/hf/quantize.py read back by the
+reference; bad formats, weights and indices refused by PyTorch and the runtime; a program whose weight holds too few
+bytes for its shape refused before a kernel reads it. The formats' bytes against llama.cpp's own are test_gguf.py's."""
 
+import re
 import struct
 
 import pytest
 import torch
 
-from helpers import COUNT_PATHS, run_in_fresh_python, run_runner
+from helpers import COUNT_PATHS, REPO_ROOT, run_in_fresh_python, run_runner
 
-FORMATS = ("q8_0", "q4_0", "q4_1")
-# (tokens, outputs, inputs): one block per row, an odd number of blocks (a pair and a single block), a group of four
-# tokens and one more, one row, a row count no tile divides, SmolLM2's widths, a prefill's worth of tokens.
-SHAPES = [(1, 1, 32), (1, 7, 64), (3, 40, 96), (5, 33, 96), (4, 9, 160), (2, 5, 576), (1, 43, 1536), (130, 70, 576)]
-F32_SHAPES = [(1, 1, 1), (1, 7, 3), (5, 40, 70), (2, 9, 17), (130, 33, 576)]  # widths no vector divides
 TOLERANCE = dict(rtol=2e-5, atol=2e-4)  # float sums in another order; the integer parts are exact
 
 
-def reference_module(fmt: str):
+def blocks_module():
     from flow.declarations import import_repository_module
 
-    return import_repository_module(f"ops.{fmt}.{fmt}")
+    return import_repository_module("ops.blocks.blocks")
 
 
-def run_cases(seed: int = 0) -> tuple[int, int]:
-    """Every shape of every format through the op and its reference; the outputs computed, quantized formats and F32
-    (raises on a mismatch)."""
+def all_formats() -> list[str]:
+    module = blocks_module()
+    return [*module.ROW_FORMATS, *module.FORMATS]
+
+
+FORMATS = all_formats()
+BLOCK_FORMATS = [f for f in FORMATS if f not in ("F32", "F16", "BF16")]
+
+
+def shapes(fmt: str) -> list[tuple[int, int, int]]:
+    """(tokens, outputs, inputs) for a format of W weights a block: one block per row, two, an odd count; a group of
+    four tokens and one more, one row, a row count no tile divides (a whole group and a short one), SmolLM2's widths
+    where blocks allow, a prefill's worth of tokens. Row formats: widths no vector divides."""
+    if fmt in ("F32", "F16", "BF16"):
+        return [(1, 1, 1), (1, 7, 3), (5, 40, 70), (2, 9, 17), (130, 33, 576)]
+    w = blocks_module().FORMATS[fmt].weights
+    widths = [w, 2 * w, 3 * w] + ([576, 1536] if w == 32 else [1536])
+    return [(1, 1, widths[0]), (1, 7, widths[1]), (3, 40, widths[2]), (5, 33, widths[0]), (9, 17, widths[1]),
+            (1, 43, widths[-1]), (130, 70, widths[-2])]
+
+
+def run_cases(seed: int = 0) -> dict[str, int]:
+    """Every shape of every format through the op and its reference (raises on a mismatch); the outputs computed per
+    kind of format."""
+    module = blocks_module()
     generator = torch.Generator().manual_seed(seed)
-    elements = 0
+    computed = {"blocks": 0, "rows": 0}
     for fmt in FORMATS:
-        module = reference_module(fmt)
-        op, reference = getattr(torch.ops.my_ops, f"linear_{fmt}"), getattr(module, f"linear_{fmt}_reference")
-        for tokens, outputs, inputs in SHAPES:
-            weight = module.random_weight(outputs, inputs, generator)
+        for tokens, outputs, inputs in shapes(fmt):
+            weight = module.random_weight(fmt, outputs, inputs, generator)
             x = torch.randn(tokens, inputs, generator=generator) * 3
-            actual = op(x, weight)
-            torch.testing.assert_close(actual, reference(x, weight), **TOLERANCE, msg=f"{fmt} {tokens}x{outputs}x{inputs}")
-            elements += actual.numel()
-    f32_elements = 0
-    f32 = reference_module("linear_f32")
-    for tokens, outputs, inputs in F32_SHAPES:
-        weight, x = torch.randn(outputs, inputs, generator=generator), torch.randn(tokens, inputs, generator=generator)
-        actual = torch.ops.my_ops.linear_f32(x, weight)
-        torch.testing.assert_close(actual, f32.linear_f32_reference(x, weight), **TOLERANCE)
-        f32_elements += actual.numel()
-    return elements, f32_elements
+            actual = torch.ops.my_ops.linear_blocks(x, weight, fmt)
+            expected = module.linear_blocks_reference(x, weight, fmt)
+            torch.testing.assert_close(actual, expected, **TOLERANCE, msg=f"{fmt} {tokens}x{outputs}x{inputs}")
+            computed["rows" if fmt in module.ROW_FORMATS else "blocks"] += actual.numel()
+    return computed
 
 
 # Each vector ISA's code in a fresh process with CUSTOM_OPS_ISA capping it, counted where it wrote its outputs.
@@ -55,9 +65,7 @@ from helpers import path_counts
 from flow import registration
 registration.load_aot_library({aot!r})
 from test_block_formats import run_cases
-quantized, f32 = run_cases()
-counts = path_counts({aot!r})
-result = {{"quantized": quantized, "f32": f32, **counts}}
+result = {{**run_cases(), **path_counts({aot!r})}}
 """
 
 
@@ -68,36 +76,35 @@ def cpu_has_vnni() -> bool:
 
 @pytest.mark.parametrize("isa", ["baseline", "avx2", "avx512"])
 def test_every_format_equals_its_reference_on_every_vector_isa(isa, combined_build):
-    # The quantized formats' AVX-512 code needs VNNI: on an AVX-512 CPU without it they run the AVX2 loop (F32 does
-    # not need it).
+    # The block formats' AVX-512 code needs VNNI: on an AVX-512 CPU without it they run the AVX2 loop (rows do not).
     from test_kernel_paths import expected_isa
 
     if expected_isa(isa) != isa:
         pytest.skip(f"this CPU has no {isa}")
     counts = run_in_fresh_python(ISA_PROBE.format(aot=combined_build.aot_lib),
                                  env=dict(COUNT_PATHS, CUSTOM_OPS_ISA=isa))
-    quantized_isa = "avx2" if isa == "avx512" and not cpu_has_vnni() else isa
+    blocks_isa = "avx2" if isa == "avx512" and not cpu_has_vnni() else isa
     expected = {"baseline": 0, "avx2": 0, "avx512": 0}
-    expected[isa] += counts["f32"]
-    expected[quantized_isa] += counts["quantized"]
-    assert counts["quantized"] > 0 and counts["f32"] > 0
+    expected[isa] += counts["rows"]
+    expected[blocks_isa] += counts["blocks"]
+    assert counts["blocks"] > 0 and counts["rows"] > 0
     assert {k: counts[k] for k in expected} == expected, counts
 
 
-@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("fmt", BLOCK_FORMATS)
 def test_activation_blocks_of_zeros_infinities_and_ties(fmt, aot_ops):
     # A block of zeros (d = 0) adds nothing; a block holding an infinity or a NaN makes every output NaN, as a float
     # product would; values landing on x / d = k + 0.5 round to even, as the reference's torch.round does.
-    module = reference_module(fmt)
-    op, reference = getattr(torch.ops.my_ops, f"linear_{fmt}"), getattr(module, f"linear_{fmt}_reference")
-    weight = module.random_weight(8, 96, torch.Generator().manual_seed(1))
-    x = torch.randn(4, 96, generator=torch.Generator().manual_seed(2))
+    module = blocks_module()
+    inputs = 3 * module.FORMATS[fmt].weights
+    weight = module.random_weight(fmt, 8, inputs, torch.Generator().manual_seed(1))
+    x = torch.randn(4, inputs, generator=torch.Generator().manual_seed(2))
     x[0, :32] = 0
     x[1, 32:64] = torch.inf
     x[2, 70] = torch.nan
     x[3, :32] = (torch.arange(32) - 16 + 0.5) / 16  # with a maximum of 127/16, d = 1/16 and x / d = k + 0.5
     x[3, 0] = 127 / 16
-    actual, expected = op(x, weight), reference(x, weight)
+    actual, expected = torch.ops.my_ops.linear_blocks(x, weight, fmt), module.linear_blocks_reference(x, weight, fmt)
     assert actual[1:3].isnan().all() and not actual[[0, 3]].isnan().any()
     torch.testing.assert_close(actual, expected, **TOLERANCE, equal_nan=True)
 
@@ -106,36 +113,35 @@ def test_activation_blocks_of_zeros_infinities_and_ties(fmt, aot_ops):
 def test_embeddings_equal_their_reference_bit_for_bit(fmt, aot_ops):
     from flow.compare import assert_bit_exact
 
-    module = reference_module(fmt)
-    table = module.random_weight(50, 96, torch.Generator().manual_seed(3))
-    indices = torch.tensor([[0, 49, 7], [7, 7, 1]])
-    actual = getattr(torch.ops.my_ops, f"embedding_{fmt}")(table, indices)
-    assert actual.shape == (2, 3, 96)
-    assert_bit_exact(actual, getattr(module, f"embedding_{fmt}_reference")(table, indices), fmt)
+    module = blocks_module()
+    inputs = 2 * module.FORMATS[fmt].weights if fmt in module.FORMATS else 70
+    table = module.random_weight(fmt, 50, inputs, torch.Generator().manual_seed(3))
+    indices = torch.tensor([[0, 49, 7], [7, 7, 33]])  # in a whole group of 16, and in the short last one
+    actual = torch.ops.my_ops.embedding_blocks(table, indices, fmt)
+    assert actual.shape == (2, 3, inputs)
+    assert_bit_exact(actual, module.embedding_blocks_reference(table, indices, fmt), fmt)
 
 
-@pytest.mark.parametrize("fmt", ("f32", *FORMATS))
+@pytest.mark.parametrize("fmt", ["F32", "BF16", "Q4_1", "Q6_K"])
 def test_strided_inputs_and_outputs_give_the_dense_results(fmt, aot_ops):
     # PyTorch hands kernels strided tensors: in ATen mode they compute on dense copies and copy into a strided out.
     generator = torch.Generator().manual_seed(4)
-    weight = (torch.randn(24, 64, generator=generator) if fmt == "f32" else
-              reference_module(fmt).random_weight(24, 64, generator))
-    linear = getattr(torch.ops.my_ops, f"linear_{fmt}")
-    x = torch.randn(64, 5, generator=generator).t()
+    inputs = 256
+    weight = blocks_module().random_weight(fmt, 24, inputs, generator)
+    linear, embedding = torch.ops.my_ops.linear_blocks, torch.ops.my_ops.embedding_blocks
+    x = torch.randn(inputs, 5, generator=generator).t()
     out = torch.empty(24, 5).t()
     assert not x.is_contiguous() and not out.is_contiguous()
-    linear.out(x, weight, out=out)
-    assert torch.equal(out, linear(x.contiguous(), weight))
-    if fmt != "f32":
-        embedding = getattr(torch.ops.my_ops, f"embedding_{fmt}")
-        indices = torch.tensor([[3, 0, 23], [5, 5, 1]]).t()
-        rows = torch.empty(64, 2, 3).permute(2, 1, 0)
-        assert not indices.is_contiguous() and not rows.is_contiguous()
-        embedding.out(weight, indices, out=rows)
-        assert torch.equal(rows, embedding(weight, indices.contiguous()))
+    linear.out(x, weight, fmt, out=out)
+    assert torch.equal(out, linear(x.contiguous(), weight, fmt))
+    indices = torch.tensor([[3, 0, 23], [5, 5, 1]]).t()
+    rows = torch.empty(inputs, 2, 3).permute(2, 1, 0)
+    assert not indices.is_contiguous() and not rows.is_contiguous()
+    embedding.out(weight, indices, fmt, out=rows)
+    assert torch.equal(rows, embedding(weight, indices.contiguous(), fmt))
 
 
-@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("fmt", ["Q8_0", "Q4_0", "Q4_1"])
 def test_packed_weights_read_back_as_the_format_defines(fmt):
     # my_ops.hf packs at export what the kernels read; the op's reference (written apart from it) reads it back: every
     # weight within half a step of its block's grid (Q4_0: a step, its grid reaches -8 steps one way and 7 the other),
@@ -143,65 +149,89 @@ def test_packed_weights_read_back_as_the_format_defines(fmt):
     # GGUF file's dequantized blocks) comes back exactly.
     from my_ops.hf.quantize import pack
 
-    module = reference_module(fmt)
+    module = blocks_module()
     weight = torch.randn(17, 96, generator=torch.Generator().manual_seed(4))
     weight[3, :32] = 0
-    restored = module.dequantize(pack(weight, fmt))
+    restored = module.dequantize(pack(weight, fmt), fmt)
     blocks = weight.reshape(17, 3, 32)
-    step = {"q8_0": blocks.abs().amax(-1) / 127 / 2, "q4_0": blocks.abs().amax(-1) / 8,
-            "q4_1": (blocks.amax(-1) - blocks.amin(-1)) / 15 / 2}[fmt]
+    step = {"Q8_0": blocks.abs().amax(-1) / 127 / 2, "Q4_0": blocks.abs().amax(-1) / 8,
+            "Q4_1": (blocks.amax(-1) - blocks.amin(-1)) / 15 / 2}[fmt]
     error = (restored - weight).abs().reshape(17, 3, 32).amax(-1)
     assert bool((error <= step * 1.01 + 1e-3).all()), (error - step).max()
     assert torch.equal(restored[3, :32], weight[3, :32])
-    if fmt == "q4_1":
+    if fmt == "Q4_1":
         weight[5, 32:64] = 0.25  # a constant block: d = 0, m its value
-        assert torch.equal(module.dequantize(pack(weight, fmt))[5, 32:64], weight[5, 32:64])
+        assert torch.equal(module.dequantize(pack(weight, fmt), fmt)[5, 32:64], weight[5, 32:64])
         d = (torch.rand(17, 3, 1) * 0.1 + 0.01).half().float()
         m = torch.randn(17, 3, 1).half().float()
         on_grid = (torch.randint(0, 16, (17, 3, 32)).float() * d + m).reshape(17, 96)
         on_grid[:, ::32] = m.reshape(17, 3)  # each block's minimum present, as q = 0 makes it
         on_grid[:, 31::32] = (15 * d + m).reshape(17, 3)
-        assert torch.equal(module.dequantize(pack(on_grid, fmt)), on_grid)
+        assert torch.equal(module.dequantize(pack(on_grid, fmt), fmt), on_grid)
+
+
+def test_the_formats_are_the_same_in_cpp_python_and_the_reader():
+    # One list of formats in each language: the C++ ops' (ops/blocks/formats.h), the reference's, my_ops.gguf's.
+    from my_ops.hf.gguf_blocks import FORMATS as READER_FORMATS, LAYOUTS, block_bytes
+
+    with open(f"{REPO_ROOT}/ops/blocks/formats.h") as f:
+        cpp = re.findall(r"X\((\w+)\)", re.search(r"#define CUSTOM_OPS_BLOCK_FORMATS\(X\)(.*?)\n\n", f.read(),
+                                                  re.S).group(1))
+    assert cpp == FORMATS == list(READER_FORMATS)
+    module = blocks_module()
+    assert {f: block_bytes(f) for f in LAYOUTS} == {f: module.FORMATS[f].bytes for f in module.FORMATS}
 
 
 BAD_WEIGHTS = [
-    ("rows not whole blocks", lambda fmt, w: w[:, :-1], "are not whole"),
-    ("a weight of another dtype", lambda fmt, w: w.float(), "weight has dtype float32"),
-    ("a weight of one dimension", lambda fmt, w: w.reshape(-1), "must have 2 dimensions"),
+    ("rows not whole blocks", lambda w: w[:, :-1], "are not whole"),
+    ("a weight of another dtype", lambda w: w.float() if w.dtype == torch.uint8 else w.to(torch.int8),
+     "weight has dtype"),
+    ("a weight of one dimension", lambda w: w.reshape(-1), "must have 2 dimensions"),
 ]
 
 
-@pytest.mark.parametrize("what, change, words", BAD_WEIGHTS, ids=[b[0] for b in BAD_WEIGHTS])
-@pytest.mark.parametrize("fmt", FORMATS)
+BAD_CASES = [(fmt, *bad) for fmt in ("Q4_1", "Q5_K", "F16") for bad in BAD_WEIGHTS
+             if not (fmt == "F16" and bad[0] == "rows not whole blocks")]  # a row format has no blocks
+
+
+@pytest.mark.parametrize("fmt, what, change, words", BAD_CASES, ids=[f"{c[0]}-{c[1]}" for c in BAD_CASES])
 def test_a_bad_weight_is_refused_by_name(fmt, what, change, words, aot_ops):
-    weight = reference_module(fmt).random_weight(8, 64, torch.Generator().manual_seed(5))
-    for call in (lambda w: getattr(torch.ops.my_ops, f"linear_{fmt}")(torch.randn(2, 64), w),
-                 lambda w: getattr(torch.ops.my_ops, f"embedding_{fmt}")(w, torch.tensor([1])),
-                 lambda w: getattr(torch.ops.my_ops, f"linear_{fmt}")(torch.randn(2, 64, device="meta"),
-                                                                      w.to("meta"))):
+    inputs = 256
+    weight = blocks_module().random_weight(fmt, 8, inputs, torch.Generator().manual_seed(5))
+    for call in (lambda w: torch.ops.my_ops.linear_blocks(torch.randn(2, inputs), w, fmt),
+                 lambda w: torch.ops.my_ops.embedding_blocks(w, torch.tensor([1]), fmt),
+                 lambda w: torch.ops.my_ops.linear_blocks(torch.randn(2, inputs, device="meta"), w.to("meta"), fmt)):
         with pytest.raises(RuntimeError, match=words):
-            call(change(fmt, weight))
+            call(change(weight))
 
 
-def test_an_input_of_another_width_or_dtype_and_an_index_outside_the_table_are_refused(aot_ops):
-    weight = reference_module("q4_1").random_weight(8, 64, torch.Generator().manual_seed(6))
-    with pytest.raises(RuntimeError, match=r"my_ops::linear_q4_1: input \[2, 96\] must end in the layer's 64 inputs"):
-        torch.ops.my_ops.linear_q4_1(torch.randn(2, 96), weight)
+def test_an_unknown_format_a_width_a_dtype_and_an_index_outside_the_table_are_refused(aot_ops):
+    weight = blocks_module().random_weight("Q4_1", 8, 64, torch.Generator().manual_seed(6))
+    linear, embedding = torch.ops.my_ops.linear_blocks, torch.ops.my_ops.embedding_blocks
+    for call in (lambda: linear(torch.randn(2, 64), weight, "IQ4_XS"), lambda: embedding(weight, torch.tensor([0]), "q4_1"),
+                 lambda: linear(torch.randn(2, 64, device="meta"), weight.to("meta"), "MXFP4")):
+        with pytest.raises(RuntimeError, match=r"format '\w+' is not one this op takes; it takes the GGUF types F32, "
+                                               r"F16, BF16, Q8_0.*Q6_K \(i-quants, TQ and MXFP4"):
+            call()
+    with pytest.raises(RuntimeError, match=r"my_ops::linear_blocks: input \[2, 96\] must end in the layer's 64 inputs"):
+        linear(torch.randn(2, 96), weight, "Q4_1")
     with pytest.raises(RuntimeError, match="input has unsupported dtype float16; supported: float32"):
-        torch.ops.my_ops.linear_q4_1(torch.randn(2, 64).half(), weight)
+        linear(torch.randn(2, 64).half(), weight, "Q4_1")
+    with pytest.raises(RuntimeError, match="a Q8_0 weight is uint8"):  # the bytes of one format read as another's
+        linear(torch.randn(2, 64), torch.zeros(8, 60, dtype=torch.float16), "Q8_0")
     with pytest.raises(RuntimeError, match=r"index 8 \(element 1 of indices\) is outside the table's 8 rows"):
-        torch.ops.my_ops.embedding_q4_1(weight, torch.tensor([0, 8]))
+        embedding(weight, torch.tensor([0, 8]), "Q4_1")
     with pytest.raises(RuntimeError, match="index -1"):
-        torch.ops.my_ops.embedding_q4_1(weight, torch.tensor([-1]))
+        embedding(weight, torch.tensor([-1]), "Q4_1")
     with pytest.raises(RuntimeError, match="requires grad, but this op is for inference"):
-        torch.ops.my_ops.linear_f32(torch.randn(2, 3, requires_grad=True), torch.randn(4, 3))
+        linear(torch.randn(2, 3, requires_grad=True), torch.randn(4, 3), "F32")
 
 
 @pytest.fixture(scope="module")
 def embedding_program(declared, aot_ops, tmp_path_factory):
     from flow.export import export_example
 
-    return export_example(declared["my_ops::embedding_q4_1"], tmp_path_factory.mktemp("embedding"))
+    return export_example(declared["my_ops::embedding_blocks"], tmp_path_factory.mktemp("embedding"))
 
 
 def test_an_index_outside_the_table_is_one_error_in_the_runner_and_the_python_runtime(embedding_program,
@@ -209,7 +239,7 @@ def test_an_index_outside_the_table_is_one_error_in_the_runner_and_the_python_ru
     from flow.runtime import load_kernel_library, load_method_checked
 
     bad = tmp_path / "indices.bin"
-    bad.write_bytes(struct.pack("<4q", 0, 5, 40, 7))  # the example's table has 40 rows
+    bad.write_bytes(struct.pack("<4q", 0, 5, 40, 7))  # the example's tables have 40 rows
     proc = run_runner(combined_build.runner, f"--model_path={embedding_program}", f"--inputs={bad}")
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
     assert proc.returncode == 1 and len(errors) == 1, proc.stderr[-2000:]
@@ -218,7 +248,7 @@ def test_an_index_outside_the_table_is_one_error_in_the_runner_and_the_python_ru
     method = load_method_checked(embedding_program)
     with pytest.raises(RuntimeError):
         method.execute([torch.tensor([[0, 5, 40, 7]])])
-    assert method.execute([torch.tensor([[0, 5, 39, 7]])])[0].shape == (1, 4, 96)
+    assert method.execute([torch.tensor([[0, 5, 39, 7]])])[0].shape == (1, 4, 512 * len(FORMATS))
 
 
 def test_a_weight_shape_past_its_stored_bytes_is_refused_before_a_kernel_reads_it(declared, aot_ops, combined_build,
@@ -231,11 +261,11 @@ def test_a_weight_shape_past_its_stored_bytes_is_refused_before_a_kernel_reads_i
     from pte_surgery import edit_plan
 
     def more_rows(plan):
-        (weight,) = [v.val for v in plan.values if getattr(v.val, "data_buffer_idx", 0) > 0
-                     and getattr(v.val, "sizes", None) and len(v.val.sizes) == 2]
-        weight.sizes = [weight.sizes[0] * 64, weight.sizes[1]]
+        weights = [v.val for v in plan.values if getattr(v.val, "data_buffer_idx", 0) > 0
+                   and getattr(v.val, "sizes", None) and len(v.val.sizes) == 2]
+        weights[-1].sizes = [weights[-1].sizes[0] * 64, weights[-1].sizes[1]]  # one format's weight
 
-    good = export_example(declared["my_ops::linear_q4_1"], str(tmp_path))
+    good = export_example(declared["my_ops::linear_blocks"], str(tmp_path))
     bad = edit_plan(good, str(tmp_path / "more_rows.pte"), more_rows)
     proc = run_runner(combined_build.runner, f"--model_path={bad}")
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
@@ -244,4 +274,23 @@ def test_a_weight_shape_past_its_stored_bytes_is_refused_before_a_kernel_reads_i
     load_kernel_library(combined_build.kernel_lib)
     with pytest.raises(RuntimeError, match="Failed to load method forward"):
         load_method_checked(bad)
-    assert load_method_checked(good).execute([torch.randn(1, 5, 96)])[0].shape == (1, 5, 40)
+    assert load_method_checked(good).execute([torch.randn(1, 5, 512)])[0].shape == (1, 5, 40 * len(FORMATS))
+
+
+def test_an_unknown_format_in_a_program_is_one_runner_error(declared, aot_ops, combined_build, tmp_path):
+    # The format is a string in the program: a corrupt or hostile one is refused by name, not looked up blindly.
+    from flow.export import export_example
+    from pte_surgery import edit_plan
+
+    def rename(plan):
+        strings = [v.val for v in plan.values if hasattr(v.val, "string_val") and v.val.string_val == "Q4_K"]
+        assert strings, "the example calls Q4_K"
+        for s in strings:
+            s.string_val = "Q9_K"
+
+    good = export_example(declared["my_ops::linear_blocks"], str(tmp_path))
+    bad = edit_plan(good, str(tmp_path / "renamed.pte"), rename)
+    proc = run_runner(combined_build.runner, f"--model_path={bad}")
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    assert proc.returncode == 1 and len(errors) == 1, proc.stderr[-2000:]
+    assert "format 'Q9_K' is not one this op takes" in proc.stderr

@@ -7,10 +7,13 @@ import numpy as np
 import pytest
 import torch
 
-FORMATS = ("Q8_0", "Q4_0", "Q4_1")
-KQUANTS = ("Q4_K", "Q6_K")
-# (rows, inputs): one block per row, one row, a row count no group of 16 divides, ffn_down's 48 blocks.
+WRITTEN = ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1")  # the types the gguf package's quantizers write
+KQUANTS = ("Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")  # it reads and dequantizes these, but writes none: random blocks
+# (rows, inputs): one block per row, one row, a row count no group of 16 divides, ffn_down's 1536 inputs.
 SHAPES = [(3, 32), (1, 64), (17, 96), (5, 1536)]
+KQUANT_SHAPES = [(3, 256), (1, 512), (17, 768), (5, 1536)]
+# Where each K-quant block keeps its fp16 fields (d, dmin), set to finite values in the random blocks.
+HALVES = {"Q2_K": (80, 82), "Q3_K": (108,), "Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,)}
 
 
 @pytest.fixture(scope="module")
@@ -20,17 +23,33 @@ def gguf_module(aot_ops, python_ops):
     return my_ops.gguf
 
 
+def random_kquant(shape, kind: str, generator: np.random.Generator) -> np.ndarray:
+    """Rows of random K-quant blocks (every code, every packed scale and min bit) with finite scales."""
+    import gguf
+
+    qtype = gguf.GGMLQuantizationType[kind]
+    data = generator.integers(0, 256, gguf.quants.quant_shape_to_byte_shape(shape, qtype), dtype=np.uint8)
+    blocks = data.reshape(-1, gguf.GGML_QUANT_SIZES[qtype][1])
+    for at in HALVES[kind]:
+        blocks[:, at:at + 2] = (generator.random(len(blocks)) * 0.01 + 0.001).astype(np.float16).view(np.uint8).reshape(-1, 2)
+    return data
+
+
 def write_gguf(path, tensors: dict) -> None:
-    """A GGUF file of `tensors` ({name: (float32 array, GGUF type name)}), quantized and written by the gguf package."""
+    """A GGUF file of `tensors` ({name: (float32 array, GGUF type name)}), written by the gguf package: its quantizers'
+    blocks, random K-quant blocks of the array's shape, or zero bytes of a type it does not write (IQ4_NL)."""
     import gguf
 
     writer = gguf.GGUFWriter(str(path), "llama")
+    generator = np.random.default_rng(7)
     for name, (values, kind) in tensors.items():
         qtype = gguf.GGMLQuantizationType[kind]
-        if kind in KQUANTS:  # the gguf package reads K-quants but does not write them: bytes of the right size
-            data = np.zeros(gguf.quants.quant_shape_to_byte_shape(values.shape, qtype), np.uint8)
-        else:
+        if kind in KQUANTS:
+            data = random_kquant(values.shape, kind, generator)
+        elif kind in (*WRITTEN, "F32", "F16", "BF16"):
             data = gguf.quants.quantize(values, qtype)
+        else:
+            data = np.zeros(gguf.quants.quant_shape_to_byte_shape(values.shape, qtype), np.uint8)
         writer.add_tensor(name, data, raw_dtype=qtype)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
@@ -50,37 +69,29 @@ def gguf_dequantized(tensor) -> np.ndarray:
     return gguf.quants.dequantize(np.asarray(tensor.data), tensor.tensor_type)
 
 
-@pytest.mark.parametrize("kind", FORMATS)
-def test_blocks_read_as_the_gguf_package_dequantizes_them(kind, gguf_module, tmp_path):
+@pytest.mark.parametrize("kind", WRITTEN + KQUANTS)
+def test_blocks_read_and_packed_as_the_gguf_package_dequantizes_them(kind, gguf_module, tmp_path):
+    # The chain a program's weights take: the file, my_ops.gguf's reader, the packer's layout (my_ops.hf.quantize's
+    # interleave), what the kernel reads: the op's reference (ops/blocks/blocks.py, written apart from the reader)
+    # reads it back to the gguf package's own dequantization, bit for bit; the embedding kernel too.
+    from flow.compare import assert_bit_exact
+    from flow.declarations import import_repository_module
+    from my_ops.hf.quantize import interleave
+
+    reference = import_repository_module("ops.blocks.blocks")
     generator = np.random.default_rng(0)
     shapes = {f"t{i}": (generator.standard_normal(shape).astype(np.float32) * 0.1 + 0.02, kind)
-              for i, shape in enumerate(SHAPES)}
+              for i, shape in enumerate(KQUANT_SHAPES if kind in KQUANTS else SHAPES)}
     write_gguf(tmp_path / "blocks.gguf", shapes)
     for name, tensor in file_tensors(tmp_path / "blocks.gguf").items():
         codes, records = gguf_module.codes_and_records(np.asarray(tensor.data), kind)
         rows, inputs = shapes[name][0].shape
-        assert codes.shape == (rows, inputs) and all(r.shape == (rows, inputs // 32) for r in records)
-        assert len(records) == (2 if kind == "Q4_1" else 1)
-        expected = gguf_dequantized(tensor)
-        np.testing.assert_array_equal(gguf_module.dequantize(codes, records, kind), expected, err_msg=f"{kind} {name}")
-
-
-@pytest.mark.parametrize("kind", FORMATS)
-def test_packed_blocks_read_back_by_the_ops_references_as_the_file_holds_them(kind, gguf_module, tmp_path):
-    # The chain a program's weights take: the file, my_ops.gguf's reader, the packer's layout (my_ops.hf.quantize's
-    # interleave), what the kernel reads: the op's reference (ops/<format>/<format>.py) reads it back to the gguf
-    # package's own dequantization, bit for bit.
-    from flow.declarations import import_repository_module
-    from my_ops.hf.quantize import interleave
-
-    fmt = gguf_module.FORMATS[kind]
-    reference = import_repository_module(f"ops.{fmt}.{fmt}")
-    values = np.random.default_rng(1).standard_normal((37, 96)).astype(np.float32)
-    write_gguf(tmp_path / "one.gguf", {"w": (values, kind)})
-    tensor = file_tensors(tmp_path / "one.gguf")["w"]
-    codes, records = gguf_module.codes_and_records(np.asarray(tensor.data), kind)
-    packed = interleave(torch.from_numpy(codes), [torch.from_numpy(r) for r in records], fmt)
-    np.testing.assert_array_equal(reference.dequantize(packed).numpy(), gguf_dequantized(tensor))
+        assert codes.shape == (rows, inputs) and records.shape[:2] == (rows, inputs // reference.FORMATS[kind].weights)
+        packed = interleave(torch.from_numpy(codes), torch.from_numpy(records), kind)
+        assert packed.shape == tuple(np.asarray(tensor.data).shape)  # the same bytes, rearranged
+        expected = torch.from_numpy(gguf_dequantized(tensor).reshape(rows, inputs))
+        assert_bit_exact(reference.dequantize(packed, kind), expected, f"{kind} {name}")
+        assert_bit_exact(torch.ops.my_ops.embedding_blocks(packed, torch.arange(rows), kind), expected, kind)
 
 
 def tiny_llama():
@@ -124,8 +135,11 @@ def test_attached_blocks_are_the_files_in_transformers_row_order(gguf_module, tm
     # Every matrix of a small llama written as llama.cpp's converter writes it (Q and K rows permuted for its rotary
     # layout), attached to the model: the blocks dequantized equal the gguf package's dequantization of the file's
     # tensor put back in transformers' order by transformers' own loader step.
+    from flow.declarations import import_repository_module
+    from my_ops.hf.quantize import interleave
     from transformers.modeling_gguf_pytorch_utils import LlamaTensorProcessor
 
+    reference = import_repository_module("ops.blocks.blocks")
     model = tiny_llama()
     names = write_model_gguf(model, tmp_path / "tiny.gguf")
     attached = gguf_module.attach_blocks(model, str(tmp_path / "tiny.gguf"))
@@ -141,17 +155,17 @@ def test_attached_blocks_are_the_files_in_transformers_row_order(gguf_module, tm
         elif ".attn_k." in name:
             expected = undo(expected, model.config.num_attention_heads, model.config.num_key_value_heads)
         codes, records, fmt = modules[names[name].rsplit(".", 1)[0]].gguf_blocks
-        assert fmt == "q4_1"
-        got = gguf_module.dequantize(codes.numpy(), [r.numpy() for r in records], "Q4_1")
+        assert fmt == "Q4_1"
+        got = reference.dequantize(interleave(codes, records, fmt), fmt).numpy()
         np.testing.assert_array_equal(got, expected, err_msg=name)
 
 
 def test_a_type_the_ops_do_not_take_is_refused_by_name_before_anything_is_attached(gguf_module, tmp_path):
     model = tiny_llama()
-    write_model_gguf(model, tmp_path / "kquant.gguf", overrides={"blk.1.ffn_down.weight": "Q4_K"})
+    write_model_gguf(model, tmp_path / "iquant.gguf", overrides={"blk.1.ffn_down.weight": "IQ4_NL"})
     with pytest.raises(gguf_module.UnsupportedTensorError,
-                       match=r"blk\.1\.ffn_down\.weight \(Q4_K\).*it takes Q8_0, Q4_0, Q4_1") as error:
-        gguf_module.attach_blocks(model, str(tmp_path / "kquant.gguf"))
+                       match=r"blk\.1\.ffn_down\.weight \(IQ4_NL\).*it takes F32, F16, BF16, Q8_0, .*Q6_K") as error:
+        gguf_module.attach_blocks(model, str(tmp_path / "iquant.gguf"))
     assert "llama-quantize" in str(error.value)
     assert not any(hasattr(m, "gguf_blocks") for m in model.modules())
 

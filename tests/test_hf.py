@@ -142,7 +142,7 @@ def test_a_missing_op_is_named_with_the_way_to_register_it(hf, checkpoints, monk
 def test_the_hf_flow_decodes_both_architectures_in_the_runner_and_the_python_runtime(hf, load_method, tmp_path,
                                                                                         capsys):
     # The `hf` mode's steps in this process (its imports and registrations are made): export, a runner selected from
-    # both programs (the float32 one calls linear_f32, the 8-bit one the q8_0 ops), then 200 tokens twice in the
+    # both programs (linear_blocks on F32 weights in one, on Q8_0 blocks in the other), then 200 tokens twice in the
     # runner and twice in the Python runtime per program. One program per architecture, float32 for one and 8-bit for
     # the other (the mode makes all four): each comparison and each architecture runs. `load_method` is asked for its side effect: the
     # combined kernel library loaded into this process, which check_all's Python-runtime decode needs.

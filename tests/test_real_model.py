@@ -69,9 +69,13 @@ def test_the_gguf_program_keeps_the_files_blocks_at_the_files_size(real, program
 def test_every_block_tensor_of_the_shipped_file_is_the_weight_transformers_loads(real, checkpoint):
     # The file the programs ship, beside test_gguf's small files: each quantized tensor (the Q8_0 embedding, the Q4_1
     # linears), attached as blocks in transformers' row order and dequantized by my_ops.gguf, equals the float32
-    # weight transformers' loader made of it (the gguf package's dequantizers, its own Q/K step), bit for bit.
-    from my_ops.gguf import attach_blocks, dequantize
+    # weight transformers' loader made of it (the gguf package's dequantizers, its own Q/K step), bit for bit, read
+    # back from the packed layout by the ops' reference.
+    from flow.declarations import import_repository_module
+    from my_ops.gguf import attach_blocks
+    from my_ops.hf.quantize import interleave
 
+    reference = import_repository_module("ops.blocks.blocks")
     model = copy.deepcopy(checkpoint.model)
     attached = attach_blocks(model, real.gguf_path())
     layers = model.config.num_hidden_layers
@@ -80,7 +84,7 @@ def test_every_block_tensor_of_the_shipped_file_is_the_weight_transformers_loads
     assert len(blocked) == len(attached)
     for name, module in blocked.items():
         codes, records, fmt = module.gguf_blocks
-        weights = dequantize(codes.numpy(), [r.numpy() for r in records], fmt.upper())
+        weights = reference.dequantize(interleave(codes, records, fmt), fmt).numpy()
         assert np.array_equal(weights.view(np.uint32), module.weight.detach().numpy().view(np.uint32)), name
 
 

@@ -44,7 +44,7 @@ def register_ops(build_dir: str | None) -> None:
         library = os.path.join(build_dir, AOT_LIBRARY)
         if not os.path.isfile(library):
             raise FileNotFoundError(f"{library} not found: {build_hint()} pass --build_dir")
-        if not hasattr(torch.ops.my_ops, "linear_q4_0"):
+        if not hasattr(torch.ops.my_ops, "linear_blocks"):
             torch.ops.load_library(library)
     import my_ops  # noqa: F401  (registers what is not registered yet)
 

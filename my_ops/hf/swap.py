@@ -72,11 +72,16 @@ def _fused_linear(*linears: torch.nn.Linear) -> torch.nn.Linear:
         fused.weight.copy_(torch.cat([m.weight for m in linears]))
         if fused.bias is not None:
             fused.bias.copy_(torch.cat([m.bias for m in linears]))
-    # A GGUF file's own blocks (my_ops.gguf.attach_blocks) follow the rows, when every part has them in one format.
+    # A GGUF file's own tensors (my_ops.gguf.attach_blocks) follow the rows: concatenated when every part has one
+    # format, else kept as parts (my_ops.hf.quantize.Linears computes each in its own).
     blocks = [getattr(m, "gguf_blocks", None) for m in linears]
-    if all(b is not None for b in blocks) and len({b[2] for b in blocks}) == 1:
-        fused.gguf_blocks = (torch.cat([b[0] for b in blocks]),
-                             [torch.cat(parts) for parts in zip(*(b[1] for b in blocks))], blocks[0][2])
+    if any(b is not None for b in blocks):
+        blocks = [(m.weight.detach(), None, "F32") if b is None else b for b, m in zip(blocks, linears)]
+        if len({b[2] for b in blocks}) == 1:
+            fused.gguf_blocks = (torch.cat([b[0] for b in blocks]),
+                                 None if blocks[0][1] is None else torch.cat([b[1] for b in blocks]), blocks[0][2])
+        else:
+            fused.gguf_parts = [(b, m.out_features) for b, m in zip(blocks, linears)]
     return fused
 
 

@@ -1,0 +1,753 @@
+// The kernel body of my_ops::linear_blocks and my_ops::embedding_blocks (ops/blocks): a linear layer whose weight is a
+// constant of the program stored in one of llama.cpp's GGUF formats, and an embedding lookup from the same tensor (a
+// tied embedding and output projection are one constant). A format is data for this machinery: a traits struct in its
+// own source (ops/blocks/formats/<format>.cpp) saying how its codes and scales are stored; kernels_of<Format>() here
+// makes its kernels (a portable loop the compiler vectorizes for any ISA, and AVX-512 VNNI). This header names no
+// tensor type and no thread pool: the op's out kernels (ops/blocks/*_out.cpp, both modes) check, split and call.
+//
+// The layout (packed at export by my_ops/hf/quantize.py; the op's reference, ops/blocks/blocks.py, reads it back with
+// ATen ops). A quantized weight is uint8 [n, k / W * B]: n rows of k / W blocks of W weights (W = 32 or 256) and B
+// bytes, B the GGUF block's size: the same bytes rearranged. The rows go in groups of 16 (the last group what
+// remains); a group of R rows stores block after block, each block as
+//   its codes, 32 weights at a time: per plane (below), `bits` chunks of R x 4 bytes (row after row, 4 bytes each)
+//   then its record: each field (fp16 d, dmin, m; 4-byte words of packed sub-block scales) as R entries
+// A weight's unsigned code is the OR of its planes: a plane of b bits stores, in byte j of chunk c, the weights
+// 4 (c * 8 / b + i) + j at bits [b i, b i + b), shifted into the code at the plane's `shift`. So one chunk holds 8 / b
+// quads (four consecutive weights of each row), and one 512-bit load holds a quad's codes for 16 rows: the dot products
+// run one row per lane (vpdpbusd against four activations broadcast), and a group's 16 sums come out in one vector.
+// Each format gives w = a * (code - offset) + b per sub-block of 16 or 32 weights, a and b decoded from the record.
+//
+// Linear: out[m, n] = sum_k x[m, k] * w[n, k]. Each activation row is first quantized to int8 per block of 32
+// (d = max|x| / 127, q = round-half-even(x / d), llama.cpp's Q8_0 with a float d), so each sub-block contributes an
+// exact integer dot product times a * d_x (plus b * d_x * the sum of x's q): the op computes the float arithmetic of
+// those quantized activations (its reference does the same with ATen ops). Row formats (F32, F16, BF16) keep plain
+// rows [n, k] of their dtype and multiply in float.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <utility>
+#include <vector>
+
+#include "elementwise_loop.h"
+
+#define CUSTOM_OPS_BLOCKS_INLINE inline __attribute__((always_inline))
+// The tiles' loops over tokens and quads, unrolled: their accumulators then live in registers (without it GCC kept
+// them in memory, a store and a reload on every step of a dot, which tripled a decode step's time).
+#if defined(__clang__)
+#define CUSTOM_OPS_UNROLL _Pragma("unroll")
+#else
+#define CUSTOM_OPS_UNROLL _Pragma("GCC unroll 16")
+#endif
+#ifdef CUSTOM_OPS_X86_DISPATCH
+#define CUSTOM_OPS_AVX512_VNNI \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")))
+#endif
+
+// The 512-bit vector types below are only ever passed between always-inlined functions, never across a call: GCC's
+// note that passing them changed ABI does not apply, here or in the formats' sources that instantiate the templates
+// (so it stays off in a source that includes this header).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wpsabi"
+#endif
+
+namespace custom {
+namespace native {
+namespace blocks {
+
+constexpr int64_t kBlock = 32;  // activations are quantized per 32 weights; every format's blocks hold 32 or 256
+constexpr int64_t kGroup = 16;  // rows interleaved: one lane of a 512-bit vector each
+
+// ---- Lanes: one row (scalars) or a group's 16 rows (vectors), the same formulas on both --------------------------------
+// A format's scale formula and the planes' code extraction are written once, as templates over these types: with
+// GCC's and Clang's vector extensions, >>, &, | and * mean the same on a uint32_t and on 16 of them.
+CUSTOM_OPS_BLOCKS_INLINE float to_float(uint32_t v) {
+  return static_cast<float>(static_cast<int32_t>(v));
+}
+CUSTOM_OPS_BLOCKS_INLINE int32_t as_signed(uint32_t v) {
+  return static_cast<int32_t>(v);
+}
+CUSTOM_OPS_BLOCKS_INLINE float to_float(int32_t v) {
+  return static_cast<float>(v);
+}
+CUSTOM_OPS_BLOCKS_INLINE uint32_t splat_word(uint32_t v, uint32_t) {
+  return v;
+}
+#ifdef CUSTOM_OPS_X86_DISPATCH
+typedef uint32_t Words __attribute__((vector_size(64)));
+typedef int32_t SignedWords __attribute__((vector_size(64)));
+typedef float Reals __attribute__((vector_size(64)));
+CUSTOM_OPS_BLOCKS_INLINE Reals to_float(Words v) {
+  return __builtin_convertvector(reinterpret_cast<SignedWords&>(v), Reals);
+}
+CUSTOM_OPS_BLOCKS_INLINE SignedWords as_signed(Words v) {
+  return reinterpret_cast<SignedWords&>(v);
+}
+CUSTOM_OPS_BLOCKS_INLINE Reals to_float(SignedWords v) {
+  return __builtin_convertvector(v, Reals);
+}
+CUSTOM_OPS_BLOCKS_INLINE Words splat_word(uint32_t v, Words) {
+  return Words{} + v;
+}
+#endif
+
+// Byte `index` (0-3) of each word, sign-extended (Q6_K's int8 scales).
+template <class W>
+CUSTOM_OPS_BLOCKS_INLINE auto signed_byte(W word, int index) {
+  return as_signed(word << (24 - 8 * index)) >> 24;
+}
+
+inline float half_to_float(const uint8_t* p) {
+  uint16_t bits;
+  std::memcpy(&bits, p, sizeof(bits));
+  return static_cast<float>(c10::Half(bits, c10::Half::from_bits()));
+}
+
+// ---- A format's traits (each ops/blocks/formats/<format>.cpp defines one) ------------------------------------------
+//   kName       the GGUF type name, the op's `format` argument
+//   kWeights    weights per block (a row's unit of storage): 32, or 256 for the K-quants' super-blocks
+//   kSub        weights per scale: 32 or 16
+//   kPlanes     the code's planes, {bits, shift}, in storage order
+//   kOffset     w = a * (code - kOffset) + b
+//   kHasMin     whether b is there (else 0)
+//   kFields     the record's fields in storage order: 2 (an fp16 value) or 4 (a word of packed sub-block scales)
+//   scales(words, halves, s, a, b)   a and b of sub-block s (of the block) from the record's words and fp16 values,
+//                                    each in field order; a template over the lane types above
+struct Plane {
+  int bits, shift;
+};
+
+template <class F>
+constexpr int chunks() {  // per 32 weights: chunks of 4 bytes a row
+  int total = 0;
+  for (const Plane& p : F::kPlanes) {
+    total += p.bits;
+  }
+  return total;
+}
+
+template <class F>
+constexpr int fields_of_size(int size) {
+  int count = 0;
+  for (int s : F::kFields) {
+    count += s == size;
+  }
+  return count;
+}
+
+template <class F>
+constexpr int64_t record_bytes() {
+  int64_t total = 0;
+  for (int s : F::kFields) {
+    total += s;
+  }
+  return total;
+}
+
+template <class F>
+constexpr int64_t quant_bytes() {  // per row and block
+  return F::kWeights / kBlock * chunks<F>() * 4;
+}
+
+template <class F>
+constexpr int64_t block_bytes() {
+  return quant_bytes<F>() + record_bytes<F>();
+}
+
+// The four codes of quad q (weights 4q .. 4q + 3 of a 32) in each byte of a word: `chunk` holds the 32 weights'
+// chunks, in plane order, as words (one row's 4 bytes, or 16 rows' in a vector).
+template <class F, class W>
+CUSTOM_OPS_BLOCKS_INLINE W quad_codes(const W* chunk, int q) {
+  W code = splat_word(0, W{});
+  int first = 0;
+  for (const Plane& p : F::kPlanes) {
+    const int per_chunk = 8 / p.bits;
+    const W c = chunk[first + q / per_chunk];
+    const int from = p.bits * (q % per_chunk);  // where the bits sit in each byte
+    const uint32_t mask = ((1u << p.bits) - 1) << p.shift;
+    const W placed = from >= p.shift ? c >> (from - p.shift) : c << (p.shift - from);
+    code |= p.bits == 8 ? c : placed & splat_word(mask * 0x01010101u, W{});
+    first += p.bits;
+  }
+  return code;
+}
+
+// A packed weight of n rows and `blocks` blocks a row, format F.
+template <class F>
+struct Packed {
+  const uint8_t* data;
+  int64_t n, blocks;
+
+  CUSTOM_OPS_BLOCKS_INLINE int64_t groups() const { return (n + kGroup - 1) / kGroup; }
+  CUSTOM_OPS_BLOCKS_INLINE int64_t rows(int64_t g) const { return std::min(kGroup, n - g * kGroup); }
+  // Block b of group g: its codes (rows(g) * quant_bytes), then its record. Every group before g is full.
+  CUSTOM_OPS_BLOCKS_INLINE const uint8_t* block(int64_t g, int64_t b) const {
+    return data + (g * kGroup * blocks + b * rows(g)) * block_bytes<F>();
+  }
+};
+
+// Row l's record (of a group of R rows): its words and fp16 values, each in field order.
+template <class F>
+CUSTOM_OPS_BLOCKS_INLINE void row_record(const uint8_t* record, int64_t R, int64_t l, uint32_t* words, float* halves) {
+  int offset = 0, w = 0, h = 0;
+  for (int size : F::kFields) {
+    const uint8_t* p = record + offset * R + size * l;
+    if (size == 4) {
+      std::memcpy(&words[w++], p, 4);
+    } else {
+      halves[h++] = half_to_float(p);
+    }
+    offset += size;
+  }
+}
+
+// Row l's sub-block scales of one block: w = scale[s] * (code - offset) + min[s].
+template <class F>
+CUSTOM_OPS_BLOCKS_INLINE void row_scales(const uint8_t* record, int64_t R, int64_t l, float* scale, float* min) {
+  uint32_t words[std::max(1, fields_of_size<F>(4))];
+  float halves[std::max(1, fields_of_size<F>(2))];
+  row_record<F>(record, R, l, words, halves);
+  for (int s = 0; s < F::kWeights / F::kSub; ++s) {
+    float b = 0.0f;
+    F::scales(words, halves, s, scale[s], b);
+    min[s] = b;
+  }
+}
+
+// Row l's 32 codes of one 32-weight piece whose chunks start at `quants`.
+template <class F>
+CUSTOM_OPS_BLOCKS_INLINE void row_codes(const uint8_t* quants, int64_t R, int64_t l, uint8_t* codes) {
+  uint32_t chunk[chunks<F>()];
+  for (int c = 0; c < chunks<F>(); ++c) {
+    std::memcpy(&chunk[c], quants + (c * R + l) * 4, 4);
+  }
+  for (int q = 0; q < 8; ++q) {
+    const uint32_t code = quad_codes<F>(chunk, q);
+    std::memcpy(codes + 4 * q, &code, 4);
+  }
+}
+
+// ---- Activations, quantized per block of 32 --------------------------------------------------------------------------
+// d = max|x| / 127 and q = round-half-even(x / d), q = 0 where d is 0. A block holding an infinity or a NaN gets d NaN
+// (and q 0), so every output it reaches is NaN, as a float product would make it.
+inline void quantize_block(const float* x, int8_t* q, float* d, int32_t* sum16) {
+  float amax = 0.0f;
+  bool finite = true;
+  for (int64_t j = 0; j < kBlock; ++j) {
+    amax = std::max(amax, std::fabs(x[j]));
+    finite = finite && std::isfinite(x[j]);
+  }
+  const float scale = finite ? amax / 127.0f : std::numeric_limits<float>::quiet_NaN();
+  sum16[0] = sum16[1] = 0;
+  for (int64_t j = 0; j < kBlock; ++j) {
+    const float v = finite && scale != 0.0f ? std::nearbyint(x[j] / scale) : 0.0f;
+    q[j] = static_cast<int8_t>(std::clamp(v, -127.0f, 127.0f));
+    sum16[j / 16] += q[j];
+  }
+  *d = scale;
+}
+
+// Every token's activations, prepared once per call on the calling thread: q in order, d per block, the sum of q per
+// 16 (the sub-blocks of 16 need it; a block's sum is its two halves').
+struct Activations {
+  int64_t tokens = 0, k = 0, blocks = 0;
+  std::vector<int8_t> q;       // [tokens][k]
+  std::vector<float> d;        // [tokens][blocks]
+  std::vector<int32_t> sum16;  // [tokens][blocks][2]
+
+  CUSTOM_OPS_BLOCKS_INLINE const int8_t* row(int64_t t) const { return q.data() + t * k; }
+  CUSTOM_OPS_BLOCKS_INLINE int64_t at(int64_t t, int64_t b) const { return t * blocks + b; }
+  CUSTOM_OPS_BLOCKS_INLINE int32_t sum(int64_t t, int64_t b, int sub, int half) const {
+    const int32_t* s = &sum16[2 * at(t, b)];
+    return sub == 32 ? s[0] + s[1] : s[half];
+  }
+
+  void resize(int64_t tokens_, int64_t k_) {
+    tokens = tokens_, k = k_, blocks = k_ / kBlock;
+    q.resize(tokens * k);
+    d.resize(tokens * blocks);
+    sum16.resize(2 * tokens * blocks);
+  }
+};
+
+inline void prepare(const float* x, int64_t tokens, int64_t k, Activations& a) {
+  a.resize(tokens, k);
+  for (int64_t t = 0; t < tokens; ++t) {
+    for (int64_t b = 0; b < a.blocks; ++b) {
+      quantize_block(x + t * k + b * kBlock, &a.q[t * k + b * kBlock], &a.d[a.at(t, b)], &a.sum16[2 * a.at(t, b)]);
+    }
+  }
+}
+
+// What a task computes: its part of the weight (groups, or rows of a row format) against every token, into
+// out [tokens][n].
+struct Task {
+  const void* weight;
+  const float* x;  // row formats: the activations themselves
+  const Activations* a;
+  int64_t tokens, n, k;
+  float* out;
+};
+
+// ---- The portable kernel (every ISA; the compiler vectorizes it for the one it is compiled for) -------------------
+// Groups [first, end): each row's blocks against every token, an exact integer dot per sub-block.
+template <class F>
+CUSTOM_OPS_BLOCKS_INLINE void groups_portable(const Task& task, int64_t first, int64_t end) {
+  constexpr int kSubs = F::kWeights / F::kSub, kPieces = F::kWeights / kBlock, kSubsPerPiece = kBlock / F::kSub;
+  const Activations& a = *task.a;
+  const Packed<F> w{static_cast<const uint8_t*>(task.weight), task.n, task.k / F::kWeights};
+  std::vector<float> sums(static_cast<size_t>(kGroup * task.tokens));
+  for (int64_t g = first; g < end; ++g) {
+    const int64_t R = w.rows(g);
+    std::fill(sums.begin(), sums.end(), 0.0f);
+    for (int64_t b = 0; b < w.blocks; ++b) {
+      const uint8_t* block = w.block(g, b);
+      for (int64_t l = 0; l < R; ++l) {
+        float scale[kSubs], min[kSubs];
+        row_scales<F>(block + R * quant_bytes<F>(), R, l, scale, min);
+        for (int i = 0; i < kPieces; ++i) {
+          uint8_t codes[kBlock];
+          row_codes<F>(block + i * R * chunks<F>() * 4, R, l, codes);
+          int8_t q[kBlock];
+          for (int j = 0; j < kBlock; ++j) {
+            q[j] = static_cast<int8_t>(codes[j] - F::kOffset);
+          }
+          const int64_t ab = b * kPieces + i;  // the activations' block
+          for (int64_t t = 0; t < task.tokens; ++t) {
+            const int8_t* x = a.row(t) + ab * kBlock;
+            const float dx = a.d[a.at(t, ab)];
+            for (int h = 0; h < kSubsPerPiece; ++h) {
+              int32_t dot = 0;
+              for (int j = h * F::kSub; j < (h + 1) * F::kSub; ++j) {
+                dot += static_cast<int32_t>(q[j]) * static_cast<int32_t>(x[j]);
+              }
+              const int s = i * kSubsPerPiece + h;
+              sums[t * kGroup + l] += scale[s] * dx * static_cast<float>(dot);
+              if constexpr (F::kHasMin) {
+                sums[t * kGroup + l] += min[s] * dx * static_cast<float>(a.sum(t, ab, F::kSub, h));
+              }
+            }
+          }
+        }
+      }
+    }
+    for (int64_t t = 0; t < task.tokens; ++t) {
+      std::copy(&sums[t * kGroup], &sums[t * kGroup + R], task.out + t * task.n + g * kGroup);
+    }
+  }
+}
+
+#ifdef CUSTOM_OPS_X86_DISPATCH
+// ---- AVX-512 (with VNNI) ----------------------------------------------------------------------------------------------
+// Weights stream from memory once per call; with the hardware prefetcher alone one thread read them at a third of
+// what a plain sum reads (too few loads in flight), so each load asks for the line this far ahead (1-16 KiB measured).
+constexpr int64_t kPrefetchBytes = 4096;
+
+CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_BLOCKS_INLINE void prefetch(const void* p) {
+  _mm_prefetch(static_cast<const char*>(p) + kPrefetchBytes, _MM_HINT_T0);
+}
+
+// Activations, the same values as quantize_block's, 32 at a time: the division and the rounding (to nearest, ties to
+// even) are IEEE operations, and a maximum does not depend on its order.
+CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_BLOCKS_INLINE void quantize_block_avx512(const float* x, int8_t* q, float* d,
+                                                                           int32_t* sum16) {
+  const __m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);
+  constexpr int kNotFinite = 0x01 | 0x08 | 0x10 | 0x80;  // quiet NaN, +inf, -inf, signaling NaN
+  const bool finite = (_mm512_fpclass_ps_mask(v0, kNotFinite) | _mm512_fpclass_ps_mask(v1, kNotFinite)) == 0;
+  const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+  const float scale = finite ? amax / 127.0f : std::numeric_limits<float>::quiet_NaN();
+  __m512i i0 = _mm512_setzero_si512(), i1 = _mm512_setzero_si512();
+  if (finite && scale != 0.0f) {
+    const __m512 s = _mm512_set1_ps(scale);
+    constexpr int kNearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+    i0 = _mm512_cvtps_epi32(_mm512_roundscale_ps(_mm512_div_ps(v0, s), kNearest));
+    i1 = _mm512_cvtps_epi32(_mm512_roundscale_ps(_mm512_div_ps(v1, s), kNearest));
+  }
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(q), _mm512_cvtsepi32_epi8(i0));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 16), _mm512_cvtsepi32_epi8(i1));
+  *d = scale;
+  sum16[0] = _mm512_reduce_add_epi32(i0);
+  sum16[1] = _mm512_reduce_add_epi32(i1);
+}
+
+CUSTOM_OPS_AVX512_VNNI inline void prepare_avx512(const float* x, int64_t tokens, int64_t k, Activations& a) {
+  a.resize(tokens, k);
+  for (int64_t t = 0; t < tokens; ++t) {
+    for (int64_t b = 0; b < a.blocks; ++b) {
+      quantize_block_avx512(x + t * k + b * kBlock, &a.q[t * k + b * kBlock], &a.d[a.at(t, b)],
+                            &a.sum16[2 * a.at(t, b)]);
+    }
+  }
+}
+
+// Four activations of token t from input k, broadcast to every lane (the signed operand of vpdpbusd).
+CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_BLOCKS_INLINE __m512i four(const Activations& a, int64_t t, int64_t k) {
+  int32_t bytes;
+  std::memcpy(&bytes, a.row(t) + k, sizeof(bytes));
+  return _mm512_set1_epi32(bytes);
+}
+
+// Four bytes of each of the group's rows (a short group's missing lanes read as zero, never past the tensor).
+template <bool kFull>
+CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_BLOCKS_INLINE Words load_lanes(const uint8_t* p, __mmask16 lanes) {
+  return reinterpret_cast<Words>(kFull ? _mm512_loadu_si512(p) : _mm512_maskz_loadu_epi32(lanes, p));
+}
+
+// The group's records of one block: words and fp16 values (as floats), each field for its R rows.
+template <class F, bool kFull>
+CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_BLOCKS_INLINE void group_record(const uint8_t* record, int64_t R, __mmask16 lanes,
+                                                                  Words* words, Reals* halves) {
+  int offset = 0, w = 0, h = 0;
+  CUSTOM_OPS_UNROLL
+  for (int size : F::kFields) {
+    const uint8_t* p = record + offset * R;
+    if (size == 4) {
+      words[w++] = load_lanes<kFull>(p, lanes);
+    } else {
+      halves[h++] = reinterpret_cast<Reals>(_mm512_cvtph_ps(_mm256_maskz_loadu_epi16(lanes, p)));
+    }
+    offset += size;
+  }
+}
+
+// Sub-block s of a 32-weight piece (its half h, or h = 0 for a sub-block of 32) for T tokens: the rows' dots, one row
+// per int32 lane, started from -offset * the sum of x (so unsigned codes go into vpdpbusd), scaled by a * d_x (and
+// b * d_x * the sum of x) into float.
+template <class F, int T, int H>
+CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_BLOCKS_INLINE void sub_block_avx512(const Task& task, const Words* chunk,
+                                                                      const Words* words, const Reals* halves, int s,
+                                                                      int64_t ab, int64_t t0, __m512* acc) {
+  const Activations& a = *task.a;
+  constexpr int kQuads = F::kSub / 4;
+  Reals scale, min = Reals{};
+  F::scales(words, halves, s, scale, min);
+  __m512i dot[T];
+  CUSTOM_OPS_UNROLL
+  for (int t = 0; t < T; ++t) {
+    dot[t] = _mm512_set1_epi32(-F::kOffset * a.sum(t0 + t, ab, F::kSub, H));
+  }
+  CUSTOM_OPS_UNROLL
+  for (int q = H * kQuads; q < (H + 1) * kQuads; ++q) {
+    const __m512i codes = reinterpret_cast<__m512i>(quad_codes<F>(chunk, q));
+    CUSTOM_OPS_UNROLL
+    for (int t = 0; t < T; ++t) {
+      dot[t] = _mm512_dpbusd_epi32(dot[t], codes, four(a, t0 + t, ab * kBlock + 4 * q));
+    }
+  }
+  CUSTOM_OPS_UNROLL
+  for (int t = 0; t < T; ++t) {
+    const float dx = a.d[a.at(t0 + t, ab)];
+    acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[t]), _mm512_mul_ps(reinterpret_cast<__m512>(scale),
+                             _mm512_set1_ps(dx)), acc[t]);
+    if constexpr (F::kHasMin) {
+      acc[t] = _mm512_fmadd_ps(reinterpret_cast<__m512>(min),
+                               _mm512_set1_ps(dx * static_cast<float>(a.sum(t0 + t, ab, F::kSub, H))), acc[t]);
+    }
+  }
+}
+
+// One group (R rows, kFull: R = 16) against T tokens from t0, block after block, 32 weights at a time.
+template <class F, int T, bool kFull>
+CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_BLOCKS_INLINE void group_avx512(const Task& task, const Packed<F>& w, int64_t g,
+                                                                  int64_t t0) {
+  constexpr int kPieces = F::kWeights / kBlock, kChunks = chunks<F>();
+  const int64_t R = kFull ? kGroup : w.rows(g);
+  const __mmask16 lanes = kFull ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << R) - 1);
+  __m512 acc[T];
+  CUSTOM_OPS_UNROLL
+  for (int t = 0; t < T; ++t) {
+    acc[t] = _mm512_setzero_ps();
+  }
+  for (int64_t b = 0; b < w.blocks; ++b) {
+    const uint8_t* block = w.block(g, b);
+    Words words[std::max(1, fields_of_size<F>(4))];
+    Reals halves[std::max(1, fields_of_size<F>(2))];
+    group_record<F, kFull>(block + R * quant_bytes<F>(), R, lanes, words, halves);
+    for (int i = 0; i < kPieces; ++i) {
+      const uint8_t* quants = block + i * R * kChunks * 4;
+      Words chunk[kChunks];
+      CUSTOM_OPS_UNROLL
+      for (int c = 0; c < kChunks; ++c) {
+        prefetch(quants + c * R * 4);
+        chunk[c] = load_lanes<kFull>(quants + c * R * 4, lanes);
+      }
+      const int64_t ab = b * kPieces + i;
+      sub_block_avx512<F, T, 0>(task, chunk, words, halves, i * (kBlock / F::kSub), ab, t0, acc);
+      if constexpr (F::kSub == 16) {
+        sub_block_avx512<F, T, 1>(task, chunk, words, halves, 2 * i + 1, ab, t0, acc);
+      }
+    }
+  }
+  CUSTOM_OPS_UNROLL
+  for (int t = 0; t < T; ++t) {
+    _mm512_mask_storeu_ps(task.out + (t0 + t) * task.n + g * kGroup, lanes, acc[t]);
+  }
+}
+
+// The group tiles of format F for T tokens from t0, over groups [first, end).
+template <class F>
+struct GroupTiles {
+  template <int T>
+  CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_BLOCKS_INLINE static void run(const Task& task, int64_t t0, int64_t first,
+                                                                  int64_t end) {
+    const Packed<F> w{static_cast<const uint8_t*>(task.weight), task.n, task.k / F::kWeights};
+    for (int64_t g = first; g < end; ++g) {
+      if (w.rows(g) == kGroup) {
+        group_avx512<F, T, true>(task, w, g, t0);
+      } else {
+        group_avx512<F, T, false>(task, w, g, t0);
+      }
+    }
+  }
+};
+
+// Tokens in runs of eight (at prefill each unit's loads then feed eight tokens), then four, two, one: Tiles::run<T>.
+template <class Tiles>
+CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_BLOCKS_INLINE void in_token_runs(const Task& task, int64_t first, int64_t end) {
+  int64_t t0 = 0;
+  for (; t0 + 8 <= task.tokens; t0 += 8) {
+    Tiles::template run<8>(task, t0, first, end);
+  }
+  if (t0 + 4 <= task.tokens) {
+    Tiles::template run<4>(task, t0, first, end);
+    t0 += 4;
+  }
+  if (t0 + 2 <= task.tokens) {
+    Tiles::template run<2>(task, t0, first, end);
+    t0 += 2;
+  }
+  if (t0 < task.tokens) {
+    Tiles::template run<1>(task, t0, first, end);
+  }
+}
+#endif
+
+// ---- Row formats: F32, F16 and BF16 weights, plain rows [n, k] ---------------------------------------------------------
+template <class E>
+CUSTOM_OPS_BLOCKS_INLINE float element_to_float(E v) {
+  return static_cast<float>(v);
+}
+
+// Rows [first, end): eight partial sums per token, added pairwise at the end (a fixed order, so the compiler may keep
+// them in one vector: the project compiles without reassociation).
+template <class E>
+CUSTOM_OPS_BLOCKS_INLINE void rows_portable(const Task& task, int64_t first, int64_t end) {
+  const int64_t k = task.k;
+  for (int64_t r = first; r < end; ++r) {
+    const E* w = static_cast<const E*>(task.weight) + r * k;
+    for (int64_t t = 0; t < task.tokens; ++t) {
+      const float* x = task.x + t * k;
+      float partial[8] = {};
+      int64_t j = 0;
+      for (; j + 8 <= k; j += 8) {
+        for (int l = 0; l < 8; ++l) {
+          partial[l] += element_to_float(w[j + l]) * x[j + l];
+        }
+      }
+      for (; j < k; ++j) {
+        partial[j % 8] += element_to_float(w[j]) * x[j];
+      }
+      task.out[t * task.n + r] = ((partial[0] + partial[1]) + (partial[2] + partial[3])) +
+                                 ((partial[4] + partial[5]) + (partial[6] + partial[7]));
+    }
+  }
+}
+
+#ifdef CUSTOM_OPS_X86_DISPATCH
+// 16 weights of a row as floats (a row's tail through a mask).
+template <class E>
+CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_BLOCKS_INLINE __m512 load_weights(const E* w, __mmask16 mask) {
+  if constexpr (std::is_same_v<E, float>) {
+    return _mm512_maskz_loadu_ps(mask, w);
+  } else if constexpr (std::is_same_v<E, c10::Half>) {
+    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, w));
+  } else {  // bfloat16: the upper half of a float
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mask, w)), 16));
+  }
+}
+
+// R rows' 16 weights against T tokens' 16 activations per step.
+template <class E, int R, int T>
+CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_BLOCKS_INLINE void row_step(const E* w, const float* x, int64_t k, int64_t j,
+                                                              __mmask16 mask, __m512 (&acc)[R][T]) {
+  __m512 xv[T];
+  CUSTOM_OPS_UNROLL
+  for (int t = 0; t < T; ++t) {
+    xv[t] = _mm512_maskz_loadu_ps(mask, x + t * k + j);
+  }
+  CUSTOM_OPS_UNROLL
+  for (int r = 0; r < R; ++r) {
+    prefetch(w + r * k + j);
+    const __m512 wv = load_weights(w + r * k + j, mask);
+    CUSTOM_OPS_UNROLL
+    for (int t = 0; t < T; ++t) {
+      acc[r][t] = _mm512_fmadd_ps(wv, xv[t], acc[r][t]);
+    }
+  }
+}
+
+template <class E, int R, int T>
+CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_BLOCKS_INLINE void rows_avx512(const Task& task, int64_t r0, int64_t t0) {
+  const int64_t k = task.k;
+  const E* w = static_cast<const E*>(task.weight) + r0 * k;
+  const float* x = task.x + t0 * k;
+  __m512 acc[R][T];
+  CUSTOM_OPS_UNROLL
+  for (int r = 0; r < R; ++r) {
+    CUSTOM_OPS_UNROLL
+    for (int t = 0; t < T; ++t) {
+      acc[r][t] = _mm512_setzero_ps();
+    }
+  }
+  int64_t j = 0;
+  for (; j + 16 <= k; j += 16) {
+    row_step<E, R, T>(w, x, k, j, 0xFFFF, acc);
+  }
+  if (j < k) {
+    row_step<E, R, T>(w, x, k, j, static_cast<__mmask16>((1u << (k - j)) - 1), acc);
+  }
+  CUSTOM_OPS_UNROLL
+  for (int r = 0; r < R; ++r) {
+    CUSTOM_OPS_UNROLL
+    for (int t = 0; t < T; ++t) {
+      task.out[(t0 + t) * task.n + r0 + r] = _mm512_reduce_add_ps(acc[r][t]);
+    }
+  }
+}
+
+// Rows eight at a time at decode (each activation load feeding eight rows, eight sums in flight: about 6% faster than
+// four over SmolLM2's weights, which stream from memory) and two at a time for more tokens.
+template <class E>
+struct RowTiles {
+  template <int T>
+  CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_BLOCKS_INLINE static void run(const Task& task, int64_t t0, int64_t first,
+                                                                  int64_t end) {
+    constexpr int R = T == 1 ? 8 : 2;
+    int64_t r = first;
+    for (; r + R <= end; r += R) {
+      rows_avx512<E, R, T>(task, r, t0);
+    }
+    for (; r < end; ++r) {
+      rows_avx512<E, 1, T>(task, r, t0);
+    }
+  }
+};
+#endif
+
+// ---- Embedding: rows of the same weight, dequantized ------------------------------------------------------------------
+// out[i] = row indices[i] as floats, w = a * (code - offset) (+ b), the formula and order of llama.cpp's dequantizers
+// (ggml-quants.c), so the lookup equals the reference bit for bit. Indices are checked by the caller.
+template <class F>
+void embed_blocks(const uint8_t* weight, int64_t n, int64_t k, const int64_t* indices, int64_t count, float* out) {
+  constexpr int kSubs = F::kWeights / F::kSub, kPieces = F::kWeights / kBlock;
+  const Packed<F> w{weight, n, k / F::kWeights};
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t g = indices[i] / kGroup, l = indices[i] % kGroup, R = w.rows(g);
+    float* o = out + i * k;
+    for (int64_t b = 0; b < w.blocks; ++b) {
+      const uint8_t* block = w.block(g, b);
+      float scale[kSubs], min[kSubs];
+      row_scales<F>(block + R * quant_bytes<F>(), R, l, scale, min);
+      for (int piece = 0; piece < kPieces; ++piece) {
+        uint8_t codes[kBlock];
+        row_codes<F>(block + piece * R * chunks<F>() * 4, R, l, codes);
+        for (int j = 0; j < kBlock; ++j) {
+          const int s = (piece * kBlock + j) / F::kSub;
+          const float v = scale[s] * static_cast<float>(static_cast<int>(codes[j]) - F::kOffset);
+          o[b * F::kWeights + piece * kBlock + j] = F::kHasMin ? v + min[s] : v;
+        }
+      }
+    }
+  }
+}
+
+template <class E>
+void embed_rows(const uint8_t* weight, int64_t, int64_t k, const int64_t* indices, int64_t count, float* out) {
+  const E* rows = reinterpret_cast<const E*>(weight);
+  for (int64_t i = 0; i < count; ++i) {
+    for (int64_t j = 0; j < k; ++j) {
+      out[i * k + j] = element_to_float(rows[indices[i] * k + j]);
+    }
+  }
+}
+
+// ---- A format's kernels, as the op's out kernels find them by name (ops/blocks/formats.h) ----------------------------
+enum class Isa { kBaseline, kAvx2, kAvx512 };
+enum class Storage { kBytes, kFloat32, kFloat16, kBFloat16 };  // the weight tensor's dtype
+
+using Units = void (*)(const Task&, int64_t first, int64_t end);
+using Embed = void (*)(const uint8_t* weight, int64_t n, int64_t k, const int64_t* indices, int64_t count, float* out);
+
+struct FormatKernels {
+  const char* name;
+  Storage storage;
+  int64_t weights_per_block, block_bytes;  // a row of k weights: k / weights_per_block * block_bytes bytes
+  bool quantizes_activations;              // the block formats; row formats multiply in float
+  bool avx512_needs_vnni;
+  Units units[3];  // by Isa: units [first, end) of the weight (groups of 16 rows, or rows) against every token
+  Embed embed;
+};
+
+template <class F>
+void units_baseline(const Task& task, int64_t first, int64_t end) {
+  groups_portable<F>(task, first, end);
+}
+
+#ifdef CUSTOM_OPS_X86_DISPATCH
+template <class F>
+CUSTOM_OPS_AVX2 void units_avx2(const Task& task, int64_t first, int64_t end) {
+  groups_portable<F>(task, first, end);
+}
+
+template <class F>
+CUSTOM_OPS_AVX512_VNNI void units_avx512(const Task& task, int64_t first, int64_t end) {
+  in_token_runs<GroupTiles<F>>(task, first, end);
+}
+#endif
+
+template <class F>
+constexpr FormatKernels kernels_of() {
+#ifdef CUSTOM_OPS_X86_DISPATCH
+  return {F::kName, Storage::kBytes, F::kWeights, block_bytes<F>(), true, true,
+          {units_baseline<F>, units_avx2<F>, units_avx512<F>}, embed_blocks<F>};
+#else
+  return {F::kName, Storage::kBytes, F::kWeights, block_bytes<F>(), true, true,
+          {units_baseline<F>, units_baseline<F>, units_baseline<F>}, embed_blocks<F>};
+#endif
+}
+
+template <class E>
+void rows_baseline(const Task& task, int64_t first, int64_t end) {
+  rows_portable<E>(task, first, end);
+}
+
+#ifdef CUSTOM_OPS_X86_DISPATCH
+template <class E>
+CUSTOM_OPS_AVX2 void rows_avx2(const Task& task, int64_t first, int64_t end) {
+  rows_portable<E>(task, first, end);
+}
+
+template <class E>
+CUSTOM_OPS_AVX512_VNNI void rows_avx512_units(const Task& task, int64_t first, int64_t end) {
+  in_token_runs<RowTiles<E>>(task, first, end);
+}
+#endif
+
+template <class E>
+constexpr FormatKernels row_kernels_of(const char* name, Storage storage) {
+#ifdef CUSTOM_OPS_X86_DISPATCH
+  return {name, storage, 1, sizeof(E), false, false, {rows_baseline<E>, rows_avx2<E>, rows_avx512_units<E>},
+          embed_rows<E>};
+#else
+  return {name, storage, 1, sizeof(E), false, false, {rows_baseline<E>, rows_baseline<E>, rows_baseline<E>},
+          embed_rows<E>};
+#endif
+}
+
+}  // namespace blocks
+}  // namespace native
+}  // namespace custom

@@ -1,0 +1,291 @@
+// The out kernels of my_ops::linear_blocks and embedding_blocks (ops/blocks), both modes, around the kernels of
+// block_formats.h: the format found by name, every argument checked before memory is touched (one body of checks,
+// one message for PyTorch and the runtime), the output resized to the op's shape, then the format's kernel, split
+// across the thread pool. A program is untrusted input: an unknown format, a weight whose dtype or shape does not
+// hold whole blocks of its format, or an input whose width is not the weight's, is refused, so the kernel never reads
+// past the constant's bytes; so is an embedding index outside the table.
+#pragma once
+
+#include <array>
+#include <string>
+#include <string_view>
+
+#include "kernel_helpers/block_formats.h"
+#include "kernel_helpers/kernel_contract.h"
+#include "ops/blocks/formats.h"
+
+namespace custom {
+namespace native {
+namespace blocks {
+
+// ---- Checks ---------------------------------------------------------------------------------------------------------
+inline contract::Problem format_problem(const FormatKernels* format, std::string_view name, const char* op) {
+  if (format != nullptr) {
+    return std::nullopt;
+  }
+  return std::string(op) + ": format '" + std::string(name) + "' is not one this op takes; it takes the GGUF types " +
+      format_names() + " (i-quants, TQ and MXFP4 are not among them: requantize with llama-quantize)";
+}
+
+inline ScalarType dtype_of(Storage storage) {
+  switch (storage) {
+    case Storage::kFloat32: return ScalarType::Float;
+    case Storage::kFloat16: return ScalarType::Half;
+    case Storage::kBFloat16: return ScalarType::BFloat16;
+    default: return ScalarType::Byte;
+  }
+}
+
+// The weight of a layer with k inputs and n outputs: a row format's [n, k] of its dtype; a block format's uint8
+// [n, k / W * B] (whole blocks of W weights and B bytes).
+inline contract::Problem weight_problem(const Tensor& weight, const FormatKernels& f, const char* op) {
+  const std::string name = op;
+  const bool rows = f.storage != Storage::kBytes;
+  if (weight.scalar_type() != dtype_of(f.storage)) {
+    return name + ": weight has dtype " + contract::dtype_name(weight.scalar_type()) + " but a " + f.name +
+        " weight is " + (rows ? contract::dtype_name(dtype_of(f.storage)) : "uint8 (the blocks' bytes, packed at export)");
+  }
+  if (weight.dim() != 2) {
+    return name + ": weight " + contract::shape_text(weight) + " must have 2 dimensions, [outputs, " +
+        (rows ? std::string("inputs]") : "bytes per row]");
+  }
+  if (!rows && weight.size(1) % f.block_bytes != 0) {
+    return name + ": weight " + contract::shape_text(weight) + " rows of " + std::to_string(weight.size(1)) +
+        " bytes are not whole " + f.name + " blocks of " + std::to_string(f.block_bytes) + " bytes (" +
+        std::to_string(f.weights_per_block) + " weights each); pack it with the op's Python side";
+  }
+  return std::nullopt;
+}
+
+// Inputs of the layer the weight holds.
+inline int64_t inputs_of(const Tensor& weight, const FormatKernels& f) {
+  return f.storage == Storage::kBytes ? weight.size(1) / f.block_bytes * f.weights_per_block : weight.size(1);
+}
+
+inline contract::Problem linear_problem(const Tensor& input, const Tensor& weight, const FormatKernels& f,
+                                        const Tensor& out, const char* op) {
+  if (auto p = contract::dtype_problem<contract::DtypeSet<ScalarType::Float>>(input, op, "input")) {
+    return p;
+  }
+  if (auto p = contract::same_dtype_problem(out, input, op, "out", "input")) {
+    return p;
+  }
+  if (auto p = weight_problem(weight, f, op)) {
+    return p;
+  }
+  if (input.dim() < 1 || input.size(input.dim() - 1) != inputs_of(weight, f)) {
+    return std::string(op) + ": input " + contract::shape_text(input) + " must end in the layer's " +
+        std::to_string(inputs_of(weight, f)) + " inputs (weight " + contract::shape_text(weight) + ", " + f.name + ")";
+  }
+  return std::nullopt;
+}
+
+inline contract::Problem embedding_problem(const Tensor& weight, const Tensor& indices, const FormatKernels& f,
+                                           const Tensor& out, const char* op) {
+  if (auto p = weight_problem(weight, f, op)) {
+    return p;
+  }
+  if (indices.scalar_type() != ScalarType::Long) {
+    return std::string(op) + ": indices have dtype " + contract::dtype_name(indices.scalar_type()) +
+        "; they must be int64";
+  }
+  if (out.scalar_type() != ScalarType::Float) {
+    return std::string(op) + ": out has dtype " + contract::dtype_name(out.scalar_type()) + "; it must be float32";
+  }
+  return std::nullopt;
+}
+
+// Read after the layout checks (dense indices): every index names a row of the table.
+inline contract::Problem index_problem(const Tensor& weight, const Tensor& indices, const char* op) {
+  const int64_t* data = indices.template const_data_ptr<int64_t>();
+  const int64_t rows = weight.size(0);
+  for (int64_t i = 0; i < indices.numel(); ++i) {
+    if (data[i] < 0 || data[i] >= rows) {
+      return std::string(op) + ": index " + std::to_string(data[i]) + " (element " + std::to_string(i) +
+          " of indices) is outside the table's " + std::to_string(rows) + " rows";
+    }
+  }
+  return std::nullopt;
+}
+
+inline contract::Problem layout_problem(const char* op, std::initializer_list<contract::Operand> outputs,
+                                        std::initializer_list<contract::Operand> inputs) {
+  for (std::initializer_list<contract::Operand> group : {outputs, inputs}) {
+    for (const contract::Operand& t : group) {
+      if (auto p = contract::dense_problem(t.tensor, op, t.name)) {
+        return p;
+      }
+    }
+  }
+  return contract::memory_problem(op, outputs, inputs);
+}
+
+// Leading dimensions of `lead` (all but its last when `drop_last`), then `last`.
+template <typename Sizes>
+void output_sizes(const Tensor& lead, bool drop_last, int64_t last, Sizes& sizes, size_t& dims) {
+  dims = 0;
+  for (int64_t d = 0; d < lead.dim() - (drop_last ? 1 : 0); ++d) {
+    sizes[dims++] = lead.size(d);
+  }
+  sizes[dims++] = last;
+}
+
+// ---- The linear layer, split across the pool -------------------------------------------------------------------------
+// The code path a format runs on this CPU (capped by CUSTOM_OPS_ISA): the block formats' AVX-512 code needs VNNI too.
+inline Isa isa_of(const FormatKernels& f) {
+#ifdef CUSTOM_OPS_X86_DISPATCH
+  static const bool vnni = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512vnni") != 0;
+  }();
+  switch (elementwise::detected_isa()) {
+    case elementwise::Isa::kAvx512:
+      return !f.avx512_needs_vnni || vnni ? Isa::kAvx512 : Isa::kAvx2;
+    case elementwise::Isa::kAvx2:
+      return Isa::kAvx2;
+    case elementwise::Isa::kBaseline:
+      break;
+  }
+#endif
+  return Isa::kBaseline;
+}
+
+// Units per task: enough tasks to keep every thread busy, each unit of a task in cache while it goes through the
+// tokens. Calls under kSerialWork multiply-adds stay on the calling thread: waking the pool costs more than a small
+// decode projection.
+constexpr double kSerialWork = 1 << 18;
+
+// out [tokens, n] = x [tokens, k] . weight^T. False when the pool did not run every task.
+inline bool linear(const FormatKernels& f, const float* x, int64_t tokens, int64_t k, const void* weight, int64_t n,
+                   float* out) {
+  const Isa which = isa_of(f);
+  thread_local Activations activations;  // the calling thread's; its tasks only read it
+  if (f.quantizes_activations) {
+#ifdef CUSTOM_OPS_X86_DISPATCH
+    if (which == Isa::kAvx512) {
+      prepare_avx512(x, tokens, k, activations);
+    } else {
+      prepare(x, tokens, k, activations);
+    }
+#else
+    prepare(x, tokens, k, activations);
+#endif
+  }
+  const Task task{weight, x, &activations, tokens, n, k, out};
+  const Units units_of = f.units[static_cast<int>(which)];
+  const int64_t units = f.storage == Storage::kBytes ? (n + kGroup - 1) / kGroup : n;
+  const int64_t threads = std::max<int64_t>(1, contract::thread_count());
+  const int64_t per_task = std::max<int64_t>(1, units / (4 * threads));
+  const int64_t task_count = (units + per_task - 1) / per_task;
+  const auto run = [&](int64_t first, int64_t end) {
+    units_of(task, first * per_task, std::min(units, end * per_task));
+  };
+  bool ran = true;
+  if (task_count < 2 || static_cast<double>(tokens) * static_cast<double>(n) * static_cast<double>(k) < kSerialWork) {
+    run(0, task_count);
+  } else {
+    ran = contract::parallel_for(0, task_count, 1, run);
+  }
+  elementwise::count(which == Isa::kAvx512 ? elementwise::kAvx512Elements
+                         : which == Isa::kAvx2 ? elementwise::kAvx2Elements
+                                               : elementwise::kBaselineElements,
+                     static_cast<uint64_t>(tokens * n));
+  return ran;
+}
+
+// ---- The two kernels, in each mode ----------------------------------------------------------------------------------
+#ifdef USE_ATEN_LIB
+inline const FormatKernels& require_format(std::string_view name, const char* op) {
+  const FormatKernels* f = find_format(name);
+  contract::require(format_problem(f, name, op));
+  return *f;
+}
+
+inline at::Tensor& linear_out(const at::Tensor& input, const at::Tensor& weight, std::string_view format,
+                              at::Tensor& out, const char* op) {
+  const FormatKernels& f = require_format(format, op);
+  contract::require(linear_problem(input, weight, f, out, op));
+  std::vector<int64_t> sizes(input.dim());
+  size_t dims = 0;
+  output_sizes(input, true, weight.size(0), sizes, dims);
+  contract::resize_output(out, c10::fromIntArrayRefSlow(sizes), op);
+  contract::check_memory(op, {{out, "out"}}, {{input, "input"}, {weight, "weight"}});
+  const at::Tensor x = input.contiguous(), w = weight.contiguous();
+  return contract::into_dense_out(out, [&](at::Tensor& y) {
+    contract::require(layout_problem(op, {{y, "out"}}, {{x, "input"}, {w, "weight"}}));
+    const int64_t k = inputs_of(w, f);
+    linear(f, x.const_data_ptr<float>(), k == 0 ? 0 : x.numel() / k, k, w.const_data_ptr(), w.size(0),
+           y.mutable_data_ptr<float>());
+  });
+}
+
+inline at::Tensor& embedding_out(const at::Tensor& weight, const at::Tensor& indices, std::string_view format,
+                                 at::Tensor& out, const char* op) {
+  const FormatKernels& f = require_format(format, op);
+  contract::require(embedding_problem(weight, indices, f, out, op));
+  std::vector<int64_t> sizes(indices.dim() + 1);
+  size_t dims = 0;
+  output_sizes(indices, false, inputs_of(weight, f), sizes, dims);
+  contract::resize_output(out, c10::fromIntArrayRefSlow(sizes), op);
+  contract::check_memory(op, {{out, "out"}}, {{weight, "weight"}, {indices, "indices"}});
+  const at::Tensor w = weight.contiguous(), i = indices.contiguous();
+  return contract::into_dense_out(out, [&](at::Tensor& y) {
+    contract::require(layout_problem(op, {{y, "out"}}, {{w, "weight"}, {i, "indices"}}));
+    contract::require(index_problem(w, i, op));
+    f.embed(static_cast<const uint8_t*>(w.const_data_ptr()), w.size(0), inputs_of(w, f), i.const_data_ptr<int64_t>(),
+            i.numel(), y.mutable_data_ptr<float>());
+  });
+}
+#else
+using Sizes = std::array<executorch::aten::SizesType, executorch::runtime::kTensorDimensionLimit>;
+
+inline Tensor& linear_out(KernelContext& ctx, const Tensor& input, const Tensor& weight, std::string_view format,
+                          Tensor& out, const char* op) {
+  const FormatKernels* f = find_format(format);
+  if (!contract::require(ctx, format_problem(f, format, op)) ||
+      !contract::require(ctx, linear_problem(input, weight, *f, out, op))) {
+    return out;
+  }
+  Sizes sizes;
+  size_t dims = 0;
+  output_sizes(input, true, weight.size(0), sizes, dims);
+  if (!contract::resize_output(ctx, out, {sizes.data(), dims}, op, "out") ||
+      !contract::require(ctx, layout_problem(op, {{out, "out"}}, {{input, "input"}, {weight, "weight"}}))) {
+    return out;
+  }
+  const int64_t k = inputs_of(weight, *f);
+  const bool ran = linear(*f, input.const_data_ptr<float>(), k == 0 ? 0 : input.numel() / k, k,
+                          weight.const_data_ptr(), weight.size(0), out.mutable_data_ptr<float>());
+  ET_KERNEL_CHECK_MSG(ctx, ran, Internal, out, "%s: the threadpool did not run all of the tasks", op);
+  return out;
+}
+
+inline Tensor& embedding_out(KernelContext& ctx, const Tensor& weight, const Tensor& indices, std::string_view format,
+                             Tensor& out, const char* op) {
+  const FormatKernels* f = find_format(format);
+  if (!contract::require(ctx, format_problem(f, format, op)) ||
+      !contract::require(ctx, embedding_problem(weight, indices, *f, out, op))) {
+    return out;
+  }
+  Sizes sizes;
+  size_t dims = 0;
+  if (indices.dim() + 1 > static_cast<int64_t>(sizes.size())) {
+    contract::require(ctx, std::string(op) + ": indices have " + std::to_string(indices.dim()) +
+                               " dimensions; the output would have more than the runtime's limit");
+    return out;
+  }
+  output_sizes(indices, false, inputs_of(weight, *f), sizes, dims);
+  if (!contract::resize_output(ctx, out, {sizes.data(), dims}, op, "out") ||
+      !contract::require(ctx, layout_problem(op, {{out, "out"}}, {{weight, "weight"}, {indices, "indices"}})) ||
+      !contract::require(ctx, index_problem(weight, indices, op))) {
+    return out;
+  }
+  f->embed(static_cast<const uint8_t*>(weight.const_data_ptr()), weight.size(0), inputs_of(weight, *f),
+           indices.const_data_ptr<int64_t>(), indices.numel(), out.mutable_data_ptr<float>());
+  return out;
+}
+#endif
+
+}  // namespace blocks
+}  // namespace native
+}  // namespace custom

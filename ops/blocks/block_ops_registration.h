@@ -1,0 +1,121 @@
+// The PyTorch side of my_ops::linear_blocks and embedding_blocks, shared by their registration sources
+// (linear_blocks.cpp, embedding_blocks.cpp): the CPU kernel (the op's out kernel, block_ops.h, on a new output), the
+// Meta kernels (the same checks on shapes, possibly symbolic, for torch.export's fake tensors) and an Autograd kernel
+// that refuses a gradient by name: these ops are for inference, their weights are packed integers.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/grad_mode.h>
+#include <ATen/ops/empty.h>
+#include <torch/library.h>
+
+#include "ops/blocks/block_ops.h"
+
+namespace custom {
+namespace native {
+namespace blocks {
+
+inline void refuse_gradients(const char* op, std::initializer_list<std::pair<const at::Tensor*, const char*>> tensors) {
+  for (const auto& [tensor, name] : tensors) {
+    TORCH_CHECK(!(at::GradMode::is_enabled() && tensor->requires_grad()), op, ": ", name, " requires grad, but this ",
+                "op is for inference and has no gradient; call it under torch.no_grad() (or torch.inference_mode())");
+  }
+}
+
+using OutImpl = at::Tensor& (*)(const at::Tensor&, const at::Tensor&, c10::string_view, at::Tensor&);
+
+// input [..., k] x weight (n rows, `format`) -> [..., n]. kName: the op's qualified name; Out: its out kernel.
+template <const char* kName, OutImpl Out>
+struct LinearOp {
+  static const FormatKernels& check(const at::Tensor& input, const at::Tensor& weight, c10::string_view format,
+                                    const char* op) {
+    const FormatKernels& f = require_format(format, op);
+    contract::check_dtype<contract::DtypeSet<ScalarType::Float>>(input, op, "input");
+    contract::require(weight_problem(weight, f, op));
+    TORCH_CHECK(input.dim() >= 1, op, ": input ", input.sym_sizes(), " must end in the layer's ", inputs_of(weight, f),
+                " inputs (weight ", weight.sizes(), ", ", f.name, ")");
+    TORCH_SYM_CHECK(input.sym_size(-1).sym_eq(inputs_of(weight, f)), op, ": input ", input.sym_sizes(),
+                    " must end in the layer's ", inputs_of(weight, f), " inputs (weight ", weight.sizes(), ", ", f.name,
+                    ")");
+    return f;
+  }
+
+  static std::vector<c10::SymInt> sizes(const at::Tensor& input, const at::Tensor& weight) {
+    std::vector<c10::SymInt> sizes(input.sym_sizes().begin(), input.sym_sizes().end() - 1);
+    sizes.emplace_back(weight.size(0));
+    return sizes;
+  }
+
+  static at::Tensor cpu(const at::Tensor& input, const at::Tensor& weight, c10::string_view format) {
+    check(input, weight, format, kName);
+    at::Tensor out = at::empty({0}, input.options());
+    return Out(input, weight, format, out);
+  }
+
+  static at::Tensor meta(const at::Tensor& input, const at::Tensor& weight, c10::string_view format) {
+    check(input, weight, format, kName);
+    return at::empty_symint(sizes(input, weight), input.options());
+  }
+
+  static at::Tensor& out_meta(const at::Tensor& input, const at::Tensor& weight, c10::string_view format,
+                              at::Tensor& out) {
+    const std::string op = std::string(kName) + ".out";
+    check(input, weight, format, op.c_str());
+    contract::check_same_dtype(out, input, op.c_str(), "out", "input");
+    contract::resize_output(out, sizes(input, weight), op.c_str());
+    return out;
+  }
+
+  static at::Tensor autograd(const at::Tensor& input, const at::Tensor& weight, c10::string_view format) {
+    refuse_gradients(kName, {{&input, "input"}, {&weight, "weight"}});
+    static const auto op = c10::Dispatcher::singleton()
+                               .findSchemaOrThrow(kName, "")
+                               .typed<at::Tensor(const at::Tensor&, const at::Tensor&, c10::string_view)>();
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    return op.call(input, weight, format);
+  }
+};
+
+// weight (a table of rows, `format`) x indices [...] -> [..., k] float32.
+template <const char* kName, OutImpl Out>
+struct EmbeddingOp {
+  static const FormatKernels& check(const at::Tensor& weight, const at::Tensor& indices, c10::string_view format,
+                                    const char* op) {
+    const FormatKernels& f = require_format(format, op);
+    contract::require(weight_problem(weight, f, op));
+    TORCH_CHECK(indices.scalar_type() == at::kLong, op, ": indices have dtype ",
+                contract::dtype_name(indices.scalar_type()), "; they must be int64");
+    return f;
+  }
+
+  static std::vector<c10::SymInt> sizes(const at::Tensor& weight, const at::Tensor& indices, const FormatKernels& f) {
+    std::vector<c10::SymInt> sizes(indices.sym_sizes().begin(), indices.sym_sizes().end());
+    sizes.emplace_back(inputs_of(weight, f));
+    return sizes;
+  }
+
+  static at::Tensor cpu(const at::Tensor& weight, const at::Tensor& indices, c10::string_view format) {
+    check(weight, indices, format, kName);
+    at::Tensor out = at::empty({0}, indices.options().dtype(at::kFloat));
+    return Out(weight, indices, format, out);
+  }
+
+  static at::Tensor meta(const at::Tensor& weight, const at::Tensor& indices, c10::string_view format) {
+    const FormatKernels& f = check(weight, indices, format, kName);
+    return at::empty_symint(sizes(weight, indices, f), indices.options().dtype(at::kFloat));
+  }
+
+  static at::Tensor& out_meta(const at::Tensor& weight, const at::Tensor& indices, c10::string_view format,
+                              at::Tensor& out) {
+    const std::string op = std::string(kName) + ".out";
+    const FormatKernels& f = check(weight, indices, format, op.c_str());
+    TORCH_CHECK(out.scalar_type() == at::kFloat, op, ": out has dtype ", contract::dtype_name(out.scalar_type()),
+                "; it must be float32");
+    contract::resize_output(out, sizes(weight, indices, f), op.c_str());
+    return out;
+  }
+};
+
+}  // namespace blocks
+}  // namespace native
+}  // namespace custom

@@ -1,0 +1,30 @@
+// The 6-bit scales and mins of Q4_K and Q5_K's eight sub-blocks of 32 (llama.cpp's get_scale_min_k4), packed in 12
+// bytes as three words: sub-block s < 4 has its scale in bits 0-5 of byte s and its min in byte s + 4; s >= 4 has the
+// low four bits of each in byte s + 4 (scale low, min high) and the top two in bits 6-7 of bytes s - 4 and s.
+#pragma once
+
+#include "kernel_helpers/block_formats.h"
+
+namespace custom {
+namespace native {
+namespace blocks {
+
+// Fields: d, dmin, then the three words. w = d * scale * q - dmin * min.
+template <class W, class R>
+CUSTOM_OPS_BLOCKS_INLINE void k_scales(const W* w, const R* h, int s, R& a, R& b) {
+  W scale, min;
+  if (s < 4) {
+    scale = (w[0] >> (8 * s)) & 63;
+    min = (w[1] >> (8 * s)) & 63;
+  } else {
+    const int byte = 8 * (s - 4);
+    scale = ((w[2] >> byte) & 15) | (((w[0] >> (byte + 6)) & 3) << 4);
+    min = ((w[2] >> (byte + 4)) & 15) | (((w[1] >> (byte + 6)) & 3) << 4);
+  }
+  a = h[0] * to_float(scale);
+  b = -(h[1] * to_float(min));
+}
+
+}  // namespace blocks
+}  // namespace native
+}  // namespace custom

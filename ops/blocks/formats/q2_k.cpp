@@ -1,0 +1,30 @@
+// Q2_K (llama.cpp's block_q2_K): super-blocks of 256 weights in 16 sub-blocks of 16, each with a 4-bit scale and a
+// 4-bit min (one byte: scale low, min high), an fp16 d and dmin, 2-bit q; w = d * scale * q - dmin * min. A format
+// of my_ops::linear_blocks / embedding_blocks (kernel_helpers/block_formats.h).
+#include "ops/blocks/formats.h"
+
+namespace custom {
+namespace native {
+namespace blocks {
+namespace {
+struct Q2_K {
+  static constexpr const char* kName = "Q2_K";
+  static constexpr int kWeights = 256, kSub = 16, kOffset = 0;
+  static constexpr bool kHasMin = true;
+  static constexpr std::array<Plane, 1> kPlanes{{{2, 0}}};
+  static constexpr std::array<int, 6> kFields{4, 4, 4, 4, 2, 2};  // 16 scale bytes, d, dmin
+
+  template <class W, class R>
+  CUSTOM_OPS_BLOCKS_INLINE static void scales(const W* w, const R* h, int s, R& a, R& b) {
+    const W byte = w[s / 4] >> (8 * (s % 4));
+    a = h[0] * to_float(byte & 15);
+    b = -(h[1] * to_float((byte >> 4) & 15));
+  }
+};
+}  // namespace
+
+extern const FormatKernels kFormatQ2_K = kernels_of<Q2_K>();
+
+}  // namespace blocks
+}  // namespace native
+}  // namespace custom

@@ -1,0 +1,27 @@
+// Q4_0 (llama.cpp's block_q4_0): 32 weights, an fp16 d and 32 four-bit q; w = d * (q - 8). A format of
+// my_ops::linear_blocks / embedding_blocks (kernel_helpers/block_formats.h).
+#include "ops/blocks/formats.h"
+
+namespace custom {
+namespace native {
+namespace blocks {
+namespace {
+struct Q4_0 {
+  static constexpr const char* kName = "Q4_0";
+  static constexpr int kWeights = 32, kSub = 32, kOffset = 8;
+  static constexpr bool kHasMin = false;
+  static constexpr std::array<Plane, 1> kPlanes{{{4, 0}}};
+  static constexpr std::array<int, 1> kFields{2};  // d
+
+  template <class W, class R>
+  CUSTOM_OPS_BLOCKS_INLINE static void scales(const W*, const R* h, int, R& a, R&) {
+    a = h[0];
+  }
+};
+}  // namespace
+
+extern const FormatKernels kFormatQ4_0 = kernels_of<Q4_0>();
+
+}  // namespace blocks
+}  // namespace native
+}  // namespace custom

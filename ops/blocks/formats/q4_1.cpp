@@ -1,0 +1,28 @@
+// Q4_1 (llama.cpp's block_q4_1): 32 weights, an fp16 d and m and 32 four-bit q; w = d * q + m. A format of
+// my_ops::linear_blocks / embedding_blocks (kernel_helpers/block_formats.h).
+#include "ops/blocks/formats.h"
+
+namespace custom {
+namespace native {
+namespace blocks {
+namespace {
+struct Q4_1 {
+  static constexpr const char* kName = "Q4_1";
+  static constexpr int kWeights = 32, kSub = 32, kOffset = 0;
+  static constexpr bool kHasMin = true;
+  static constexpr std::array<Plane, 1> kPlanes{{{4, 0}}};
+  static constexpr std::array<int, 2> kFields{2, 2};  // d, m
+
+  template <class W, class R>
+  CUSTOM_OPS_BLOCKS_INLINE static void scales(const W*, const R* h, int, R& a, R& b) {
+    a = h[0];
+    b = h[1];
+  }
+};
+}  // namespace
+
+extern const FormatKernels kFormatQ4_1 = kernels_of<Q4_1>();
+
+}  // namespace blocks
+}  // namespace native
+}  // namespace custom

@@ -1,0 +1,29 @@
+// Q4_K (llama.cpp's block_q4_K): super-blocks of 256 weights in 8 sub-blocks of 32, each with a 6-bit scale and min
+// (k_scales.h), an fp16 d and dmin, 4-bit q; w = d * scale * q - dmin * min. A format of my_ops::linear_blocks /
+// embedding_blocks (kernel_helpers/block_formats.h).
+#include "ops/blocks/formats.h"
+#include "ops/blocks/formats/k_scales.h"
+
+namespace custom {
+namespace native {
+namespace blocks {
+namespace {
+struct Q4_K {
+  static constexpr const char* kName = "Q4_K";
+  static constexpr int kWeights = 256, kSub = 32, kOffset = 0;
+  static constexpr bool kHasMin = true;
+  static constexpr std::array<Plane, 1> kPlanes{{{4, 0}}};
+  static constexpr std::array<int, 5> kFields{2, 2, 4, 4, 4};  // d, dmin, 12 scale bytes
+
+  template <class W, class R>
+  CUSTOM_OPS_BLOCKS_INLINE static void scales(const W* w, const R* h, int s, R& a, R& b) {
+    k_scales(w, h, s, a, b);
+  }
+};
+}  // namespace
+
+extern const FormatKernels kFormatQ4_K = kernels_of<Q4_K>();
+
+}  // namespace blocks
+}  // namespace native
+}  // namespace custom

@@ -1,0 +1,28 @@
+// Q6_K (llama.cpp's block_q6_K): super-blocks of 256 weights in 16 sub-blocks of 16, each with an int8 scale, an
+// fp16 d, 6-bit q (four low bits and two high ones, a plane each); w = d * scale * (q - 32). A format of
+// my_ops::linear_blocks / embedding_blocks (kernel_helpers/block_formats.h).
+#include "ops/blocks/formats.h"
+
+namespace custom {
+namespace native {
+namespace blocks {
+namespace {
+struct Q6_K {
+  static constexpr const char* kName = "Q6_K";
+  static constexpr int kWeights = 256, kSub = 16, kOffset = 32;
+  static constexpr bool kHasMin = false;
+  static constexpr std::array<Plane, 2> kPlanes{{{4, 0}, {2, 4}}};
+  static constexpr std::array<int, 5> kFields{4, 4, 4, 4, 2};  // 16 int8 scales, d
+
+  template <class W, class R>
+  CUSTOM_OPS_BLOCKS_INLINE static void scales(const W* w, const R* h, int s, R& a, R&) {
+    a = h[0] * to_float(signed_byte(w[s / 4], s % 4));
+  }
+};
+}  // namespace
+
+extern const FormatKernels kFormatQ6_K = kernels_of<Q6_K>();
+
+}  // namespace blocks
+}  // namespace native
+}  // namespace custom

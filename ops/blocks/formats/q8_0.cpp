@@ -1,0 +1,27 @@
+// Q8_0 (llama.cpp's block_q8_0): 32 weights, an fp16 d and 32 int8 q; w = d * q. The codes are stored as q + 128
+// (unsigned, for vpdpbusd). A format of my_ops::linear_blocks / embedding_blocks (kernel_helpers/block_formats.h).
+#include "ops/blocks/formats.h"
+
+namespace custom {
+namespace native {
+namespace blocks {
+namespace {
+struct Q8_0 {
+  static constexpr const char* kName = "Q8_0";
+  static constexpr int kWeights = 32, kSub = 32, kOffset = 128;
+  static constexpr bool kHasMin = false;
+  static constexpr std::array<Plane, 1> kPlanes{{{8, 0}}};
+  static constexpr std::array<int, 1> kFields{2};  // d
+
+  template <class W, class R>
+  CUSTOM_OPS_BLOCKS_INLINE static void scales(const W*, const R* h, int, R& a, R&) {
+    a = h[0];
+  }
+};
+}  // namespace
+
+extern const FormatKernels kFormatQ8_0 = kernels_of<Q8_0>();
+
+}  // namespace blocks
+}  // namespace native
+}  // namespace custom
