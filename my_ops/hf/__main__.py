@@ -1,17 +1,20 @@
 """Text in, text out with a model you have, on the project's ops in ExecuTorch:
 
     python -m my_ops.hf generate --model PATH --prompt "The capital of France is" [--chat] [--quantize gguf]
-                                 [--max_new_tokens N]
+                                 [--max_new_tokens N] [--temperature T --top_k K --top_p P --seed S] [--verbose]
     python -m my_ops.hf export --model PATH [--quantize 8da4w] --output DIR
-    python -m my_ops.hf perplexity --model PATH [--quantize 8da4w] [--text FILE]
+    python -m my_ops.hf perplexity --model PATH [--quantize 8da4w] [--text FILE] [--ctx N [--chunks K]]
 
-PATH is a Hugging Face model folder or a llama.cpp GGUF file (--quantize gguf: the file's own Q4_0/Q4_1/Q8_0 blocks,
-nothing requantized). generate exports the model once (the program is kept in
-a cache folder under a hash of the model, the precision and the sources; later runs reuse it), decodes the prompt in
-ExecuTorch's Python runtime, streams the text and ends with the prefill time and decode speed. export writes
+PATH is a Hugging Face model folder or a llama.cpp GGUF file (--quantize gguf: the file's own tensors in the formats
+llama-quantize writes, Q4_K_M and the other presets, nothing requantized). generate exports the model once (the
+program is kept in a cache folder under a hash of the model, the precision and the sources; later runs reuse it),
+decodes the prompt in ExecuTorch's Python runtime, prints the text as it forms and ends with the prefill time and
+decode speed; the libraries' own messages are kept out of it unless --verbose. Greedy by default; --temperature
+above 0 samples as llama.cpp does (top-k, then top-p, then the temperature; --seed repeats a text). export writes
 model.pte beside the tokenizer.json that ExecuTorch's LLM runner (TextLLMRunner) reads. perplexity scores a text (by
 default the one shipped in the repository, examples/alice_chapter1.txt) with the program, beside the eager float32
-model's.
+model's: over windows of --window tokens, or with --ctx by llama-perplexity's protocol (chunks of --ctx tokens, the
+second half of each scored, BOS first where the model adds one), the figure `llama-perplexity -c N` prints.
 
 The ops come from a CMake build of the repository (--build_dir; in a checkout, cmake-out/all_ops), or PyTorch's side
 from the installed my_ops wheel with the kernels from --kernel_library.
@@ -50,11 +53,22 @@ def _parser() -> argparse.ArgumentParser:
     generate.add_argument("--prompt", required=True)
     generate.add_argument("--chat", action="store_true", help="the prompt as a user's turn of the model's chat template")
     generate.add_argument("--max_new_tokens", type=int, default=128)
+    generate.add_argument("--temperature", type=float, default=0.0,
+                          help="0 (default): greedy; above 0: sample at this temperature (llama.cpp's default is 0.8)")
+    generate.add_argument("--top_k", type=int, default=40, help="sample from the k most likely tokens (0: all)")
+    generate.add_argument("--top_p", type=float, default=0.95,
+                          help="then from the fewest whose probabilities add up to p (1: all)")
+    generate.add_argument("--seed", type=int, default=None, help="the sampler's seed: the same text for the same seed")
+    generate.add_argument("--verbose", action="store_true",
+                          help="show the libraries' own messages (ExecuTorch's, torch's) around the text")
     export = command("export", "write model.pte and tokenizer.json (TextLLMRunner's inputs) into --output")
     export.add_argument("--output", required=True, help="the folder to write into")
     score = command("perplexity", "the perplexity of a text under the program, beside the eager float32 model's")
     score.add_argument("--text", default=DEFAULT_TEXT, help="a UTF-8 text file (default: %(default)s)")
     score.add_argument("--window", type=int, default=None, help="tokens per window (default: --max_seq_len)")
+    score.add_argument("--ctx", type=int, default=None,
+                       help="llama-perplexity's protocol instead: chunks of CTX tokens, the second half of each scored")
+    score.add_argument("--chunks", type=int, default=None, help="with --ctx: score at most this many chunks")
     for sub in (generate, score):
         sub.add_argument("--kernel_library", default=None,
                          help="the ops' ExecuTorch kernels (default: --build_dir's libcustom_ops_lib.so)")
@@ -68,24 +82,31 @@ def main(argv: list[str] | None = None) -> int:
     if args.max_seq_len < 2:
         print("error: --max_seq_len must be 2 or more", file=sys.stderr)
         return 2
-    quantize = PRECISIONS[args.quantize]
-    try:
-        runtime.register_ops(args.build_dir)
-        from . import checkpoint as checkpoints
+    quiet = args.command == "generate" and not args.verbose
+    with runtime.libraries_quiet(quiet) as log:
+        try:
+            return _run(args)
+        except (OSError, ValueError, RuntimeError) as err:  # UnsupportedModelError is a ValueError
+            runtime.say(f"error: {err}")
+            if quiet:
+                runtime.say(f"(the libraries' messages are in {log}; --verbose shows them as they come)")
+            return 1
 
-        checkpoint = checkpoints.load(args.model)
-        if args.command == "export":
-            return _export(args, checkpoint, quantize)
-        library = args.kernel_library or (os.path.join(args.build_dir, runtime.KERNEL_LIBRARY) if args.build_dir else
-                                          None)
-        if library is None:
-            raise FileNotFoundError(f"no kernel library: {runtime.build_hint()} pass --build_dir or --kernel_library")
-        runtime.load_kernels(library)
-        return _generate(args, checkpoint, quantize) if args.command == "generate" else _perplexity(args, checkpoint,
-                                                                                                     quantize)
-    except (OSError, ValueError, RuntimeError) as err:  # UnsupportedModelError is a ValueError
-        print(f"error: {err}", file=sys.stderr)
-        return 1
+
+def _run(args) -> int:
+    quantize = PRECISIONS[args.quantize]
+    runtime.register_ops(args.build_dir)
+    from . import checkpoint as checkpoints
+
+    checkpoint = checkpoints.load(args.model)
+    if args.command == "export":
+        return _export(args, checkpoint, quantize)
+    library = args.kernel_library or (os.path.join(args.build_dir, runtime.KERNEL_LIBRARY) if args.build_dir else None)
+    if library is None:
+        raise FileNotFoundError(f"no kernel library: {runtime.build_hint()} pass --build_dir or --kernel_library")
+    runtime.load_kernels(library)
+    return _generate(args, checkpoint, quantize) if args.command == "generate" else _perplexity(args, checkpoint,
+                                                                                                 quantize)
 
 
 def _export(args, checkpoint, quantize) -> int:
@@ -102,29 +123,35 @@ def _export(args, checkpoint, quantize) -> int:
     return 0
 
 
-def _program(args, checkpoint, quantize) -> str:
-    pte, made = runtime.export_cached(checkpoint, quantize, args.max_seq_len, args.cache_dir)
-    print(f"{'Exported' if made else 'Reused'} {pte}", file=sys.stderr)
+def _program(args, checkpoint, quantize, *, announce_reuse: bool = True) -> str:
+    def exporting() -> None:
+        runtime.say(f"Exporting the {args.quantize} program of {os.path.basename(checkpoint.path.rstrip('/'))} (once: "
+                    f"it is kept in {args.cache_dir})")
+
+    pte, made = runtime.export_cached(checkpoint, quantize, args.max_seq_len, args.cache_dir, on_export=exporting)
+    if made or announce_reuse:
+        runtime.say(f"{'Exported' if made else 'Reused'} {pte}")
     return pte
 
 
 def _generate(args, checkpoint, quantize) -> int:
-    from .text import generate, prompt_ids
+    from .text import generate, prompt_ids, sampler
 
     ids = prompt_ids(checkpoint.tokenizer, args.prompt, chat=args.chat)
     if len(ids) + args.max_new_tokens > args.max_seq_len:
-        print(f"error: the prompt's {len(ids)} tokens and {args.max_new_tokens} new ones pass --max_seq_len "
-              f"{args.max_seq_len}; raise it or ask for fewer", file=sys.stderr)
+        runtime.say(f"error: the prompt's {len(ids)} tokens and {args.max_new_tokens} new ones pass --max_seq_len "
+                    f"{args.max_seq_len}; raise it or ask for fewer")
         return 2
-    pte = _program(args, checkpoint, quantize)
+    choose = sampler(args.temperature, args.top_k, args.top_p, args.seed)
+    pte = _program(args, checkpoint, quantize, announce_reuse=args.verbose)
     program, method = runtime.load_method(pte)
     if not args.chat:
         print(args.prompt, end="", flush=True)
     result = generate(lambda t, p: method.execute([t, p])[0], checkpoint.tokenizer, ids, args.max_new_tokens,
-                      checkpoint.stop_ids, on_text=lambda text: print(text, end="", flush=True))
-    print()
-    print(f"Prefill: {len(ids)} tokens in {result.prefill_s * 1e3:.1f} ms; decode: {len(result.tokens) - 1} tokens at "
-          f"{result.decode_tokens_per_s:.1f} tokens/s", file=sys.stderr)
+                      checkpoint.stop_ids, on_text=lambda text: print(text, end="", flush=True), choose=choose)
+    print(flush=True)
+    runtime.say(f"Prefill: {len(ids)} tokens in {result.prefill_s * 1e3:.1f} ms; decode: {len(result.tokens) - 1} "
+                f"tokens at {result.decode_tokens_per_s:.1f} tokens/s")
     del program
     return 0
 
@@ -132,19 +159,32 @@ def _generate(args, checkpoint, quantize) -> int:
 def _perplexity(args, checkpoint, quantize) -> int:
     import copy
 
-    from .text import eager_perplexity, perplexity
+    from .text import chunked_perplexity, eager_chunked_perplexity, eager_perplexity, perplexity
 
     with open(args.text, encoding="utf-8") as f:
         ids = list(checkpoint.tokenizer.encode(f.read(), add_special_tokens=False))
-    window = args.window or args.max_seq_len
     reference = copy.deepcopy(checkpoint.model)  # the export swaps the model in place
-    eager, scored = eager_perplexity(reference, ids, window)
-    pte = _program(args, checkpoint, quantize)
-    program, method = runtime.load_method(pte)
-    value, _ = perplexity(lambda t, p: method.execute([t, p])[0], ids, window)
-    print(f"{os.path.basename(args.text)}: {scored} tokens scored in windows of {window}; perplexity "
-          f"{value:.3f} ({args.quantize} program in ExecuTorch), {eager:.3f} (float32 in eager transformers), "
-          f"{100 * (value / eager - 1):+.2f}%")
+    if args.ctx is not None:
+        if not 4 <= args.ctx <= args.max_seq_len:
+            raise ValueError(f"--ctx {args.ctx}: give 4 to --max_seq_len ({args.max_seq_len}) tokens a chunk")
+        bos = checkpoint.tokenizer.bos_token_id if checkpoint.add_bos else None
+        ids = ([bos] if bos is not None else []) + ids  # the text as llama.cpp tokenizes it
+        eager, _ = eager_chunked_perplexity(reference, ids, args.ctx, args.chunks, bos)
+        pte = _program(args, checkpoint, quantize)
+        program, method = runtime.load_method(pte)
+        value, scored = chunked_perplexity(lambda t, p: method.execute([t, p])[0], ids, args.ctx, args.chunks, bos)
+        how = (f"{scored} tokens scored by llama-perplexity's protocol (chunks of {args.ctx}, the second half of each "
+               f"scored; `llama-perplexity -c {args.ctx}"
+               f"{'' if args.chunks is None else f' --chunks {args.chunks}'}` on the same file and text)")
+    else:
+        window = args.window or args.max_seq_len
+        eager, _ = eager_perplexity(reference, ids, window)
+        pte = _program(args, checkpoint, quantize)
+        program, method = runtime.load_method(pte)
+        value, scored = perplexity(lambda t, p: method.execute([t, p])[0], ids, window)
+        how = f"{scored} tokens scored in windows of {window}"
+    print(f"{os.path.basename(args.text)}: {how}; perplexity {value:.4f} ({args.quantize} program in ExecuTorch), "
+          f"{eager:.4f} (float32 in eager transformers), {100 * (value / eager - 1):+.2f}%")
     del program
     return 0
 

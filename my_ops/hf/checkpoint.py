@@ -31,6 +31,7 @@ class Checkpoint:
     tokenizer: object  # a transformers PreTrainedTokenizerFast
     path: str  # the folder or the .gguf file it came from
     stop_ids: list[int] = field(default_factory=list)  # the tokens that end a generation (eos)
+    add_bos: bool = False  # whether the model's text starts with its BOS token (a GGUF file's add_bos_token)
 
     def files(self) -> list[str]:
         """The files the model is made from (what a cached export is keyed by)."""
@@ -78,7 +79,8 @@ def _load_folder(path: str) -> Checkpoint:
         raise UnsupportedModelError(f"{path}: a model folder holds config.json (or a single .gguf file)")
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(path)
-    return Checkpoint(model, tokenizer, path, _stop_ids(model.generation_config.eos_token_id, tokenizer))
+    return Checkpoint(model, tokenizer, path, _stop_ids(model.generation_config.eos_token_id, tokenizer),
+                      bool(getattr(tokenizer, "add_bos_token", False)))
 
 
 def _load_gguf(path: str) -> Checkpoint:
@@ -86,7 +88,10 @@ def _load_gguf(path: str) -> Checkpoint:
     from transformers.integrations.ggml import convert_gguf_tokenizer
     from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
 
+    from .gguf_file import check
+
     path = os.path.abspath(path)
+    header = check(path)  # a damaged file is one sentence here, not a numpy error or a traceback from the readers below
     parsed = load_gguf_checkpoint(path, return_tensors=False)
     vocabulary, tokenizer_config = parsed["tokenizer"], parsed.get("tokenizer_config", {})
     architecture = parsed["config"].get("model_type", "llama")
@@ -103,7 +108,9 @@ def _load_gguf(path: str) -> Checkpoint:
             extra[f"{role}_token"] = tokens[index]
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, chat_template=tokenizer_config.get("chat_template"),
                                         **extra)
-    return Checkpoint(model, tokenizer, path, _stop_ids(vocabulary.get("eos_token_id"), tokenizer))
+    # llama.cpp's rule: the file's add_bos_token, else true for SentencePiece-style vocabularies (llama-vocab.cpp).
+    add_bos = header.metadata.get("tokenizer.ggml.add_bos_token", header.metadata.get("tokenizer.ggml.model") == "llama")
+    return Checkpoint(model, tokenizer, path, _stop_ids(vocabulary.get("eos_token_id"), tokenizer), bool(add_bos))
 
 
 def _stop_ids(eos, tokenizer) -> list[int]:

@@ -134,8 +134,11 @@ def attach_blocks(model, path: str) -> dict[str, str]:
     import torch
     from transformers.modeling_gguf_pytorch_utils import get_gguf_hf_weights_map
 
+    from .gguf_file import check
+
     config = model.config.get_text_config(decoder=True)
     names = get_gguf_hf_weights_map(model)  # GGUF tensor -> transformers parameter
+    check(path)  # whole and well-formed before the gguf package reads it
     reader = gguf.GGUFReader(path)
     refused = [f"{t.name} ({t.tensor_type.name})" for t in reader.tensors if t.tensor_type.name not in FORMATS]
     if refused:

@@ -11,6 +11,7 @@ import ctypes
 import glob
 import hashlib
 import os
+import sys
 import tempfile
 import time
 from importlib import metadata
@@ -23,6 +24,40 @@ CHECKOUT = os.path.dirname(PACKAGE_DIR)
 AOT_LIBRARY = "libcustom_ops_aot_lib.so"  # the ops for PyTorch, in a CMake build
 KERNEL_LIBRARY = "libcustom_ops_lib.so"  # their ExecuTorch kernels, in a CMake build
 _loaded_kernels: list[str] = []
+
+
+# The terminal's stderr while libraries_quiet() holds the process's: what the user is told goes there.
+_user_stderr: list = []
+
+
+def say(text: str) -> None:
+    """A line for the user on stderr (the terminal's own, also while the libraries' messages are kept apart)."""
+    stream = _user_stderr[-1] if _user_stderr else sys.stderr
+    print(text, file=stream, flush=True)
+
+
+@contextlib.contextmanager
+def libraries_quiet(quiet: bool = True):
+    """While active (and `quiet`), whatever the libraries write to the process's stderr (ExecuTorch's threadpool logs
+    from C++, torchao's load failures, torch's deprecation warnings) goes to a log file instead of the terminal, where
+    it would land in the middle of the generated text; say() still reaches the terminal. Yields the log's path (None
+    when not quiet)."""
+    if not quiet:
+        yield None
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    log = tempfile.NamedTemporaryFile(prefix="my_ops-", suffix=".log", delete=False)
+    os.dup2(log.fileno(), 2)
+    _user_stderr.append(os.fdopen(os.dup(saved), "w"))
+    try:
+        yield log.name
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        _user_stderr.pop().close()
+        log.close()
 
 
 def default_build_dir() -> str | None:
@@ -87,8 +122,8 @@ def versions() -> str:
 
 # The sources an export runs (the loading, a GGUF file's blocks, the swap, the packing, the export itself); the command
 # line, the tokenizer and perplexity code can change without making the programs again.
-EXPORT_SOURCES = ("__init__.py", "hf/__init__.py", "hf/checkpoint.py", "hf/gguf_blocks.py", "hf/swap.py",
-                  "hf/quantize.py", "hf/export.py")
+EXPORT_SOURCES = ("__init__.py", "hf/__init__.py", "hf/checkpoint.py", "hf/gguf_file.py", "hf/gguf_blocks.py",
+                  "hf/swap.py", "hf/quantize.py", "hf/export.py")
 
 
 def package_hash() -> str:
@@ -145,13 +180,16 @@ def default_cache_dir() -> str:
     return os.environ.get("MY_OPS_CACHE_DIR", os.path.expanduser(os.path.join("~", ".cache", "my_ops", "programs")))
 
 
-def export_cached(checkpoint, quantize: str | None, max_seq_len: int, cache_dir: str) -> tuple[str, bool]:
+def export_cached(checkpoint, quantize: str | None, max_seq_len: int, cache_dir: str,
+                  on_export: Callable[[], None] | None = None) -> tuple[str, bool]:
     """The program of `checkpoint` at `quantize`: exported once per model file, settings, package versions, my_ops
-    sources and op schemas into cache_dir; (path, whether it was exported now). The checkpoint's model is swapped in
-    place when it is exported."""
+    sources and op schemas into cache_dir; (path, whether it was exported now; on_export() is called first then). The
+    checkpoint's model is swapped in place when it is exported."""
     from .export import export_checkpoint
 
     def make(path: str) -> None:
+        if on_export is not None:
+            on_export()
         program = export_checkpoint(checkpoint, max_seq_len=max_seq_len, quantize=quantize)
         with open(path, "wb") as f:
             program.write_to_file(f)

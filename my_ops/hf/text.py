@@ -1,7 +1,8 @@
 """Text in, text out over any step function of a program's signature, step(tokens int64 [1, T], input_pos int64 [1])
 -> logits [1, vocab] of the last position (an ExecuTorch method, or the eager module it was exported from): a prompt
-(through the model's chat template or as it is) to token ids, greedy decoding with the text streamed as it forms,
-and the perplexity of a text, computed by the program itself.
+(through the model's chat template or as it is) to token ids, decoding (greedy, or sampled as llama.cpp samples) with
+the text streamed as it forms, and the perplexity of a text, computed by the program itself: over windows from
+position 0, or by llama-perplexity's protocol (chunks, the second half of each scored), to hold against llama.cpp's.
 """
 
 from __future__ import annotations
@@ -56,9 +57,41 @@ class Generation:
         return (len(self.tokens) - 1) / self.decode_s if self.decode_s > 0 else float("nan")
 
 
+Choose = Callable[[torch.Tensor], int]  # logits [vocab] -> the next token
+
+
+def greedy(logits: torch.Tensor) -> int:
+    return int(logits.argmax())
+
+
+def sampler(temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, seed: int | None = None) -> Choose:
+    """The next token as llama.cpp's default sampler chain picks it: the top_k most likely (0: all), then the fewest
+    whose probabilities reach top_p (1: all), then a draw at `temperature` from those (seeded: the same text for the
+    same seed). Temperature 0 is greedy: the argmax, exactly."""
+    if temperature <= 0:
+        return greedy
+    if top_k < 0 or not 0 < top_p <= 1:
+        raise ValueError(f"top_k {top_k} and top_p {top_p}: top_k is 0 (all) or more, top_p in (0, 1]")
+    generator = torch.Generator()
+    generator.manual_seed(seed if seed is not None else torch.seed())
+
+    def choose(logits: torch.Tensor) -> int:
+        values, tokens = logits.double().sort(descending=True)
+        if top_k > 0:
+            values, tokens = values[:top_k], tokens[:top_k]
+        if top_p < 1:
+            cumulative = values.softmax(0).cumsum(0)
+            keep = int((cumulative < top_p).sum()) + 1  # the fewest reaching top_p
+            values, tokens = values[:keep], tokens[:keep]
+        return int(tokens[torch.multinomial((values / temperature).softmax(0), 1, generator=generator)])
+
+    return choose
+
+
 def generate(step: Step, tokenizer, ids: Sequence[int], max_new_tokens: int, stop_ids: Sequence[int] = (),
-             on_text: Callable[[str], None] | None = None) -> Generation:
-    """Greedy decoding: the prompt at position 0, then each argmax fed back, until a stop token or max_new_tokens."""
+             on_text: Callable[[str], None] | None = None, choose: Choose = greedy) -> Generation:
+    """Decoding: the prompt at position 0, then each chosen token fed back (greedy: the argmax), until a stop token or
+    max_new_tokens."""
     stream = TextStream(tokenizer)
     tokens, position = torch.tensor([list(ids)], dtype=torch.int64), 0
     new: list[int] = []
@@ -66,7 +99,7 @@ def generate(step: Step, tokenizer, ids: Sequence[int], max_new_tokens: int, sto
     for index in range(max_new_tokens):
         start = time.perf_counter()
         logits = step(tokens, torch.tensor([position], dtype=torch.int64))
-        token = int(logits.reshape(-1).argmax())
+        token = choose(logits.reshape(-1))
         elapsed = time.perf_counter() - start
         if index == 0:
             prefill_s = elapsed
@@ -93,6 +126,45 @@ def perplexity(step: Step, ids: Sequence[int], window: int) -> tuple[float, int]
             logits = step(torch.tensor([[token]], dtype=torch.int64), torch.tensor([position], dtype=torch.int64))
             total -= float(torch.log_softmax(logits.reshape(-1).double(), dim=0)[following])
             scored += 1
+    return math.exp(total / scored), scored
+
+
+def chunked_perplexity(step: Step, ids: Sequence[int], ctx: int, chunks: int | None = None,
+                       bos: int | None = None) -> tuple[float, int]:
+    """(perplexity, tokens scored) by llama-perplexity's protocol: the text's tokens in chunks of `ctx` (at most
+    `chunks` of them), each from position 0 with its first token replaced by `bos` when the model adds one; in each,
+    the logits at positions ctx / 2 .. ctx - 2 score the following token (the first half only conditions)."""
+    count = len(ids) // ctx if chunks is None else min(chunks, len(ids) // ctx)
+    if count == 0:
+        raise ValueError(f"the text has {len(ids)} tokens, fewer than one chunk of {ctx}; give a longer text or a "
+                         "smaller --ctx")
+    total, scored = 0.0, 0
+    for index in range(count):
+        chunk = list(ids[index * ctx:(index + 1) * ctx])
+        if bos is not None:
+            chunk[0] = bos
+        for position in range(ctx - 1):
+            logits = step(torch.tensor([[chunk[position]]], dtype=torch.int64),
+                          torch.tensor([position], dtype=torch.int64))
+            if position >= ctx // 2:
+                total -= float(torch.log_softmax(logits.reshape(-1).double(), dim=0)[chunk[position + 1]])
+                scored += 1
+    return math.exp(total / scored), scored
+
+
+def eager_chunked_perplexity(model: torch.nn.Module, ids: Sequence[int], ctx: int, chunks: int | None = None,
+                             bos: int | None = None) -> tuple[float, int]:
+    """chunked_perplexity's chunks scored by a transformers model itself, each chunk in one forward pass."""
+    count = len(ids) // ctx if chunks is None else min(chunks, len(ids) // ctx)
+    total, scored = 0.0, 0
+    with torch.no_grad():
+        for index in range(count):
+            chunk = torch.tensor([list(ids[index * ctx:(index + 1) * ctx])], dtype=torch.int64)
+            if bos is not None:
+                chunk[0, 0] = bos
+            logits = model(input_ids=chunk).logits[0, ctx // 2:ctx - 1].double()
+            total -= float(torch.log_softmax(logits, dim=-1).gather(1, chunk[0, ctx // 2 + 1:, None]).sum())
+            scored += ctx - 1 - ctx // 2
     return math.exp(total / scored), scored
 
 

@@ -163,12 +163,12 @@ inline bool linear(const FormatKernels& f, const float* x, int64_t tokens, int64
   if (f.quantizes_activations) {
 #ifdef CUSTOM_OPS_X86_DISPATCH
     if (which == Isa::kAvx512) {
-      prepare_avx512(x, tokens, k, activations);
+      prepare_avx512(x, tokens, k, f.weights_per_block, activations);
     } else {
-      prepare(x, tokens, k, activations);
+      prepare(x, tokens, k, f.weights_per_block, activations);
     }
 #else
-    prepare(x, tokens, k, activations);
+    prepare(x, tokens, k, f.weights_per_block, activations);
 #endif
   }
   const Task task{weight, x, &activations, tokens, n, k, out};

@@ -162,10 +162,11 @@ def _offsets(fields):
         offset += size
 
 
-def quantized_activations(x: torch.Tensor) -> torch.Tensor:
-    """x as the kernels see it: each block of 32 along the last dimension rounded to d * q, d = max|x| / 127 (NaN for
-    a block holding a non-finite value), q = round(x / d) (0 where d is 0)."""
-    blocks = x.float().reshape(*x.shape[:-1], -1, BLOCK)
+def quantized_activations(x: torch.Tensor, block: int = BLOCK) -> torch.Tensor:
+    """x as the kernels see it: each block of `block` along the last dimension (the weight format's block, as llama.cpp
+    quantizes activations for it: 32, or 256 for the K-quants) rounded to d * q, d = max|x| / 127 (NaN for a block
+    holding a non-finite value), q = round(x / d) (0 where d is 0)."""
+    blocks = x.float().reshape(*x.shape[:-1], -1, block)
     finite = blocks.isfinite().all(-1, keepdim=True)
     d = torch.where(finite, blocks.abs().amax(-1, keepdim=True) / 127, torch.nan)
     q = torch.where(finite & (d != 0), torch.round(blocks / d), 0).clamp(-127, 127)
@@ -175,7 +176,7 @@ def quantized_activations(x: torch.Tensor) -> torch.Tensor:
 def linear_blocks_reference(input: torch.Tensor, weight: torch.Tensor, format: str) -> torch.Tensor:
     if format in ROW_FORMATS:
         return input @ weight.float().T
-    return quantized_activations(input) @ dequantize(weight, format).T
+    return quantized_activations(input, layout(format).weights) @ dequantize(weight, format).T
 
 
 def embedding_blocks_reference(weight: torch.Tensor, indices: torch.Tensor, format: str) -> torch.Tensor:

@@ -9,10 +9,9 @@ namespace custom {
 namespace native {
 namespace blocks {
 
-// Fields: d, dmin, then the three words. w = d * scale * q - dmin * min.
-template <class W, class R>
-CUSTOM_OPS_BLOCKS_INLINE void k_scales(const W* w, const R* h, int s, R& a, R& b) {
-  W scale, min;
+// Sub-block s's six-bit scale and min from the three words (the record's bytes 4-15, after d and dmin).
+template <class W>
+CUSTOM_OPS_BLOCKS_INLINE void k_scales(const W* w, int s, W& scale, W& min) {
   if (s < 4) {
     scale = (w[0] >> (8 * s)) & 63;
     min = (w[1] >> (8 * s)) & 63;
@@ -21,8 +20,6 @@ CUSTOM_OPS_BLOCKS_INLINE void k_scales(const W* w, const R* h, int s, R& a, R& b
     scale = ((w[2] >> byte) & 15) | (((w[0] >> (byte + 6)) & 3) << 4);
     min = ((w[2] >> (byte + 4)) & 15) | (((w[1] >> (byte + 6)) & 3) << 4);
   }
-  a = h[0] * to_float(scale);
-  b = -(h[1] * to_float(min));
 }
 
 }  // namespace blocks

@@ -10,15 +10,22 @@ namespace {
 struct Q2_K {
   static constexpr const char* kName = "Q2_K";
   static constexpr int kWeights = 256, kSub = 16, kOffset = 0;
-  static constexpr bool kHasMin = true;
+  static constexpr bool kSubScales = true, kHasMin = true;
   static constexpr std::array<Plane, 1> kPlanes{{{2, 0}}};
   static constexpr std::array<int, 6> kFields{4, 4, 4, 4, 2, 2};  // 16 scale bytes, d, dmin
 
-  template <class W, class R>
-  CUSTOM_OPS_BLOCKS_INLINE static void scales(const W* w, const R* h, int s, R& a, R& b) {
+  template <class R>
+  CUSTOM_OPS_BLOCKS_INLINE static void block(const R* h, R& scale, R& min) {
+    scale = h[0];
+    min = -h[1];
+  }
+
+  // Byte s of the 16: the sub-scale in its low nibble, the sub-min in its high one.
+  template <class W>
+  CUSTOM_OPS_BLOCKS_INLINE static void sub(const W* w, int s, W& scale, W& min) {
     const W byte = w[s / 4] >> (8 * (s % 4));
-    a = h[0] * to_float(byte & 15);
-    b = -(h[1] * to_float((byte >> 4) & 15));
+    scale = byte & 15;
+    min = (byte >> 4) & 15;
   }
 };
 }  // namespace

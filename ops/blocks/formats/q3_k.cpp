@@ -11,15 +11,20 @@ namespace {
 struct Q3_K {
   static constexpr const char* kName = "Q3_K";
   static constexpr int kWeights = 256, kSub = 16, kOffset = 4;
-  static constexpr bool kHasMin = false;
+  static constexpr bool kSubScales = true, kHasMin = false;
   static constexpr std::array<Plane, 2> kPlanes{{{2, 0}, {1, 2}}};
   static constexpr std::array<int, 4> kFields{4, 4, 4, 2};  // 12 scale bytes, d
 
-  template <class W, class R>
-  CUSTOM_OPS_BLOCKS_INLINE static void scales(const W* w, const R* h, int s, R& a, R&) {
+  template <class R>
+  CUSTOM_OPS_BLOCKS_INLINE static void block(const R* h, R& scale, R&) {
+    scale = h[0];
+  }
+
+  template <class W>
+  CUSTOM_OPS_BLOCKS_INLINE static void sub(const W* w, int s, W& scale, W&) {
     const W low = (w[(s % 8) / 4] >> (8 * (s % 4) + 4 * (s / 8))) & 15;
     const W high = (w[2] >> (8 * (s % 4) + 2 * (s / 4))) & 3;
-    a = h[0] * to_float(as_signed(low | (high << 4)) - 32);
+    scale = (low | (high << 4)) - 32;
   }
 };
 }  // namespace

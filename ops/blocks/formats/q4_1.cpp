@@ -9,14 +9,14 @@ namespace {
 struct Q4_1 {
   static constexpr const char* kName = "Q4_1";
   static constexpr int kWeights = 32, kSub = 32, kOffset = 0;
-  static constexpr bool kHasMin = true;
+  static constexpr bool kSubScales = false, kHasMin = true;
   static constexpr std::array<Plane, 1> kPlanes{{{4, 0}}};
   static constexpr std::array<int, 2> kFields{2, 2};  // d, m
 
-  template <class W, class R>
-  CUSTOM_OPS_BLOCKS_INLINE static void scales(const W*, const R* h, int, R& a, R& b) {
-    a = h[0];
-    b = h[1];
+  template <class R>
+  CUSTOM_OPS_BLOCKS_INLINE static void block(const R* h, R& scale, R& min) {
+    scale = h[0];
+    min = h[1];
   }
 };
 }  // namespace

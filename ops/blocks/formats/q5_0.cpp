@@ -10,13 +10,13 @@ namespace {
 struct Q5_0 {
   static constexpr const char* kName = "Q5_0";
   static constexpr int kWeights = 32, kSub = 32, kOffset = 16;
-  static constexpr bool kHasMin = false;
+  static constexpr bool kSubScales = false, kHasMin = false;
   static constexpr std::array<Plane, 2> kPlanes{{{4, 0}, {1, 4}}};
   static constexpr std::array<int, 1> kFields{2};  // d
 
-  template <class W, class R>
-  CUSTOM_OPS_BLOCKS_INLINE static void scales(const W*, const R* h, int, R& a, R&) {
-    a = h[0];
+  template <class R>
+  CUSTOM_OPS_BLOCKS_INLINE static void block(const R* h, R& scale, R&) {
+    scale = h[0];
   }
 };
 }  // namespace

@@ -10,13 +10,19 @@ namespace {
 struct Q5_K {
   static constexpr const char* kName = "Q5_K";
   static constexpr int kWeights = 256, kSub = 32, kOffset = 0;
-  static constexpr bool kHasMin = true;
+  static constexpr bool kSubScales = true, kHasMin = true;
   static constexpr std::array<Plane, 2> kPlanes{{{4, 0}, {1, 4}}};
   static constexpr std::array<int, 5> kFields{2, 2, 4, 4, 4};  // d, dmin, 12 scale bytes
 
-  template <class W, class R>
-  CUSTOM_OPS_BLOCKS_INLINE static void scales(const W* w, const R* h, int s, R& a, R& b) {
-    k_scales(w, h, s, a, b);
+  template <class R>
+  CUSTOM_OPS_BLOCKS_INLINE static void block(const R* h, R& scale, R& min) {
+    scale = h[0];
+    min = -h[1];
+  }
+
+  template <class W>
+  CUSTOM_OPS_BLOCKS_INLINE static void sub(const W* w, int s, W& scale, W& min) {
+    k_scales(w, s, scale, min);
   }
 };
 }  // namespace

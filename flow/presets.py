@@ -1,0 +1,130 @@
+"""The GGUF files people download, on their own tensors (`test_custom_ops.sh real`, after the shipped file's checks):
+llama-quantize's presets (Q4_K_M, Q5_K_M, Q6_K, Q3_K_M, Q2_K, Q5_0) made from the shipped SmolLM2 file (flow/real.py),
+and that file itself, each exported with --quantize gguf (my_ops.gguf: every tensor in its own format), then
+
+    its perplexity of examples/alice_chapter1.txt by llama-perplexity's protocol (chunks of CTX tokens, the second
+    half of each scored), computed in ExecuTorch, beside llama-perplexity's own on the same file and text (within
+    LLAMA_GOAL) and beside the float32 model transformers dequantizes from the same file (within FLOAT32_GOAL);
+    the program's size beside the file's (within SIZE_GOAL).
+
+    python -m flow.presets --build_dir cmake-out/all_ops [--presets Q4_K_M,Q2_K] [--threads 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import copy
+import os
+import sys
+
+from flow import REPO_ROOT
+
+PRESETS = ("Q4_K_M", "Q5_K_M", "Q6_K", "Q3_K_M", "Q2_K", "Q5_0")
+SHIPPED = "Q4_1 (shipped)"
+CTX = 256
+LLAMA_GOAL, FLOAT32_GOAL, SIZE_GOAL = 0.005, 0.01, 0.05
+PRESET_DIR = os.path.join(REPO_ROOT, "cmake-out", "llama.cpp", "presets")
+
+
+def preset_file(preset: str) -> str:
+    """The shipped file requantized to `preset` by llama-quantize (made once), or the shipped file itself."""
+    from flow import llama_cpp, real
+
+    return real.gguf_path() if preset == SHIPPED else llama_cpp.quantized(real.gguf_path(), preset, PRESET_DIR)
+
+
+def tensor_types(path: str) -> str:
+    """"Q5_0 166, Q4_K 16, ...": the file's tensor types by count, most first (its F32 norms left out)."""
+    import gguf
+
+    from my_ops.hf.gguf_file import check
+
+    counts = collections.Counter(gguf.GGMLQuantizationType(t.type_id).name for t in check(path).tensors)
+    counts.pop("F32", None)
+    return ", ".join(f"{kind} {count}" for kind, count in counts.most_common())
+
+
+def measure(preset: str, threads: int) -> dict:
+    """One row: the program's and llama.cpp's perplexity of the text, the float32 model's, sizes, tensor types."""
+    from flow import llama_cpp, real
+    from flow.runtime import load_method_checked
+    from my_ops.hf.checkpoint import load
+    from my_ops.hf.runtime import default_cache_dir, export_cached
+    from my_ops.hf.text import chunked_perplexity, eager_chunked_perplexity
+
+    path = preset_file(preset)
+    checkpoint = load(path)
+    with open(real.TEXT, encoding="utf-8") as f:
+        ids = list(checkpoint.tokenizer.encode(f.read(), add_special_tokens=False))
+    bos = checkpoint.tokenizer.bos_token_id if checkpoint.add_bos else None
+    ids = ([bos] if bos is not None else []) + ids  # the text as llama.cpp tokenizes it
+    float32, scored = eager_chunked_perplexity(checkpoint.model, ids, CTX, None, bos)
+    pte, _ = export_cached(copy.deepcopy(checkpoint), "gguf", real.MAX_SEQ_LEN, default_cache_dir())
+    method = load_method_checked(pte)
+    ours, _ = chunked_perplexity(lambda t, p: method.execute([t, p])[0], ids, CTX, None, bos)
+    return {"preset": preset, "types": tensor_types(path), "file_mib": os.path.getsize(path) / 2 ** 20,
+            "pte_mib": os.path.getsize(pte) / 2 ** 20, "scored": scored, "project": ours, "float32": float32,
+            "llama_cpp": llama_cpp.perplexity(path, real.TEXT, CTX, threads)}
+
+
+def report(rows: list[dict]) -> tuple[list[str], list[str]]:
+    """The table's lines, and each goal missed (none: all met)."""
+    from flow import real
+
+    lines = [f"GGUF files on their own tensors (--quantize gguf): perplexity of {os.path.relpath(real.TEXT, REPO_ROOT)}"
+             f" by llama-perplexity's protocol (chunks of {CTX}, the second half of each scored: {rows[0]['scored']} "
+             "tokens), the program in ExecuTorch beside `llama-perplexity` on the same file and text and beside the "
+             "float32 model transformers dequantizes from the same file.", "",
+             "| file | tensor types (besides F32 norms) | file MiB | .pte MiB | perplexity, program | llama-perplexity "
+             "| program over it | float32 of the file | program over it |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    missed = []
+    for row in rows:
+        over_llama, over_float = row["project"] / row["llama_cpp"] - 1, row["project"] / row["float32"] - 1
+        size = row["pte_mib"] / row["file_mib"] - 1
+        lines.append(f"| {row['preset']} | {row['types']} | {row['file_mib']:.1f} | {row['pte_mib']:.1f} "
+                     f"({100 * size:+.1f}%) | {row['project']:.4f} | {row['llama_cpp']:.4f} | {100 * over_llama:+.2f}% "
+                     f"| {row['float32']:.4f} | {100 * over_float:+.2f}% |")
+        for what, value, goal in (("perplexity over llama-perplexity's", over_llama, LLAMA_GOAL),
+                                  ("perplexity over the file's float32 model's", over_float, FLOAT32_GOAL),
+                                  (".pte size over the file's", size, SIZE_GOAL)):
+            if abs(value) > goal:
+                missed.append(f"{row['preset']}: {what} {100 * value:+.2f}%, past the goal of {100 * goal:.1f}%")
+    return lines, missed
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--build_dir", required=True, help="a build with every op: its AOT library and kernels")
+    parser.add_argument("--presets", default=",".join((SHIPPED.split()[0], *PRESETS)),
+                        help="llama-quantize presets to make from the shipped file, and Q4_1 for the file itself")
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 2, help="llama-perplexity's threads")
+    args = parser.parse_args()
+    from flow.model import register_ops
+    from flow.runtime import load_kernel_library
+
+    chosen = [SHIPPED if p == SHIPPED.split()[0] else p for p in args.presets.split(",") if p]
+    if unknown := [p for p in chosen if p != SHIPPED and p not in PRESETS]:
+        print(f"error: no preset {', '.join(unknown)}; choose from {SHIPPED.split()[0]}, {', '.join(PRESETS)}",
+              file=sys.stderr)
+        return 2
+    register_ops(args.build_dir)
+    load_kernel_library(os.path.join(args.build_dir, "libcustom_ops_lib.so"))
+    rows = []
+    for preset in chosen:
+        rows.append(measure(preset, args.threads))
+        print(f"{preset}: program {rows[-1]['project']:.4f}, llama-perplexity {rows[-1]['llama_cpp']:.4f}, float32 "
+              f"{rows[-1]['float32']:.4f}", flush=True)
+    lines, missed = report(rows)
+    print("\n" + "\n".join(lines))
+    if missed:
+        print("error: " + "; ".join(missed), file=sys.stderr)
+        return 1
+    print(f"\nEvery file within {100 * LLAMA_GOAL:.1f}% of llama-perplexity's, {100 * FLOAT32_GOAL:.0f}% of its float32 "
+          f"model's, its .pte within {100 * SIZE_GOAL:.0f}% of the file.")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
