@@ -50,10 +50,14 @@
   __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")))
 #endif
 
-// The 512-bit vector types below are only ever passed between always-inlined functions, never across a call: GCC's
-// note that passing them changed ABI does not apply, here or in the formats' sources that instantiate the templates
-// (so it stays off in a source that includes this header).
-#if defined(__GNUC__) && !defined(__clang__)
+// The 512-bit vector types below are only ever passed between always-inlined functions, never across a call: the
+// compilers' note that passing them changed ABI does not apply, here or in the formats' sources that instantiate the
+// templates (so it stays off in a source that includes this header). Clang makes a vector passed by value between an
+// AVX-512 function and one without the feature an error, inlined or not: the AVX-512 code hands the shared formulas
+// (quad_codes, the formats' block and sub) pointers and references only.
+#if defined(__clang__)
+#pragma clang diagnostic ignored "-Wpsabi"
+#elif defined(__GNUC__)
 #pragma GCC diagnostic ignored "-Wpsabi"
 #endif
 
@@ -172,8 +176,8 @@ constexpr int64_t block_bytes() {
 // The four codes of quad q (weights 4q .. 4q + 3 of a 32) in each byte of a word: `chunk` holds the 32 weights'
 // chunks, in plane order, as words (one row's 4 bytes, or 16 rows' in a vector).
 template <class F, class W>
-CUSTOM_OPS_BLOCKS_INLINE W quad_codes(const W* chunk, int q) {
-  W code = splat_word(0, W{});
+CUSTOM_OPS_BLOCKS_INLINE void quad_codes(const W* chunk, int q, W& code) {
+  code = splat_word(0, W{});
   int first = 0;
   for (const Plane& p : F::kPlanes) {
     const int per_chunk = 8 / p.bits;
@@ -184,7 +188,6 @@ CUSTOM_OPS_BLOCKS_INLINE W quad_codes(const W* chunk, int q) {
     code |= p.bits == 8 ? c : placed & splat_word(mask * 0x01010101u, W{});
     first += p.bits;
   }
-  return code;
 }
 
 // A packed weight of n rows and `blocks` blocks a row, format F.
@@ -260,7 +263,8 @@ CUSTOM_OPS_BLOCKS_INLINE void row_codes(const uint8_t* quants, int64_t R, int64_
     std::memcpy(&chunk[c], quants + (c * R + l) * 4, 4);
   }
   for (int q = 0; q < 8; ++q) {
-    const uint32_t code = quad_codes<F>(chunk, q);
+    uint32_t code;
+    quad_codes<F>(chunk, q, code);
     std::memcpy(codes + 4 * q, &code, 4);
   }
 }
@@ -491,7 +495,7 @@ CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_BLOCKS_INLINE void block_sums_avx512(const Tas
     for (int h = 0; h < kBlock / F::kSub; ++h) {
       const int s = i * (kBlock / F::kSub) + h;
       const int64_t first = b * F::kWeights + s * F::kSub;  // the sub-block's first input
-      Words sub_scale = splat_word(1, Words{}), sub_min = splat_word(1, Words{});
+      Words sub_scale = Words{} + 1, sub_min = Words{} + 1;
       if constexpr (F::kSubScales) {
         F::sub(words, s, sub_scale, sub_min);
       }
@@ -502,7 +506,9 @@ CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_BLOCKS_INLINE void block_sums_avx512(const Tas
       }
       CUSTOM_OPS_UNROLL
       for (int q = h * kQuads; q < (h + 1) * kQuads; ++q) {
-        const __m512i codes = reinterpret_cast<__m512i>(quad_codes<F>(chunk, q));
+        Words code;
+        quad_codes<F>(chunk, q, code);
+        const __m512i codes = reinterpret_cast<__m512i>(code);
         CUSTOM_OPS_UNROLL
         for (int t = 0; t < T; ++t) {
           dot[t] = _mm512_dpbusd_epi32(dot[t], codes, four(a, t0 + t, first + 4 * (q - h * kQuads)));

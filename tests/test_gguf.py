@@ -3,6 +3,9 @@ written by the gguf package (GGUFWriter, its quantizers), read back field by fie
 dequantizers and transformers' undoing of llama.cpp's Q/K row order; the blocks packed for the kernels read back by
 the ops' ATen references; types the ops do not take refused by name before anything is attached."""
 
+import os
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -208,3 +211,185 @@ def test_the_tiny_gguf_model_decodes_like_its_eager_reference(gguf_module, tmp_p
     decoded = decode_runtime(str(pte), [1, 5, 9], 6, generations=2)
     assert decoded.tokens == reference.tokens
     torch.testing.assert_close(decoded.logits, reference.logits, atol=1e-3, rtol=0)
+
+
+# ---- The file checked whole before it is read (my_ops/hf/gguf_file.py) ----------------------------------------------
+def varied_gguf(path) -> None:
+    """A GGUF file written by the gguf package with a key-value pair of every value kind and tensors of three types."""
+    import gguf
+
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_uint32("test.u32", 7)
+    writer.add_int64("test.i64", -5)
+    writer.add_float32("test.f32", 0.25)
+    writer.add_bool("test.flag", True)
+    writer.add_string("test.text", "ünïcode")
+    writer.add_array("test.ints", [1, 2, 3])
+    writer.add_array("test.words", ["a", "bb", ""])
+    generator = np.random.default_rng(3)
+    writer.add_tensor("norm", generator.standard_normal(64).astype(np.float32))
+    writer.add_tensor("q8", gguf.quants.quantize(generator.standard_normal((4, 64)).astype(np.float32),
+                                                  gguf.GGMLQuantizationType.Q8_0), raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+    writer.add_tensor("q4k", random_kquant((2, 256), "Q4_K", generator), raw_dtype=gguf.GGMLQuantizationType.Q4_K)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+def test_the_check_reads_every_field_as_the_gguf_packages_reader_does(tmp_path):
+    import gguf
+
+    from my_ops.hf.gguf_file import check
+
+    varied_gguf(tmp_path / "v.gguf")
+    found, reader = check(str(tmp_path / "v.gguf")), gguf.GGUFReader(str(tmp_path / "v.gguf"))
+    assert found.version == 3
+    assert found.metadata == {name: field.contents() for name, field in reader.fields.items()
+                              if not name.startswith("GGUF.")}
+    assert [(t.name, t.shape, t.type_id, found.data_start + t.offset, t.nbytes) for t in found.tensors] == [
+        (t.name, tuple(int(n) for n in t.shape), int(t.tensor_type), int(t.data_offset), int(t.n_bytes))
+        for t in reader.tensors]
+
+
+def header_field_offsets(path) -> dict[str, int]:
+    """Where each header field the mutants below overwrite starts, found by walking the file as the format defines."""
+    import struct
+
+    data = open(path, "rb").read()
+    at = {"magic": 0, "version": 4, "tensor count": 8, "pair count": 16}
+    cursor = 24
+    for index in range(struct.unpack_from("<Q", data, 16)[0]):
+        length = struct.unpack_from("<Q", data, cursor)[0]
+        key = data[cursor + 8:cursor + 8 + length].decode()
+        at.setdefault("a key's length", cursor)
+        cursor += 8 + length
+        kind = struct.unpack_from("<I", data, cursor)[0]
+        at[f"value type of {key}"] = cursor
+        cursor += 4
+        if kind == 9:
+            element, count = struct.unpack_from("<IQ", data, cursor)
+            at[f"element type of {key}"], at[f"count of {key}"] = cursor, cursor + 4
+            cursor += 12
+            for _ in range(count):
+                if element == 8:
+                    cursor += 8 + struct.unpack_from("<Q", data, cursor)[0]
+                else:
+                    cursor += struct.calcsize("<" + {4: "I", 5: "i", 10: "Q", 11: "q"}.get(element, "i"))
+        elif kind == 8:
+            cursor += 8 + struct.unpack_from("<Q", data, cursor)[0]
+        else:
+            cursor += {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}[kind]
+    for index in range(struct.unpack_from("<Q", data, 8)[0]):
+        length = struct.unpack_from("<Q", data, cursor)[0]
+        name = data[cursor + 8:cursor + 8 + length].decode()
+        cursor += 8 + length
+        dims = struct.unpack_from("<I", data, cursor)[0]
+        at[f"dimensions of {name}"], at[f"first size of {name}"] = cursor, cursor + 4
+        cursor += 4 + 8 * dims
+        at[f"type of {name}"], at[f"offset of {name}"] = cursor, cursor + 4
+        cursor += 12
+    at["end of the infos"] = cursor
+    return at
+
+
+# (field, bytes written there (little-endian), words the error must hold)
+MUTANTS = [
+    ("magic", b"GGML", "is not a GGUF file"),
+    ("version", (1).to_bytes(4, "little"), "GGUF version 1"),
+    ("version", (9).to_bytes(4, "little"), "GGUF version 9"),
+    ("tensor count", (2 ** 63 - 1).to_bytes(8, "little"), "claims 9223372036854775807 tensors"),
+    ("pair count", (2 ** 40).to_bytes(8, "little"), "key-value pairs, more than"),
+    ("a key's length", (2 ** 50).to_bytes(8, "little"), "cut short"),
+    ("value type of test.u32", (13).to_bytes(4, "little"), "value type 13, which GGUF does not define"),
+    ("value type of test.u32", (4278190088).to_bytes(4, "little"), "value type 4278190088"),
+    ("element type of test.ints", (9).to_bytes(4, "little"), "an array of value type 9"),
+    ("count of test.words", (2 ** 60).to_bytes(8, "little"), "claims 1152921504606846976 elements"),
+    ("dimensions of q8", (0).to_bytes(4, "little"), "claims 0 dimensions"),
+    ("dimensions of q8", (5).to_bytes(4, "little"), "claims 5 dimensions"),
+    ("first size of q8", (60).to_bytes(8, "little"), "rows are not whole blocks of 32 weights"),
+    ("first size of q4k", (2 ** 61).to_bytes(8, "little"), "rows are not whole blocks"),
+    ("type of q8", (200).to_bytes(4, "little"), "has type 200, which the gguf package does not know"),
+    ("offset of q4k", (3).to_bytes(8, "little"), "is not aligned to 32 bytes"),
+    ("offset of q4k", (2 ** 40).to_bytes(8, "little"), "is cut short"),
+]
+
+
+@pytest.mark.parametrize("field, value, words", MUTANTS, ids=[f"{m[0]}={int.from_bytes(m[1], 'little')}" if m[0] != "magic"
+                                                              else "magic" for m in MUTANTS])
+def test_a_damaged_header_field_is_one_error_naming_the_file_and_the_way_out(field, value, words, tmp_path):
+    from my_ops.hf.gguf_file import DamagedFileError, check
+
+    varied_gguf(tmp_path / "v.gguf")
+    data = bytearray((tmp_path / "v.gguf").read_bytes())
+    at = header_field_offsets(tmp_path / "v.gguf")[field]
+    data[at:at + len(value)] = value
+    (tmp_path / "bad.gguf").write_bytes(bytes(data))
+    with pytest.raises(DamagedFileError) as error:
+        check(str(tmp_path / "bad.gguf"))
+    assert words in str(error.value) and str(tmp_path / "bad.gguf") in str(error.value), str(error.value)
+    assert "download" in str(error.value) or "convert" in str(error.value) or "upgrade" in str(error.value)
+
+
+def test_a_file_cut_anywhere_is_one_error_naming_what_is_missing(tmp_path):
+    # Cut inside every part: the magic, the counts, a key, a string array, the tensor infos, each tensor's data, and
+    # one byte short of whole. Each is a DamagedFileError (no numpy error, no traceback); a cut into the data names the
+    # tensor, the bytes it needs and the bytes there are.
+    from my_ops.hf.gguf_file import DamagedFileError, check
+
+    varied_gguf(tmp_path / "v.gguf")
+    data = (tmp_path / "v.gguf").read_bytes()
+    whole = check(str(tmp_path / "v.gguf"))
+    at = header_field_offsets(tmp_path / "v.gguf")
+    cuts = [2, 6, 12, 20, at["a key's length"] + 3, at["count of test.words"] + 10, at["dimensions of q8"] + 2,
+            at["end of the infos"] - 1] + [whole.data_start + t.offset + t.nbytes // 2 for t in whole.tensors] + [
+        len(data) - 1]
+    for cut in cuts:
+        (tmp_path / "cut.gguf").write_bytes(data[:cut])
+        with pytest.raises(DamagedFileError, match="cut short|not a GGUF file") as error:
+            check(str(tmp_path / "cut.gguf"))
+        if cut >= whole.data_start:
+            assert re.search(r"tensor '\w+' \(\w+ \[[0-9, ]+\], \d+ bytes\) needs bytes \d+ to \d+ of the file, which "
+                             rf"has {cut}", str(error.value)), str(error.value)
+
+
+def test_random_damage_to_the_header_is_never_another_exception(tmp_path):
+    # Any bytes at all: the check answers with the file read or a DamagedFileError, never an exception of its own.
+    from my_ops.hf.gguf_file import DamagedFileError, check
+
+    varied_gguf(tmp_path / "v.gguf")
+    data = (tmp_path / "v.gguf").read_bytes()
+    header = header_field_offsets(tmp_path / "v.gguf")["end of the infos"]
+    generator = np.random.default_rng(11)
+    refused = 0
+    for _ in range(400):
+        damaged = bytearray(data)
+        for at in generator.integers(0, header, generator.integers(1, 4)):
+            damaged[at] = generator.integers(0, 256)
+        (tmp_path / "d.gguf").write_bytes(bytes(damaged))
+        try:
+            check(str(tmp_path / "d.gguf"))
+        except DamagedFileError:
+            refused += 1
+    assert refused > 100  # the damage reached the checks
+
+
+def test_generate_on_a_cut_file_says_so_in_one_line(tmp_path, combined_build):
+    # The user's command on the shipped file cut short at 50 MB, as a stopped download leaves it.
+    import subprocess
+    import sys
+
+    from flow.real import gguf_path
+    from helpers import REPO_ROOT
+
+    with open(gguf_path(), "rb") as f:
+        (tmp_path / "cut.gguf").write_bytes(f.read(50_000_000))
+    proc = subprocess.run([sys.executable, "-m", "my_ops.hf", "generate", "--model", str(tmp_path / "cut.gguf"),
+                           "--quantize", "gguf", "--prompt", "Hi", "--build_dir", combined_build.build_dir],
+                          capture_output=True, text=True, timeout=600, cwd=REPO_ROOT,
+                          env=dict(os.environ, PYTHONPATH=REPO_ROOT))
+    assert proc.returncode == 1 and proc.stdout == "", proc.stderr[-3000:]
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert re.search(r"cut\.gguf: tensor 'blk\.\d+\.\w+\.weight' \(Q4_1 .*\) needs bytes \d+ to \d+ of the file, which "
+                     r"has 50000000: the file is cut short .*download it again", errors[0]), errors[0]

@@ -83,14 +83,21 @@ def main(argv: list[str] | None = None) -> int:
         print("error: --max_seq_len must be 2 or more", file=sys.stderr)
         return 2
     quiet = args.command == "generate" and not args.verbose
-    with runtime.libraries_quiet(quiet) as log:
-        try:
-            return _run(args)
-        except (OSError, ValueError, RuntimeError) as err:  # UnsupportedModelError is a ValueError
-            runtime.say(f"error: {err}")
-            if quiet:
-                runtime.say(f"(the libraries' messages are in {log}; --verbose shows them as they come)")
-            return 1
+    try:
+        with runtime.libraries_quiet(quiet) as log:
+            try:
+                return _run(args)
+            except (OSError, ValueError, RuntimeError) as err:  # UnsupportedModelError is a ValueError
+                runtime.say(f"error: {err}")
+                if quiet:
+                    runtime.say(f"(the libraries' messages are in {log}; --verbose shows them as they come)")
+                raise _Failed from None
+    except _Failed:
+        return 1
+
+
+class _Failed(Exception):
+    """Ends the quiet block with an exception, so its log is kept for the user."""
 
 
 def _run(args) -> int:

@@ -41,7 +41,7 @@ def libraries_quiet(quiet: bool = True):
     """While active (and `quiet`), whatever the libraries write to the process's stderr (ExecuTorch's threadpool logs
     from C++, torchao's load failures, torch's deprecation warnings) goes to a log file instead of the terminal, where
     it would land in the middle of the generated text; say() still reaches the terminal. Yields the log's path (None
-    when not quiet)."""
+    when not quiet); the log is removed when the block ends without an exception."""
     if not quiet:
         yield None
         return
@@ -50,14 +50,18 @@ def libraries_quiet(quiet: bool = True):
     log = tempfile.NamedTemporaryFile(prefix="my_ops-", suffix=".log", delete=False)
     os.dup2(log.fileno(), 2)
     _user_stderr.append(os.fdopen(os.dup(saved), "w"))
+    failed = True
     try:
         yield log.name
+        failed = False
     finally:
         sys.stderr.flush()
         os.dup2(saved, 2)
         os.close(saved)
         _user_stderr.pop().close()
         log.close()
+        if not failed:
+            os.remove(log.name)
 
 
 def default_build_dir() -> str | None:

@@ -1,0 +1,131 @@
+"""Benchmark: the GGUF files people download, on their own tensors, against llama.cpp on the same files. For the
+shipped SmolLM2 file and each llama-quantize preset made from it (flow/presets.py: Q4_K_M, Q5_K_M, Q6_K, Q3_K_M, Q2_K,
+Q5_0), the project's GGUF program (--quantize gguf) in ExecuTorch's Python runtime at 1 thread and at every core
+(ExecuTorch's threadpool reset between them; PyTorch's own threads at one, as my_ops.hf does), beside
+`llama-bench -t 1` and `-t N` on the same file, in interleaved rounds: prefill of a PROMPT_TOKENS-token prompt, decode
+tokens/s over NEW_TOKENS. Ratios are taken within a round; the table gives medians and the min-max across rounds.
+`bash test_custom_ops.sh bench presets` runs this alone; `bench real` runs it after its own tables.
+
+    python benchmark/presets.py --build_dir cmake-out/all_ops [--presets Q4_K_M,Q2_K] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+
+import torch
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [REPO_ROOT, os.path.dirname(os.path.abspath(__file__))]
+
+from benchmark import spread  # noqa: E402  (benchmark/benchmark.py)
+
+PROMPT_TOKENS = NEW_TOKENS = 128
+DECODE_GOAL = 1.25  # the program over llama.cpp on the same file, at the same threads
+
+
+def thread_counts() -> list[int]:
+    cores = os.cpu_count() or 1
+    return [1] if cores == 1 else [1, cores]
+
+
+def time_program(pte: str, ids: list[int], threads: int) -> dict:
+    """The program's prefill and decode tokens/s on `threads` of ExecuTorch's pool (one load, one generation)."""
+    from executorch.extension.pybindings import portable_lib
+
+    from hf import time_one  # benchmark/hf.py
+
+    portable_lib._unsafe_reset_threadpool(threads)
+    run = time_one(pte, False, ids, NEW_TOKENS)
+    return {"prefill": run["prefill_tokens_per_s"], "decode": run["decode_tokens_per_s"]}
+
+
+def rows(presets: list[str], rounds: int) -> list[dict]:
+    """Per file: its programs' and llama-bench's tokens/s at each thread count, every round."""
+    import copy
+
+    from flow import llama_cpp, presets as files, real
+    from my_ops.hf.checkpoint import load
+    from my_ops.hf.runtime import default_cache_dir, export_cached
+
+    measured = []
+    for preset in presets:
+        path = files.preset_file(preset)
+        checkpoint = load(path)
+        with open(real.TEXT, encoding="utf-8") as f:
+            ids = list(checkpoint.tokenizer.encode(f.read(), add_special_tokens=False))[:PROMPT_TOKENS]
+        pte, _ = export_cached(copy.deepcopy(checkpoint), "gguf", real.MAX_SEQ_LEN, default_cache_dir())
+        del checkpoint
+        per_round = []
+        for r in range(rounds):
+            found = {}
+            for threads in thread_counts() if r % 2 == 0 else reversed(thread_counts()):
+                found[threads] = {"project": time_program(pte, ids, threads),
+                                  "llama.cpp": {key: value[0] for key, value in llama_cpp.bench(
+                                      path, threads, PROMPT_TOKENS, NEW_TOKENS, 1).items() if key != "peak_rss_mib"}}
+            per_round.append(found)
+        measured.append({"preset": preset, "types": files.tensor_types(path), "rounds": per_round})
+        print(f"{preset}: " + ", ".join(f"{t} threads {r['project']['decode']:.1f} vs {r['llama.cpp']['decode']:.1f}"
+                                        for t, r in per_round[-1].items()), flush=True)
+    return measured
+
+
+def report(measured: list[dict]) -> list[str]:
+    counts = thread_counts()
+    header = ["file", "tensor types"]
+    for t in counts:
+        header += [f"decode {t}t project", f"llama.cpp", "ratio"]
+    header += [f"prefill {counts[-1]}t ratio", f"project {counts[-1]}t over 1t", f"llama.cpp {counts[-1]}t over 1t"]
+    lines = ["| " + " | ".join(header) + " |", "| --- | --- |" + " ---: |" * (len(header) - 2)]
+    missed = []
+    for row in measured:
+        rounds = row["rounds"]
+        cells = [row["preset"], row["types"]]
+        for t in counts:
+            ours = [rd[t]["project"]["decode"] for rd in rounds]
+            theirs = [rd[t]["llama.cpp"]["decode"] for rd in rounds]
+            ratios = [a / b for a, b in zip(ours, theirs)]
+            cells += [f"{statistics.median(ours):.1f}", f"{statistics.median(theirs):.1f}",
+                      f"{statistics.median(ratios):.2f}x ({spread(ratios)})"]
+            if statistics.median(ratios) < DECODE_GOAL:
+                missed.append(f"{row['preset']} at {t} threads: {statistics.median(ratios):.2f}x")
+        most = counts[-1]
+        prefill = [rd[most]["project"]["prefill"] / rd[most]["llama.cpp"]["prefill"] for rd in rounds]
+        scale = [rd[most]["project"]["decode"] / rd[1]["project"]["decode"] for rd in rounds]
+        scale_llama = [rd[most]["llama.cpp"]["decode"] / rd[1]["llama.cpp"]["decode"] for rd in rounds]
+        cells += [f"{statistics.median(prefill):.2f}x", f"{statistics.median(scale):.2f}x",
+                  f"{statistics.median(scale_llama):.2f}x"]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines.append("")
+    lines.append(f"decode >= {DECODE_GOAL}x llama.cpp on each file at each thread count: "
+                 + ("met" if not missed else "not met (" + "; ".join(missed) + ")"))
+    return lines
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--build_dir", required=True, help="a build with every op (AOT library, kernels)")
+    parser.add_argument("--presets", default=None, help="files: Q4_1 (the shipped one) and llama-quantize presets")
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    from flow import presets as files
+    from flow.model import register_ops
+    from flow.runtime import load_kernel_library
+
+    chosen = [files.SHIPPED if p == "Q4_1" else p for p in (args.presets or "Q4_1," + ",".join(files.PRESETS))
+              .split(",") if p]
+    register_ops(args.build_dir)
+    load_kernel_library(os.path.join(args.build_dir, "libcustom_ops_lib.so"))
+    print(f"\nGGUF files on their own tensors: the project's program (Python runtime) against llama-bench on the same "
+          f"file, {PROMPT_TOKENS}-token prompt, {NEW_TOKENS} new tokens, medians of {args.rounds} interleaved rounds, "
+          "min-max of each ratio:\n")
+    print("\n".join(report(rows(chosen, args.rounds))))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
