@@ -36,7 +36,7 @@ def time_program(pte: str, ids: list[int], threads: int) -> dict:
     """The program's prefill and decode tokens/s on `threads` of ExecuTorch's pool (one load, one generation)."""
     from executorch.extension.pybindings import portable_lib
 
-    from hf import time_one  # benchmark/hf.py
+    from real import time_one  # benchmark/real.py
 
     portable_lib._unsafe_reset_threadpool(threads)
     run = time_one(pte, False, ids, NEW_TOKENS)

@@ -83,9 +83,6 @@ CUSTOM_OPS_BLOCKS_INLINE float to_float(int32_t v) {
 CUSTOM_OPS_BLOCKS_INLINE uint32_t as_unsigned(int32_t v) {
   return static_cast<uint32_t>(v);
 }
-CUSTOM_OPS_BLOCKS_INLINE uint32_t splat_word(uint32_t v, uint32_t) {
-  return v;
-}
 #ifdef CUSTOM_OPS_X86_DISPATCH
 typedef uint32_t Words __attribute__((vector_size(64)));
 typedef int32_t SignedWords __attribute__((vector_size(64)));
@@ -101,9 +98,6 @@ CUSTOM_OPS_BLOCKS_INLINE Reals to_float(SignedWords v) {
 }
 CUSTOM_OPS_BLOCKS_INLINE Words as_unsigned(SignedWords v) {
   return reinterpret_cast<Words&>(v);
-}
-CUSTOM_OPS_BLOCKS_INLINE Words splat_word(uint32_t v, Words) {
-  return Words{} + v;
 }
 #endif
 
@@ -177,15 +171,18 @@ constexpr int64_t block_bytes() {
 // chunks, in plane order, as words (one row's 4 bytes, or 16 rows' in a vector).
 template <class F, class W>
 CUSTOM_OPS_BLOCKS_INLINE void quad_codes(const W* chunk, int q, W& code) {
-  code = splat_word(0, W{});
   int first = 0;
-  for (const Plane& p : F::kPlanes) {
+  for (size_t i = 0; i < F::kPlanes.size(); ++i) {
+    const Plane p = F::kPlanes[i];
     const int per_chunk = 8 / p.bits;
     const W c = chunk[first + q / per_chunk];
     const int from = p.bits * (q % per_chunk);  // where the bits sit in each byte
-    const uint32_t mask = ((1u << p.bits) - 1) << p.shift;
-    const W placed = from >= p.shift ? c >> (from - p.shift) : c << (p.shift - from);
-    code |= p.bits == 8 ? c : placed & splat_word(mask * 0x01010101u, W{});
+    // The plane's bits moved to the code's place, the other bits of each byte masked off (a vector operand and a
+    // scalar one: GCC builds a splat constant inside the loop, lane by lane, from a vector literal).
+    const W bits = p.bits == 8 ? c
+                               : (from >= p.shift ? c >> (from - p.shift) : c << (p.shift - from)) &
+                                     ((((1u << p.bits) - 1) << p.shift) * 0x01010101u);
+    code = i == 0 ? bits : code | bits;
     first += p.bits;
   }
 }
@@ -495,7 +492,7 @@ CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_BLOCKS_INLINE void block_sums_avx512(const Tas
     for (int h = 0; h < kBlock / F::kSub; ++h) {
       const int s = i * (kBlock / F::kSub) + h;
       const int64_t first = b * F::kWeights + s * F::kSub;  // the sub-block's first input
-      Words sub_scale = Words{} + 1, sub_min = Words{} + 1;
+      Words sub_scale = reinterpret_cast<Words>(_mm512_set1_epi32(1)), sub_min = sub_scale;
       if constexpr (F::kSubScales) {
         F::sub(words, s, sub_scale, sub_min);
       }

@@ -213,6 +213,54 @@ def test_the_tiny_gguf_model_decodes_like_its_eager_reference(gguf_module, tmp_p
     torch.testing.assert_close(decoded.logits, reference.logits, atol=1e-3, rtol=0)
 
 
+# A file as llama-quantize's presets write one: another format per kind of tensor, the fused q/k/v and gate/up in
+# several (kept as parts), 16-bit tensors kept at 16 bits, the tied embedding BF16.
+MIXED = {"attn_q": "Q4_K", "attn_k": "Q5_K", "attn_v": "Q6_K", "attn_output": "F16", "ffn_gate": "Q3_K",
+         "ffn_up": "Q2_K", "ffn_down": "Q5_0", "token_embd": "BF16"}
+
+
+def test_a_file_of_many_formats_runs_each_tensor_in_its_own_and_decodes_like_its_eager_reference(gguf_module, tmp_path,
+                                                                                                combined_build):
+    import copy
+
+    from flow.hf import reference_decode
+    from flow.model import decode_runtime
+    from flow.runtime import load_kernel_library
+    from my_ops.hf import export_program
+    from my_ops.hf.quantize import formats_in
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(vocab_size=64, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, head_dim=64, tie_word_embeddings=True)
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config).eval()
+    names = write_model_gguf(model, tmp_path / "mixed.gguf", overrides={
+        name: kind for name in gguf_names(model) for part, kind in MIXED.items() if f"{part}." in name})
+    attached = gguf_module.attach_blocks(model, str(tmp_path / "mixed.gguf"))
+    assert set(attached.values()) == set(MIXED.values()) and len(attached) == len(names) - 5  # the 5 norms stay F32
+    reference = reference_decode(copy.deepcopy(model), "gguf", 32, [1, 5, 9], 6)
+    swapped = copy.deepcopy(model)
+    program = export_program(swapped, max_seq_len=32, quantize="gguf")
+    # each tensor in its format: q/k/v in three (a part each), gate/up in two, the tied table once in BF16
+    assert formats_in(swapped) == {"Q4_K": 2, "Q5_K": 2, "Q6_K": 2, "F16": 2, "Q3_K": 2, "Q2_K": 2, "Q5_0": 2,
+                                   "BF16": 2}
+    pte = tmp_path / "mixed.pte"
+    with open(pte, "wb") as f:
+        program.write_to_file(f)
+    file_bytes = sum(t.n_bytes for t in file_tensors(tmp_path / "mixed.gguf").values())
+    assert abs(os.path.getsize(pte) / file_bytes - 1) < 0.05, (os.path.getsize(pte), file_bytes)
+    load_kernel_library(combined_build.kernel_lib)
+    decoded = decode_runtime(str(pte), [1, 5, 9], 6, generations=2)
+    assert decoded.tokens == reference.tokens
+    torch.testing.assert_close(decoded.logits, reference.logits, atol=1e-3, rtol=0)
+
+
+def gguf_names(model) -> list[str]:
+    from transformers.modeling_gguf_pytorch_utils import get_gguf_hf_weights_map
+
+    return list(get_gguf_hf_weights_map(model))
+
+
 # ---- The file checked whole before it is read (my_ops/hf/gguf_file.py) ----------------------------------------------
 def varied_gguf(path) -> None:
     """A GGUF file written by the gguf package with a key-value pair of every value kind and tensors of three types."""

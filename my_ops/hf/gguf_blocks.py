@@ -127,7 +127,7 @@ def rope_row_order(rows: int, heads: int) -> np.ndarray:
 def attach_blocks(model, path: str) -> dict[str, str]:
     """Every torch.nn.Linear and the token embedding of `model` (transformers' model of the GGUF file at `path`) whose
     weight the file stores quantized, or at 16 bits, gets `gguf_blocks = (codes, records, format)` in transformers'
-    row order (16 bits: `(weight at its dtype, None, "F16" or "BF16")`), for my_ops.hf.quantize to pack instead of
+    row order (16 bits: `(the rows at their dtype, None, "F16" or "BF16")`), for my_ops.hf.quantize to pack instead of
     quantizing. Returns {GGUF tensor: its type} of what was attached. Raises UnsupportedTensorError naming every tensor
     of a type the ops do not take, before anything is attached."""
     import gguf
@@ -147,26 +147,23 @@ def attach_blocks(model, path: str) -> dict[str, str]:
                                      f"{', '.join(FORMATS)}; requantize the file with llama-quantize to one of them, "
                                      "or export with --quantize 8da4w")
     modules = dict(model.named_modules())
-    parameters = dict(model.named_parameters())
     attached = {}
     for tensor in reader.tensors:
         kind = tensor.tensor_type.name
         if kind == "F32" or tensor.name not in names or len(tensor.shape) != 2:
             continue
         module = modules[names[tensor.name].rsplit(".", 1)[0]]
-        if kind in FLOAT_TYPES:  # transformers' float32 copy, already in its row order, back at the file's precision
-            weight = parameters[names[tensor.name]].detach()
-            stored = weight.to(getattr(torch, FLOAT_TYPES[kind]))
-            assert torch.equal(stored.float(), weight), tensor.name
-            module.gguf_blocks = (stored, None, kind)
-            attached[tensor.name] = kind
-            continue
-        codes, records = codes_and_records(np.asarray(tensor.data), kind)
+        if kind in FLOAT_TYPES:  # the file's 16-bit rows as they are (BF16 comes as raw bytes)
+            rows = np.asarray(tensor.data)
+            codes, records = torch.from_numpy(np.ascontiguousarray(rows).view(np.int16)).view(
+                getattr(torch, FLOAT_TYPES[kind])), None
+        else:
+            codes, records = (torch.from_numpy(np.ascontiguousarray(a))
+                              for a in codes_and_records(np.asarray(tensor.data), kind))
         if ".attn_q." in tensor.name or ".attn_k." in tensor.name:
             heads = config.num_attention_heads if ".attn_q." in tensor.name else config.num_key_value_heads
-            order = rope_row_order(codes.shape[0], heads)
-            codes, records = codes[order], records[order]
-        module.gguf_blocks = (torch.from_numpy(np.ascontiguousarray(codes)),
-                              torch.from_numpy(np.ascontiguousarray(records)), kind)
+            order = torch.from_numpy(rope_row_order(codes.shape[0], heads))
+            codes, records = codes[order], None if records is None else records[order]
+        module.gguf_blocks = (codes.contiguous(), None if records is None else records.contiguous(), kind)
         attached[tensor.name] = kind
     return attached
