@@ -20,7 +20,9 @@
 #   bash test_custom_ops.sh real [ARGS]       a real pretrained model: SmolLM2-135M-Instruct (a GGUF file from PyPI)
 #                                             on my_ops at float32, 8da8w and 8da4w (my_ops.hf), decoded in the runner,
 #                                             the Python runtime and ExecuTorch's LLM runner vs transformers, with each
-#                                             program's perplexity (ARGS: --precisions float32,8da8w,8da4w)
+#                                             program's perplexity (ARGS: --precisions float32,8da8w,8da4w); then
+#                                             llama-quantize's presets of the file (Q4_K_M, ...) on their own tensors,
+#                                             perplexity beside llama-perplexity's (builds llama.cpp once)
 #   bash test_custom_ops.sh aoti              the peer path: every example and the decoder packaged with AOTInductor,
 #                                             run from C++ without Python (custom_ops_aoti_runner), checked vs eager
 #   bash test_custom_ops.sh wheel             the my_ops wheel (setup.py: C++ AOT ops + Python registrations) in dist/
@@ -34,7 +36,8 @@
 #                                             bench decoder: the decoder's tokens/s, custom vs ATen ops, XNNPACK, 8-bit
 #                                             bench attention: sdpa_with_cache vs ATen ops and llama::custom_sdpa
 #                                             bench hf: my_ops.hf vs optimum-executorch on the same checkpoints
-#                                             bench real: SmolLM2-135M vs optimum-executorch and llama.cpp
+#                                             bench real: SmolLM2-135M vs optimum-executorch and llama.cpp, and
+#                                             bench presets: the GGUF presets vs llama.cpp at 1 and all threads
 #                                             bench aoti: the decoder in ExecuTorch vs AOTInductor (speed, memory,
 #                                             size, start)
 set -euo pipefail
@@ -352,7 +355,12 @@ models; each program's perplexity (flow/real.py)"
 --quantize gguf --prompt 'The capital of France is'"
   "${PYTHON}" -m my_ops.hf generate --model "${gguf}" --quantize gguf --prompt "The capital of France is" \
     --max_new_tokens 32 --build_dir "${build_dir}"
-  step "The real model's programs match their references; text in, text out: python -m my_ops.hf generate"
+  step "The GGUF files people download: llama-quantize's presets made from the shipped file (llama.cpp built from \
+its pinned source once, ~8 min), each exported on its own tensors; perplexity by llama-perplexity's protocol beside \
+llama-perplexity's own and the file's float32 model's (flow/presets.py)"
+  "${PYTHON}" -m flow.presets --build_dir "${build_dir}"
+  step "The real model's programs match their references; every preset within 0.5% of llama-perplexity; text in, \
+text out: python -m my_ops.hf generate"
 }
 
 # AOTInductor's side, in the build with every op (the ExecuTorch runner it is compared with is there): that build plus
@@ -435,6 +443,12 @@ mode_bench() {
     cmake_build "${BUILD_ROOT}/bench" -DCUSTOM_OPS_BUILD_BENCHMARK=ON >/dev/null  # memcpy_bandwidth
     PATH="${VENV}/bin:${PATH}" "${REPO_ROOT}/.venv-peer/bin/python" "${REPO_ROOT}/benchmark/real.py" \
       --build_dir "${BUILD_ROOT}/all_ops" --memcpy "${BUILD_ROOT}/bench/memcpy_bandwidth" "$@"
+    return
+  fi
+  if [[ "${1:-}" == presets ]]; then
+    shift
+    cmake_build "${BUILD_ROOT}/all_ops" >/dev/null
+    "${PYTHON}" "${REPO_ROOT}/benchmark/presets.py" --build_dir "${BUILD_ROOT}/all_ops" "$@"
     return
   fi
   if [[ "${1:-}" == aoti ]]; then

@@ -258,7 +258,8 @@ def main() -> int:
     parser.add_argument("--output_dir", default=os.path.join(REPO_ROOT, "cmake-out", "bench_real"))
     parser.add_argument("--precisions", default="float32,8da8w,8da4w,gguf")
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--no_llama_cpp", action="store_true", help="skip llama.cpp (its first build takes minutes)")
+    parser.add_argument("--no_llama_cpp", action="store_true", help="skip llama.cpp (its first build takes minutes), "
+                                                                     "and with it the GGUF presets")
     parser.add_argument("--memcpy", default=None, help="benchmark/memcpy_bandwidth built (CUSTOM_OPS_BUILD_BENCHMARK)")
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -374,6 +375,13 @@ def main() -> int:
     prefill = all(row["prefill_tokens_per_s_ratio"][0] >= PREFILL_GOAL for row in same_precision.values())
     print(f"\nGoals: decode >= {DECODE_GOAL}x optimum-executorch at every precision: {'met' if decode else 'not met'}; "
           f"prefill >= {PREFILL_GOAL}x: {'met' if prefill else 'not met'}")
+    if not args.no_llama_cpp:  # the GGUF files people download, beside llama.cpp on each (benchmark/presets.py)
+        import presets
+        from flow.presets import PRESETS, SHIPPED
+
+        print(f"\nGGUF files on their own tensors against llama-bench on the same file, {presets.PROMPT_TOKENS}-token "
+              f"prompt, {presets.NEW_TOKENS} new tokens, medians of {args.rounds} interleaved rounds:\n")
+        print("\n".join(presets.report(presets.rows([SHIPPED, *PRESETS], args.rounds))))
     return 0
 
 
