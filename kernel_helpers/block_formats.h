@@ -130,6 +130,29 @@ struct Plane {
   int bits, shift;
 };
 
+// The block factors most formats have, from their fp16 fields in order: d alone; d and m (w = ... + m); d and dmin
+// (w = ... - dmin * sub_min).
+struct ScaleOnly {
+  template <class R>
+  CUSTOM_OPS_BLOCKS_INLINE static void block(const R* h, R& scale, R&) {
+    scale = h[0];
+  }
+};
+struct ScaleAndMin {
+  template <class R>
+  CUSTOM_OPS_BLOCKS_INLINE static void block(const R* h, R& scale, R& min) {
+    scale = h[0];
+    min = h[1];
+  }
+};
+struct ScaleAndNegatedMin {
+  template <class R>
+  CUSTOM_OPS_BLOCKS_INLINE static void block(const R* h, R& scale, R& min) {
+    scale = h[0];
+    min = -h[1];
+  }
+};
+
 template <class F>
 constexpr int chunks() {  // per 32 weights: chunks of 4 bytes a row
   int total = 0;

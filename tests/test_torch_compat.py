@@ -21,10 +21,13 @@ def test_the_probe_finds_both_bugs_in_the_pinned_torch():
 def test_our_ops_report_no_out_variant_only_while_the_bug_is_present(monkeypatch):
     from torch._library._out_variant import to_out_variant
 
+    # The probes of the copy of torch_compat that installed the patch (my_ops loads its own copy of the module, and
+    # whichever copy a process imports first installs it).
+    installed = to_out_variant.__globals__
     assert to_out_variant(torch.ops.my_ops.mul3.default) is None
-    monkeypatch.setattr(torch_compat, "inductor_hardcodes_out_kwarg", lambda: False)  # a torch with fix 1 only
+    monkeypatch.setitem(installed, "inductor_hardcodes_out_kwarg", lambda: False)  # a torch with fix 1 only
     assert to_out_variant(torch.ops.my_ops.mul3.default) is None
-    monkeypatch.setattr(torch_compat, "inductor_fails_dynamic_out_lowering", lambda: False)  # and fix 2
+    monkeypatch.setitem(installed, "inductor_fails_dynamic_out_lowering", lambda: False)  # and fix 2
     assert to_out_variant(torch.ops.my_ops.mul3.default) is torch.ops.my_ops.mul3.out
 
 

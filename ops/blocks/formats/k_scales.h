@@ -9,18 +9,26 @@ namespace custom {
 namespace native {
 namespace blocks {
 
-// Sub-block s's six-bit scale and min from the three words (the record's bytes 4-15, after d and dmin).
-template <class W>
-CUSTOM_OPS_BLOCKS_INLINE void k_scales(const W* w, int s, W& scale, W& min) {
-  if (s < 4) {
-    scale = (w[0] >> (8 * s)) & 63;
-    min = (w[1] >> (8 * s)) & 63;
-  } else {
-    const int byte = 8 * (s - 4);
-    scale = ((w[2] >> byte) & 15) | (((w[0] >> (byte + 6)) & 3) << 4);
-    min = ((w[2] >> (byte + 4)) & 15) | (((w[1] >> (byte + 6)) & 3) << 4);
+// Q4_K and Q5_K's super-block: 256 weights in 8 sub-blocks of 32; its record d, dmin, then the 12 bytes of packed
+// scales and mins; w = d * scale * q - dmin * min.
+struct KScales : ScaleAndNegatedMin {
+  static constexpr int kWeights = 256, kSub = 32, kOffset = 0;
+  static constexpr bool kSubScales = true, kHasMin = true;
+  static constexpr std::array<int, 5> kFields{2, 2, 4, 4, 4};  // d, dmin, 12 scale bytes
+
+  // Sub-block s's six-bit scale and min from the three words.
+  template <class W>
+  CUSTOM_OPS_BLOCKS_INLINE static void sub(const W* w, int s, W& scale, W& min) {
+    if (s < 4) {
+      scale = (w[0] >> (8 * s)) & 63;
+      min = (w[1] >> (8 * s)) & 63;
+    } else {
+      const int byte = 8 * (s - 4);
+      scale = ((w[2] >> byte) & 15) | (((w[0] >> (byte + 6)) & 3) << 4);
+      min = ((w[2] >> (byte + 4)) & 15) | (((w[1] >> (byte + 6)) & 3) << 4);
+    }
   }
-}
+};
 
 }  // namespace blocks
 }  // namespace native

@@ -3,22 +3,14 @@
 // of my_ops::linear_blocks / embedding_blocks (kernel_helpers/block_formats.h).
 #include "ops/blocks/formats.h"
 
-namespace custom {
-namespace native {
-namespace blocks {
+namespace custom::native::blocks {
 namespace {
-struct Q2_K {
+struct Q2_K : ScaleAndNegatedMin {
   static constexpr const char* kName = "Q2_K";
   static constexpr int kWeights = 256, kSub = 16, kOffset = 0;
   static constexpr bool kSubScales = true, kHasMin = true;
   static constexpr std::array<Plane, 1> kPlanes{{{2, 0}}};
   static constexpr std::array<int, 6> kFields{4, 4, 4, 4, 2, 2};  // 16 scale bytes, d, dmin
-
-  template <class R>
-  CUSTOM_OPS_BLOCKS_INLINE static void block(const R* h, R& scale, R& min) {
-    scale = h[0];
-    min = -h[1];
-  }
 
   // Byte s of the 16: the sub-scale in its low nibble, the sub-min in its high one.
   template <class W>
@@ -32,6 +24,4 @@ struct Q2_K {
 
 extern const FormatKernels kFormatQ2_K = kernels_of<Q2_K>();
 
-}  // namespace blocks
-}  // namespace native
-}  // namespace custom
+}  // namespace custom::native::blocks

@@ -4,21 +4,14 @@
 // embedding_blocks (kernel_helpers/block_formats.h).
 #include "ops/blocks/formats.h"
 
-namespace custom {
-namespace native {
-namespace blocks {
+namespace custom::native::blocks {
 namespace {
-struct Q3_K {
+struct Q3_K : ScaleOnly {
   static constexpr const char* kName = "Q3_K";
   static constexpr int kWeights = 256, kSub = 16, kOffset = 4;
   static constexpr bool kSubScales = true, kHasMin = false;
   static constexpr std::array<Plane, 2> kPlanes{{{2, 0}, {1, 2}}};
   static constexpr std::array<int, 4> kFields{4, 4, 4, 2};  // 12 scale bytes, d
-
-  template <class R>
-  CUSTOM_OPS_BLOCKS_INLINE static void block(const R* h, R& scale, R&) {
-    scale = h[0];
-  }
 
   template <class W>
   CUSTOM_OPS_BLOCKS_INLINE static void sub(const W* w, int s, W& scale, W&) {
@@ -31,6 +24,4 @@ struct Q3_K {
 
 extern const FormatKernels kFormatQ3_K = kernels_of<Q3_K>();
 
-}  // namespace blocks
-}  // namespace native
-}  // namespace custom
+}  // namespace custom::native::blocks

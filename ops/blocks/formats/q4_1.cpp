@@ -2,27 +2,17 @@
 // my_ops::linear_blocks / embedding_blocks (kernel_helpers/block_formats.h).
 #include "ops/blocks/formats.h"
 
-namespace custom {
-namespace native {
-namespace blocks {
+namespace custom::native::blocks {
 namespace {
-struct Q4_1 {
+struct Q4_1 : ScaleAndMin {
   static constexpr const char* kName = "Q4_1";
   static constexpr int kWeights = 32, kSub = 32, kOffset = 0;
   static constexpr bool kSubScales = false, kHasMin = true;
   static constexpr std::array<Plane, 1> kPlanes{{{4, 0}}};
   static constexpr std::array<int, 2> kFields{2, 2};  // d, m
-
-  template <class R>
-  CUSTOM_OPS_BLOCKS_INLINE static void block(const R* h, R& scale, R& min) {
-    scale = h[0];
-    min = h[1];
-  }
 };
 }  // namespace
 
 extern const FormatKernels kFormatQ4_1 = kernels_of<Q4_1>();
 
-}  // namespace blocks
-}  // namespace native
-}  // namespace custom
+}  // namespace custom::native::blocks

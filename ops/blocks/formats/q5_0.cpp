@@ -3,26 +3,17 @@
 // my_ops::linear_blocks / embedding_blocks (kernel_helpers/block_formats.h).
 #include "ops/blocks/formats.h"
 
-namespace custom {
-namespace native {
-namespace blocks {
+namespace custom::native::blocks {
 namespace {
-struct Q5_0 {
+struct Q5_0 : ScaleOnly {
   static constexpr const char* kName = "Q5_0";
   static constexpr int kWeights = 32, kSub = 32, kOffset = 16;
   static constexpr bool kSubScales = false, kHasMin = false;
   static constexpr std::array<Plane, 2> kPlanes{{{4, 0}, {1, 4}}};
   static constexpr std::array<int, 1> kFields{2};  // d
-
-  template <class R>
-  CUSTOM_OPS_BLOCKS_INLINE static void block(const R* h, R& scale, R&) {
-    scale = h[0];
-  }
 };
 }  // namespace
 
 extern const FormatKernels kFormatQ5_0 = kernels_of<Q5_0>();
 
-}  // namespace blocks
-}  // namespace native
-}  // namespace custom
+}  // namespace custom::native::blocks

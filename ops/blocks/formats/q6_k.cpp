@@ -3,21 +3,14 @@
 // my_ops::linear_blocks / embedding_blocks (kernel_helpers/block_formats.h).
 #include "ops/blocks/formats.h"
 
-namespace custom {
-namespace native {
-namespace blocks {
+namespace custom::native::blocks {
 namespace {
-struct Q6_K {
+struct Q6_K : ScaleOnly {
   static constexpr const char* kName = "Q6_K";
   static constexpr int kWeights = 256, kSub = 16, kOffset = 32;
   static constexpr bool kSubScales = true, kHasMin = false;
   static constexpr std::array<Plane, 2> kPlanes{{{4, 0}, {2, 4}}};
   static constexpr std::array<int, 5> kFields{4, 4, 4, 4, 2};  // 16 int8 scales, d
-
-  template <class R>
-  CUSTOM_OPS_BLOCKS_INLINE static void block(const R* h, R& scale, R&) {
-    scale = h[0];
-  }
 
   template <class W>
   CUSTOM_OPS_BLOCKS_INLINE static void sub(const W* w, int s, W& scale, W&) {
@@ -28,6 +21,4 @@ struct Q6_K {
 
 extern const FormatKernels kFormatQ6_K = kernels_of<Q6_K>();
 
-}  // namespace blocks
-}  // namespace native
-}  // namespace custom
+}  // namespace custom::native::blocks

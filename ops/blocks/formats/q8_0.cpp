@@ -2,26 +2,17 @@
 // (unsigned, for vpdpbusd). A format of my_ops::linear_blocks / embedding_blocks (kernel_helpers/block_formats.h).
 #include "ops/blocks/formats.h"
 
-namespace custom {
-namespace native {
-namespace blocks {
+namespace custom::native::blocks {
 namespace {
-struct Q8_0 {
+struct Q8_0 : ScaleOnly {
   static constexpr const char* kName = "Q8_0";
   static constexpr int kWeights = 32, kSub = 32, kOffset = 128;
   static constexpr bool kSubScales = false, kHasMin = false;
   static constexpr std::array<Plane, 1> kPlanes{{{8, 0}}};
   static constexpr std::array<int, 1> kFields{2};  // d
-
-  template <class R>
-  CUSTOM_OPS_BLOCKS_INLINE static void block(const R* h, R& scale, R&) {
-    scale = h[0];
-  }
 };
 }  // namespace
 
 extern const FormatKernels kFormatQ8_0 = kernels_of<Q8_0>();
 
-}  // namespace blocks
-}  // namespace native
-}  // namespace custom
+}  // namespace custom::native::blocks
