@@ -221,7 +221,7 @@ def gguf_report(rows: dict, llama: dict) -> None:
           "requantized) beside every 4-bit decode of this run (medians; llama.cpp: its mean):\n")
     print("| program | decode tok/s | GGUF program over it |")
     print("| --- | ---: | ---: |")
-    print(f"| GGUF program (my_ops::linear_q4_1, linear_q8_0 / embedding_q8_0) | {ours:.1f} | |")
+    print(f"| GGUF program (linear_blocks on the file's Q4_1 blocks, its Q8_0 tied table) | {ours:.1f} | |")
     for name, rate in beside.items():
         print(f"| {name} | {rate:.1f} | {ours / rate:.2f}x |")
     fastest = max(beside.values())
