@@ -15,7 +15,8 @@
 // 4 (c * 8 / b + i) + j at bits [b i, b i + b), shifted into the code at the plane's `shift`. So one chunk holds 8 / b
 // quads (four consecutive weights of each row), and one 512-bit load holds a quad's codes for 16 rows: the dot products
 // run one row per lane (vpdpbusd against four activations broadcast), and a group's 16 sums come out in one vector.
-// Each format gives w = a * (code - offset) + b per sub-block of 16 or 32 weights, a and b decoded from the record.
+// Each format gives w = scale * sub_scale * (code - offset) + min * sub_min: scale and min per block, from its fp16
+// fields; sub_scale and sub_min integers per sub-block of 16 or 32, from its packed bytes (below).
 //
 // Linear: out[m, n] = sum_k x[m, k] * w[n, k]. Each activation row is first quantized to int8 per block of the
 // weight's format, as llama.cpp quantizes it for that format (Q8_0's 32 for the 32-weight formats, Q8_K's 256 for the
@@ -73,20 +74,17 @@ namespace custom {
 namespace native {
 namespace blocks {
 
-constexpr int64_t kBlock = 32;  // activations are quantized per 32 weights; every format's blocks hold 32 or 256
+constexpr int64_t kBlock = 32;  // weights a piece of codes holds; every format's blocks hold 32 or 256
 constexpr int64_t kGroup = 16;  // rows interleaved: one lane of a 512-bit vector each
 
 // ---- Lanes: one row (scalars) or a group's 16 rows (vectors), the same formulas on both --------------------------------
-// A format's scale formula and the planes' code extraction are written once, as templates over these types: with
-// GCC's and Clang's vector extensions, >>, &, | and * mean the same on a uint32_t and on 16 of them.
-CUSTOM_OPS_BLOCKS_INLINE float to_float(uint32_t v) {
+// A format's sub-scale formula and the planes' code extraction are written once, as templates over these types: with
+// GCC's and Clang's vector extensions, >>, &, | and - mean the same on a uint32_t and on 16 of them.
+CUSTOM_OPS_BLOCKS_INLINE float to_float(uint32_t v) {  // a sub-scale may be negative (Q3_K's, Q6_K's)
   return static_cast<float>(static_cast<int32_t>(v));
 }
 CUSTOM_OPS_BLOCKS_INLINE int32_t as_signed(uint32_t v) {
   return static_cast<int32_t>(v);
-}
-CUSTOM_OPS_BLOCKS_INLINE float to_float(int32_t v) {
-  return static_cast<float>(v);
 }
 CUSTOM_OPS_BLOCKS_INLINE uint32_t as_unsigned(int32_t v) {
   return static_cast<uint32_t>(v);
@@ -95,14 +93,8 @@ CUSTOM_OPS_BLOCKS_INLINE uint32_t as_unsigned(int32_t v) {
 typedef uint32_t Words __attribute__((vector_size(64)));
 typedef int32_t SignedWords __attribute__((vector_size(64)));
 typedef float Reals __attribute__((vector_size(64)));
-CUSTOM_OPS_BLOCKS_INLINE Reals to_float(Words v) {
-  return __builtin_convertvector(reinterpret_cast<SignedWords&>(v), Reals);
-}
 CUSTOM_OPS_BLOCKS_INLINE SignedWords as_signed(Words v) {
   return reinterpret_cast<SignedWords&>(v);
-}
-CUSTOM_OPS_BLOCKS_INLINE Reals to_float(SignedWords v) {
-  return __builtin_convertvector(v, Reals);
 }
 CUSTOM_OPS_BLOCKS_INLINE Words as_unsigned(SignedWords v) {
   return reinterpret_cast<Words&>(v);

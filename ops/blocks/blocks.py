@@ -211,43 +211,32 @@ def random_weight(fmt: str, rows: int, inputs: int, generator: torch.Generator) 
 EXAMPLE_INPUTS, EXAMPLE_OUTPUTS = 512, 40  # two K-quant super-blocks, 16 of 32; two whole groups of rows and a short one
 
 
-class LinearExample(torch.nn.Module):
-    """A projection per format, each weight a constant of the program, over one input: every format's kernel in one
-    program (the outputs concatenated)."""
+class FormatsExample(torch.nn.Module):
+    """A weight per format, each a constant of the program, and one call of the op on each over the same input (the
+    outputs concatenated): every format's kernel in one program. The linear op projects activations; the embedding
+    looks tokens up in the tables (the same constants a tied output projection reads)."""
 
-    def __init__(self, outputs: int = EXAMPLE_OUTPUTS, inputs: int = EXAMPLE_INPUTS):
+    def __init__(self, linear: bool, seed: int, rows: int = EXAMPLE_OUTPUTS, inputs: int = EXAMPLE_INPUTS):
         super().__init__()
-        generator = torch.Generator().manual_seed(10)
-        self.formats = [*FORMATS, *ROW_FORMATS]
+        generator = torch.Generator().manual_seed(seed)
+        self.linear, self.formats = linear, [*FORMATS, *ROW_FORMATS]
         for fmt in self.formats:
-            self.register_buffer(f"weight_{fmt}", random_weight(fmt, outputs, inputs, generator))
+            self.register_buffer(f"weight_{fmt}", random_weight(fmt, rows, inputs, generator))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.cat([torch.ops.my_ops.linear_blocks(x, getattr(self, f"weight_{fmt}"), fmt)
-                          for fmt in self.formats], dim=-1)
-
-
-class EmbeddingExample(torch.nn.Module):
-    """A token lookup in a table of each format (the same constant a tied output projection reads)."""
-
-    def __init__(self, vocab: int = EXAMPLE_OUTPUTS, hidden: int = EXAMPLE_INPUTS):
-        super().__init__()
-        generator = torch.Generator().manual_seed(11)
-        self.formats = [*FORMATS, *ROW_FORMATS]
-        for fmt in self.formats:
-            self.register_buffer(f"table_{fmt}", random_weight(fmt, vocab, hidden, generator))
-
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        return torch.cat([torch.ops.my_ops.embedding_blocks(getattr(self, f"table_{fmt}"), tokens, fmt)
-                          for fmt in self.formats], dim=-1)
+        weights = [(getattr(self, f"weight_{fmt}"), fmt) for fmt in self.formats]
+        if self.linear:
+            return torch.cat([torch.ops.my_ops.linear_blocks(x, w, fmt) for w, fmt in weights], dim=-1)
+        return torch.cat([torch.ops.my_ops.embedding_blocks(w, x, fmt) for w, fmt in weights], dim=-1)
 
 
 def linear_example():
     """(model, runs): 5 positions (a group of four tokens sharing each weight read, and one more), twice: a program is
     run more than once."""
     generator = torch.Generator().manual_seed(12)
-    return LinearExample(), [(torch.randn(1, 5, EXAMPLE_INPUTS, generator=generator),) for _ in range(2)]
+    return FormatsExample(linear=True, seed=10), [(torch.randn(1, 5, EXAMPLE_INPUTS, generator=generator),)
+                                                  for _ in range(2)]
 
 
 def embedding_example():
-    return EmbeddingExample(), [(torch.tensor([[0, 5, 39, 17]]),), (torch.tensor([[32, 16, 3, 0]]),)]
+    return FormatsExample(linear=False, seed=11), [(torch.tensor([[0, 5, 39, 17]]),), (torch.tensor([[32, 16, 3, 0]]),)]
