@@ -8,16 +8,22 @@ import math
 import pytest
 import torch
 
-from my_ops.hf import text
+
+@pytest.fixture(scope="module")
+def text(aot_ops, python_ops):
+    # my_ops imports only once the checkout's ops are built (the fixtures build them); text.py itself needs torch alone
+    from my_ops.hf import text
+
+    return text
 
 
-def test_temperature_zero_is_the_argmax_whatever_else_is_asked():
+def test_temperature_zero_is_the_argmax_whatever_else_is_asked(text):
     logits = torch.tensor([0.1, 3.0, 2.9, -1.0])
     for choose in (text.sampler(0.0, top_k=2, top_p=0.5, seed=1), text.greedy):
         assert choose(logits) == 1
 
 
-def test_sampling_draws_in_proportion_to_the_tempered_probabilities():
+def test_sampling_draws_in_proportion_to_the_tempered_probabilities(text):
     probabilities = torch.tensor([0.5, 0.3, 0.15, 0.05])
     choose = text.sampler(1.0, top_k=0, top_p=1.0, seed=0)
     counts = torch.bincount(torch.tensor([choose(probabilities.log()) for _ in range(6000)]), minlength=4)
@@ -29,7 +35,7 @@ def test_sampling_draws_in_proportion_to_the_tempered_probabilities():
     assert torch.allclose(counts / 6000, flat, atol=0.02), counts
 
 
-def test_top_k_and_top_p_keep_only_the_likeliest_tokens():
+def test_top_k_and_top_p_keep_only_the_likeliest_tokens(text):
     logits = torch.tensor([0.5, 0.3, 0.15, 0.05]).log()
     drawn = {text.sampler(1.0, top_k=2, top_p=1.0, seed=s)(logits) for s in range(200)}
     assert drawn == {0, 1}
@@ -40,7 +46,7 @@ def test_top_k_and_top_p_keep_only_the_likeliest_tokens():
     assert drawn == {0}
 
 
-def test_a_seed_repeats_a_generation_and_another_seed_changes_it():
+def test_a_seed_repeats_a_generation_and_another_seed_changes_it(text):
     logits = torch.randn(50, 100, generator=torch.Generator().manual_seed(0))
     draws = lambda seed: [text.sampler(0.8, top_k=40, top_p=0.95, seed=seed)(row) for row in logits]  # noqa: E731
     assert draws(3) == draws(3)
@@ -64,7 +70,7 @@ class KnownStep:
         return self.logits(int(position))[None]
 
 
-def test_perplexity_by_llama_perplexitys_protocol_scores_the_second_half_of_each_chunk():
+def test_perplexity_by_llama_perplexitys_protocol_scores_the_second_half_of_each_chunk(text):
     # 3 chunks of 8 from 26 tokens (the last 2 left out, as llama-perplexity leaves a partial chunk); each chunk fed
     # from position 0 with its first token replaced by BOS; the logits at positions 4, 5 and 6 score tokens 5, 6, 7.
     ids = [(3 * i + 1) % 11 for i in range(26)]
@@ -83,7 +89,7 @@ def test_perplexity_by_llama_perplexitys_protocol_scores_the_second_half_of_each
         text.chunked_perplexity(KnownStep(), ids[:7], 8)
 
 
-def test_the_libraries_messages_are_kept_apart_from_what_the_user_is_told(tmp_path):
+def test_the_libraries_messages_are_kept_apart_from_what_the_user_is_told(tmp_path, text):  # text: the ops built
     # What a library writes to the process's stderr, from C (fd 2) or Python, goes to the log while the block holds;
     # say() reaches the terminal's stderr; the log goes when the block ends well, stays when it ends in an error.
     import subprocess

@@ -131,9 +131,10 @@ void output_sizes(const Tensor& lead, bool drop_last, int64_t last, Sizes& sizes
 }
 
 // ---- The linear layer, split across the pool -------------------------------------------------------------------------
-// The code path a format runs on this CPU (capped by CUSTOM_OPS_ISA): the block formats' AVX-512 code needs VNNI too.
+// The code path a format runs on this CPU (capped by CUSTOM_OPS_ISA): the block formats' AVX-512 code needs VNNI too;
+// a sanitized build has the portable loop alone (kernel_helpers/block_formats.h).
 inline Isa isa_of(const FormatKernels& f) {
-#ifdef CUSTOM_OPS_X86_DISPATCH
+#if defined(CUSTOM_OPS_X86_DISPATCH) && !defined(CUSTOM_OPS_BLOCKS_PORTABLE_ONLY)
   static const bool vnni = [] {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx512vnni") != 0;
