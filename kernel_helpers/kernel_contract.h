@@ -32,6 +32,8 @@
 #include <executorch/runtime/kernel/thread_parallel_interface.h>
 #endif
 
+#include "kernel_helpers/elementwise_loop.h"
+
 namespace custom {
 namespace native {
 
@@ -113,8 +115,15 @@ using RealDtypes = DtypeSet<ScalarType::Float, ScalarType::Double, ScalarType::H
 // ---- Threads -------------------------------------------------------------------------------------------------------
 // fn(begin, end) over [begin, end) in chunks of at least `grain`, on ATen's pool or ExecuTorch's; false if the pool did
 // not run all of it (ExecuTorch's reports that, ATen's throws).
+// Each call that reaches the pool's workers is counted (elementwise_loop.h's kPoolHandoffs, under
+// CUSTOM_OPS_COUNT_PATHS=1): a decode step's hand-offs, each a wake and a join, are what a second core pays for.
+inline int64_t thread_count();
+
 template <typename Fn>
 bool parallel_for(int64_t begin, int64_t end, int64_t grain, const Fn& fn) {
+  if (end - begin > grain && thread_count() > 1) {
+    elementwise::count(elementwise::kPoolHandoffs);
+  }
 #ifdef USE_ATEN_LIB
   at::parallel_for(begin, end, grain, fn);
   return true;

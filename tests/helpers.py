@@ -115,9 +115,10 @@ def run_flow(module: str, *args: str, repo: str = REPO_ROOT, timeout: int = 600,
 COUNT_PATHS = {"CUSTOM_OPS_COUNT_PATHS": "1"}
 
 
-# The counters of elementwise_loop.h's Path enum, in its order; the last four name where the vector work ran.
+# The counters of elementwise_loop.h's Path enum, in its order; baseline to half_arithmetic name where the vector work
+# ran, pool_handoffs the ranges handed to the thread pool's workers (kernel_contract.h's parallel_for).
 PATH_COUNTERS = ["serial", "parallel_tasks", "streamed_blocks", "unaligned_heads",
-                 "baseline", "avx2", "avx512", "half_arithmetic"]
+                 "baseline", "avx2", "avx512", "half_arithmetic", "pool_handoffs"]
 
 
 def path_counts(library: str) -> dict[str, int]:

@@ -91,6 +91,54 @@ def test_every_format_equals_its_reference_on_every_vector_isa(isa, combined_bui
     assert {k: counts[k] for k in expected} == expected, counts
 
 
+# A decode step's cost on a second core is its hand-offs to the pool: counted in the runtime's kernels, where the
+# pool is reached, over three executions of a program with a large and a small projection, at two threads and at one.
+HANDOFF_PROBE = """
+import torch
+from executorch.exir import to_edge
+from executorch.extension.pybindings import portable_lib
+from helpers import path_counts
+from flow import registration
+from flow.runtime import load_kernel_library, load_method_checked
+from test_block_formats import blocks_module
+registration.load_aot_library({aot!r})
+load_kernel_library({kernel_lib!r})
+generator = torch.Generator().manual_seed(5)
+large = blocks_module().random_weight("Q4_0", 1024, 1024, generator)  # 1M multiply-adds a token: the pool's
+small = blocks_module().random_weight("Q4_0", 64, 64, generator)      # 4K: the calling thread's
+
+
+class Projections(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("large", large)
+        self.register_buffer("small", small)
+
+    def forward(self, x):
+        y = torch.ops.my_ops.linear_blocks(x, self.large, "Q4_0")
+        return torch.ops.my_ops.linear_blocks(y[..., :64], self.small, "Q4_0")
+
+
+pte = {out!r}
+with open(pte, "wb") as f:
+    f.write(to_edge(torch.export.export(Projections(), (torch.randn(1, 1024),))).to_executorch().buffer)
+method = load_method_checked(pte)
+result = {{}}
+for threads in (2, 1):
+    portable_lib._unsafe_reset_threadpool(threads)
+    before = path_counts({kernel_lib!r})["pool_handoffs"]
+    for _ in range(3):
+        method.execute([torch.randn(1, 1024)])
+    result[threads] = path_counts({kernel_lib!r})["pool_handoffs"] - before
+"""
+
+
+def test_hand_offs_to_the_pool_are_counted_where_the_pool_is_reached(combined_build, tmp_path):
+    counts = run_in_fresh_python(HANDOFF_PROBE.format(aot=combined_build.aot_lib, kernel_lib=combined_build.kernel_lib,
+                                                      out=str(tmp_path / "projections.pte")), env=COUNT_PATHS)
+    assert counts == {"2": 3, "1": 0}, counts  # the large projection once an execution; the small never
+
+
 @pytest.mark.parametrize("fmt", BLOCK_FORMATS)
 def test_activation_blocks_of_zeros_infinities_and_ties(fmt, aot_ops):
     # A block of zeros (d = 0) adds nothing; a block holding an infinity or a NaN makes every output NaN, as a float
