@@ -694,7 +694,9 @@ CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_BLOCKS_INLINE void row_step(const E* w, const 
   }
   CUSTOM_OPS_UNROLL
   for (int r = 0; r < R; ++r) {
-    prefetch(w + r * k + j);
+    // The tile's R rows are one run of memory: each load asks for its line in the next tile (R rows on), which is
+    // read in this same order. A fixed distance lands inside this tile's own rows when they are short.
+    _mm_prefetch(reinterpret_cast<const char*>(w + (r + R) * k + j), _MM_HINT_T0);
     const __m512 wv = load_weights(w + r * k + j, mask);
     CUSTOM_OPS_UNROLL
     for (int t = 0; t < T; ++t) {
