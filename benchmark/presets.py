@@ -43,11 +43,32 @@ def time_program(pte: str, ids: list[int], threads: int) -> dict:
     return {"prefill": run["prefill_tokens_per_s"], "decode": run["decode_tokens_per_s"]}
 
 
+def measure(label: str, types: str, pte: str, gguf: str, ids: list[int], rounds: int) -> dict:
+    """A program and llama-bench on `gguf` at each thread count, in interleaved rounds; the pool is left at every
+    core, as it was."""
+    from executorch.extension.pybindings import portable_lib
+
+    from flow import llama_cpp
+
+    per_round = []
+    for r in range(rounds):
+        found = {}
+        for threads in thread_counts() if r % 2 == 0 else reversed(thread_counts()):
+            found[threads] = {"project": time_program(pte, ids, threads),
+                              "llama.cpp": {key: value[0] for key, value in llama_cpp.bench(
+                                  gguf, threads, PROMPT_TOKENS, NEW_TOKENS, 1).items() if key != "peak_rss_mib"}}
+        per_round.append(found)
+    portable_lib._unsafe_reset_threadpool(thread_counts()[-1])
+    print(f"{label}: " + ", ".join(f"{t} threads {r['project']['decode']:.1f} vs {r['llama.cpp']['decode']:.1f}"
+                                   for t, r in per_round[-1].items()), flush=True)
+    return {"preset": label, "types": types, "rounds": per_round}
+
+
 def rows(presets: list[str], rounds: int) -> list[dict]:
     """Per file: its programs' and llama-bench's tokens/s at each thread count, every round."""
     import copy
 
-    from flow import llama_cpp, presets as files, real
+    from flow import presets as files, real
     from my_ops.hf.checkpoint import load
     from my_ops.hf.runtime import default_cache_dir, export_cached
 
@@ -59,23 +80,14 @@ def rows(presets: list[str], rounds: int) -> list[dict]:
             ids = list(checkpoint.tokenizer.encode(f.read(), add_special_tokens=False))[:PROMPT_TOKENS]
         pte, _ = export_cached(copy.deepcopy(checkpoint), "gguf", real.MAX_SEQ_LEN, default_cache_dir())
         del checkpoint
-        per_round = []
-        for r in range(rounds):
-            found = {}
-            for threads in thread_counts() if r % 2 == 0 else reversed(thread_counts()):
-                found[threads] = {"project": time_program(pte, ids, threads),
-                                  "llama.cpp": {key: value[0] for key, value in llama_cpp.bench(
-                                      path, threads, PROMPT_TOKENS, NEW_TOKENS, 1).items() if key != "peak_rss_mib"}}
-            per_round.append(found)
-        measured.append({"preset": preset, "types": files.tensor_types(path), "rounds": per_round})
-        print(f"{preset}: " + ", ".join(f"{t} threads {r['project']['decode']:.1f} vs {r['llama.cpp']['decode']:.1f}"
-                                        for t, r in per_round[-1].items()), flush=True)
+        measured.append(measure(preset, files.tensor_types(path), pte, path, ids, rounds))
     return measured
 
 
-def report(measured: list[dict]) -> list[str]:
+def report(measured: list[dict], columns: tuple[str, str] = ("file", "tensor types")) -> list[str]:
+    """The table of `measured` rows (measure()'s), and whether the decode goal was met."""
     counts = thread_counts()
-    header = ["file", "tensor types"]
+    header = list(columns)
     for t in counts:
         header += [f"decode {t}t project", f"llama.cpp", "ratio"]
     header += [f"prefill {counts[-1]}t ratio", f"project {counts[-1]}t over 1t", f"llama.cpp {counts[-1]}t over 1t"]

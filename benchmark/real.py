@@ -17,7 +17,9 @@ NEW_TOKENS, its mean and standard deviation over the same number of repetitions,
 Then where a decode step's time goes in each of the project's programs (ETDump from the runner, per kind of op), and
 (--memcpy) a memcpy and a read of the bytes a decode step reads (the program's weights: its size) on every thread: the
 decode rate if the weights were read at that speed, and the fraction of it each side reaches; for the GGUF program, the
-linear layers' own read rate (its size over their time a step) against the read.
+linear layers' own read rate (its size over their time a step) against the read. Then each program at 1 thread and
+at every core beside `llama-bench -t 1` and `-t N` on the GGUF file of its precision (benchmark/presets.py's
+measure), and the GGUF presets the same way.
 Ratios are taken within a round; tables give medians and the min-max of each ratio across rounds.
 """
 
@@ -375,8 +377,23 @@ def main() -> int:
     prefill = all(row["prefill_tokens_per_s_ratio"][0] >= PREFILL_GOAL for row in same_precision.values())
     print(f"\nGoals: decode >= {DECODE_GOAL}x optimum-executorch at every precision: {'met' if decode else 'not met'}; "
           f"prefill >= {PREFILL_GOAL}x: {'met' if prefill else 'not met'}")
-    if not args.no_llama_cpp:  # the GGUF files people download, beside llama.cpp on each (benchmark/presets.py)
+    if not args.no_llama_cpp:  # each program at 1 thread and every core, beside llama-bench -t 1 and -t N
         import presets
+
+        from flow import llama_cpp
+
+        files = {"Q4_1": real.gguf_path()}
+        scaling = []
+        for name, pair in programs.items():
+            kind = LLAMA_CPP_TYPES[name]
+            if kind not in files:
+                files[kind] = llama_cpp.quantized(real.gguf_path(), kind, llama_cpp.ROOT)
+            scaling.append(presets.measure(name, kind, pair["project"], files[kind], ids, args.rounds))
+        print(f"\nEach program at 1 thread and at every core ({presets.thread_counts()[-1]}), beside llama-bench on "
+              f"the GGUF file of its precision at the same threads, {presets.PROMPT_TOKENS}-token prompt, "
+              f"{presets.NEW_TOKENS} new tokens, medians of {args.rounds} interleaved rounds:\n")
+        print("\n".join(presets.report(scaling, ("precision", "llama.cpp file"))))
+        # The GGUF files people download, beside llama.cpp on each.
         from flow.presets import PRESETS, SHIPPED
 
         print(f"\nGGUF files on their own tensors against llama-bench on the same file, {presets.PROMPT_TOKENS}-token "
