@@ -382,13 +382,11 @@ def main() -> int:
 
         from flow import llama_cpp
 
-        files = {"Q4_1": real.gguf_path()}
         scaling = []
         for name, pair in programs.items():
-            kind = LLAMA_CPP_TYPES[name]
-            if kind not in files:
-                files[kind] = llama_cpp.quantized(real.gguf_path(), kind, llama_cpp.ROOT)
-            scaling.append(presets.measure(name, kind, pair["project"], files[kind], ids, args.rounds))
+            kind = LLAMA_CPP_TYPES[name]  # quantized() makes each file once
+            gguf = real.gguf_path() if kind == "Q4_1" else llama_cpp.quantized(real.gguf_path(), kind, llama_cpp.ROOT)
+            scaling.append(presets.measure(name, kind, pair["project"], gguf, ids, args.rounds))
         print(f"\nEach program at 1 thread and at every core ({presets.thread_counts()[-1]}), beside llama-bench on "
               f"the GGUF file of its precision at the same threads, {presets.PROMPT_TOKENS}-token prompt, "
               f"{presets.NEW_TOKENS} new tokens, medians of {args.rounds} interleaved rounds:\n")

@@ -113,15 +113,22 @@ using RealDtypes = DtypeSet<ScalarType::Float, ScalarType::Double, ScalarType::H
                             ScalarType::Byte, ScalarType::Char, ScalarType::Short, ScalarType::Int, ScalarType::Long>;
 
 // ---- Threads -------------------------------------------------------------------------------------------------------
-// fn(begin, end) over [begin, end) in chunks of at least `grain`, on ATen's pool or ExecuTorch's; false if the pool did
-// not run all of it (ExecuTorch's reports that, ATen's throws).
-// Each call that reaches the pool's workers is counted (elementwise_loop.h's kPoolHandoffs, under
-// CUSTOM_OPS_COUNT_PATHS=1): a decode step's hand-offs, each a wake and a join, are what a second core pays for.
-inline int64_t thread_count();
+// Threads of the pool parallel_for runs on: ATen's or ExecuTorch's.
+inline int64_t thread_count() {
+#ifdef USE_ATEN_LIB
+  return at::get_num_threads();
+#else
+  return executorch::extension::get_thread_count();
+#endif
+}
 
+// fn(begin, end) over [begin, end) in chunks of at least `grain`, on that pool; false if the pool did not run all of
+// it (ExecuTorch's reports that, ATen's throws). Each call that reaches the pool's workers is counted
+// (elementwise_loop.h's kPoolHandoffs, only under CUSTOM_OPS_COUNT_PATHS=1): a decode step's hand-offs, each a wake and
+// a join, are what a second core pays for.
 template <typename Fn>
 bool parallel_for(int64_t begin, int64_t end, int64_t grain, const Fn& fn) {
-  if (end - begin > grain && thread_count() > 1) {
+  if (elementwise::counting_paths() && end - begin > grain && thread_count() > 1) {
     elementwise::count(elementwise::kPoolHandoffs);
   }
 #ifdef USE_ATEN_LIB
@@ -129,15 +136,6 @@ bool parallel_for(int64_t begin, int64_t end, int64_t grain, const Fn& fn) {
   return true;
 #else
   return executorch::extension::parallel_for(begin, end, grain, fn);
-#endif
-}
-
-// Threads of that pool.
-inline int64_t thread_count() {
-#ifdef USE_ATEN_LIB
-  return at::get_num_threads();
-#else
-  return executorch::extension::get_thread_count();
 #endif
 }
 
