@@ -129,5 +129,24 @@ CUSTOM_OPS = {
         "example_program": "embedding_blocks",
         "example_model": "ops.blocks.blocks.embedding_example",
     },
+    "my_ops::rope": {
+        "registered_from": "python",
+        "python_module": "ops.rope.rope",
+        "kernel_sources": ["ops/rope/rope_out.cpp"],
+        "bit_exact": True,
+        "reference": "ops.rope.rope.rope_reference",
+        "dtypes": ["float32", "float16", "bfloat16"],
+        "example_program": "rope",
+        "example_model": "ops.rope.rope.example",
+    },
+    "my_ops::silu_mul": {
+        "registered_from": "python",
+        "python_module": "ops.silu_mul.silu_mul",
+        "kernel_sources": ["ops/silu_mul/silu_mul_out.cpp"],
+        "reference": "ops.silu_mul.silu_mul.silu_mul_reference",
+        "dtypes": ["float32", "float16", "bfloat16"],
+        "example_program": "silu_mul",
+        "example_model": "ops.silu_mul.silu_mul.example",
+    },
     # Add new ops above this line.
 }

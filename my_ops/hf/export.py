@@ -1,7 +1,8 @@
 """From a transformers model to an ExecuTorch program on the project's ops: swap.py puts its norms, cache and
-attention on my_ops, quantize.py its linear layers and embedding, then one torch.export and EXIR lowering. Every
-computation that reads weights runs on the project's kernels, so the program needs no delegate: what is left
-(rotary embeddings, the MLP's activation, residual additions) runs on ExecuTorch's own kernels.
+attention on my_ops, quantize.py its linear layers and embedding, then one torch.export, fuse.py's pass (the rotary
+embedding and the MLP's activation onto fused ops) and EXIR lowering. Every computation that reads weights runs on the
+project's kernels, so the program needs no delegate: what is left (residual additions, views) runs on ExecuTorch's own
+kernels.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import warnings
 
 import torch
 
+from .fuse import FUSIONS, fuse
 from .quantize import FORMATS, ops_in, ops_of, put_linears_on_ops
 from .swap import OPS, ExportableDecoder, UnsupportedModelError, swap_ops
 
@@ -43,16 +45,22 @@ def prepare(model: torch.nn.Module, *, max_seq_len: int = 256, quantize: str | N
 
 
 def export_program(model: torch.nn.Module, *, max_seq_len: int = 256, quantize: str | None = None,
-                   keep_unknown_norms: bool = False):
+                   keep_unknown_norms: bool = False, fusions=None):
     """Swaps the project's ops into `model` (in place), exports it and returns the ExecuTorch program (an
     ExecutorchProgramManager: .buffer, .write_to_file). quantize: None (float32), "8da8w", "8da4w" or "gguf" (the
-    blocks my_ops.gguf.attach_blocks put on the model). Checks that every custom op of the precision reached the
-    program's own kernels."""
+    blocks my_ops.gguf.attach_blocks put on the model). fusions: the export pass's fused ops (fuse.py's FUSIONS:
+    "rope", "swiglu"); None puts in each one whose pattern the model computes and warns naming the others, a list
+    requires each (refused by name where the model lacks it), () puts in none. Checks that every custom op of the
+    precision reached the program's own kernels."""
     from executorch.exir import EdgeCompileConfig, to_edge
 
     decoder = prepare(model, max_seq_len=max_seq_len, quantize=quantize, keep_unknown_norms=keep_unknown_norms)
     inputs, dynamic_shapes = decoder.example_inputs(), decoder.dynamic_shapes()
     exported = torch.export.export(decoder, inputs, dynamic_shapes=dynamic_shapes, strict=True)
+    fused = fuse(exported, fusions)
+    if fusions is None and (missing := fused.missing(FUSIONS)):
+        warnings.warn(f"my_ops.hf: this model computes no {', '.join(missing)} pattern; those parts stay ATen ops "
+                      "(my_ops/hf/fuse.py lists what each pattern is)")
     # The methods ExecuTorch's LLM runner (extension/llm/runner, TextLLMRunner) reads before it decodes: with them the
     # program also runs there, as optimum-executorch's do (get_max_seq_len is required; the others have defaults that
     # would prefill token by token).
@@ -64,7 +72,7 @@ def export_program(model: torch.nn.Module, *, max_seq_len: int = 256, quantize: 
     # more; the program's ops are checked below and by the runtime's loader.
     edge = to_edge(exported, constant_methods=metadata, compile_config=EdgeCompileConfig(_check_ir_validity=False))
     # A GGUF file decides each layer's format: its ops are those of the layers the swap made.
-    expected = program_ops(quantize) if quantize != "gguf" else (*OPS, *ops_in(decoder))
+    expected = (*(program_ops(quantize) if quantize != "gguf" else (*OPS, *ops_in(decoder))), *fused.ops())
     if missing := [op for op in expected if op not in _ops_outside_delegates(edge.exported_program().graph)]:
         raise UnsupportedModelError(f"{', '.join(missing)} did not reach the program's own kernels (decomposed or "
                                     "delegated): the swap did not take")

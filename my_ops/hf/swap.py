@@ -164,11 +164,15 @@ def _cache_class():
             self.key_tensors = [torch.zeros(shape, dtype=dtype) for _ in range(text.num_hidden_layers)]
             self.value_tensors = [torch.zeros(shape, dtype=dtype) for _ in range(text.num_hidden_layers)]
 
+        start = None  # the step's first position, read once a step by ExportableDecoder (one op, not one a layer)
+
         def write(self, layer_idx: int, key_states, value_states, cache_position):
             """Writes [B, T, H_kv, D] keys and values at the step's first position; returns the layer's caches and that
             position."""
             keys, values = self.key_tensors[layer_idx], self.value_tensors[layer_idx]
-            start = _start_of(cache_position, key_states.shape[1], keys.shape[1])
+            start = self.start
+            if start is None:
+                start = _start_of(cache_position, key_states.shape[1], keys.shape[1])
             torch.ops.my_ops.update_cache(key_states, keys, start)
             torch.ops.my_ops.update_cache(value_states, values, start)
             return keys, values, start
@@ -279,8 +283,12 @@ class ExportableDecoder(torch.nn.Module):
 
     def forward(self, tokens: torch.Tensor, input_pos: torch.Tensor) -> torch.Tensor:
         positions = input_pos + torch.arange(tokens.shape[1], dtype=input_pos.dtype)
-        out = self.model(input_ids=tokens, cache_position=positions, position_ids=positions.unsqueeze(0),
-                         past_key_values=self.cache, use_cache=True, logits_to_keep=1)
+        self.cache.start = _start_of(input_pos, tokens.shape[1], self.max_seq_len)
+        try:
+            out = self.model(input_ids=tokens, cache_position=positions, position_ids=positions.unsqueeze(0),
+                             past_key_values=self.cache, use_cache=True, logits_to_keep=1)
+        finally:
+            self.cache.start = None
         return out.logits[:, -1, :]
 
     def example_inputs(self, length: int = 2) -> tuple[torch.Tensor, torch.Tensor]:

@@ -1,0 +1,167 @@
+// The kernel of my_ops::rope.out (rope.py registers the op with PyTorch): per row of D elements of x,
+// out[i] = x[i] * cos[i] - x[i + D/2] * sin[i] and out[i + D/2] = x[i + D/2] * cos[i + D/2] + x[i] * sin[i + D/2], the
+// row of cos and sin picked by broadcasting (a dimension of size 1 repeats). Bit for bit the ATen reference: each
+// product and the sum rounded to the dtype as ATen's separate ops round them (no contraction: -ffp-contract=off).
+#include <array>
+
+#include "kernel_helpers/kernel_contract.h"
+#include "kernel_helpers/row_wise.h"
+
+namespace custom {
+namespace native {
+namespace {
+
+constexpr const char* kOp = "my_ops::rope.out";
+using Dtypes = contract::FloatingDtypes;
+constexpr int64_t kMaxDims = 16;
+
+// Where each row of x finds its row of cos (or sin): x's leading dimensions and, per dimension, cos's row stride there
+// (0 where cos has size 1, so the row repeats).
+struct Broadcast {
+  int64_t dims = 0;
+  std::array<int64_t, kMaxDims> sizes{};
+  std::array<int64_t, kMaxDims> strides{};
+
+  Broadcast(const Tensor& x, const Tensor& table) {
+    dims = x.dim() - 1;
+    int64_t stride = 1;  // in rows of table
+    for (int64_t d = dims - 1; d >= 0; --d) {
+      const int64_t td = d - (x.dim() - table.dim());  // table's dimension aligned with x's d, or < 0
+      const int64_t size = td >= 0 ? table.size(td) : 1;
+      sizes[d] = x.size(d);
+      strides[d] = size == 1 ? 0 : stride;
+      stride *= size;
+    }
+  }
+
+  int64_t row_of(int64_t x_row) const {
+    int64_t row = 0;
+    for (int64_t d = dims - 1; d >= 0; --d) {
+      row += (x_row % sizes[d]) * strides[d];
+      x_row /= sizes[d];
+    }
+    return row;
+  }
+};
+
+template <typename T>
+inline T rounded(float v) {
+  return static_cast<T>(v);
+}
+
+template <typename T>
+void rope_rows(const T* x, const T* cos, const T* sin, T* out, int64_t first, int64_t end, int64_t cols,
+               const Broadcast& table) {
+  const int64_t half = cols / 2;
+  for (int64_t r = first; r < end; ++r) {
+    const T* xr = x + r * cols;
+    const T* c = cos + table.row_of(r) * cols;
+    const T* s = sin + table.row_of(r) * cols;
+    T* o = out + r * cols;
+    if constexpr (std::is_same_v<T, float>) {
+      for (int64_t i = 0; i < half; ++i) {
+        o[i] = xr[i] * c[i] + (-xr[i + half]) * s[i];
+      }
+      for (int64_t i = half; i < cols; ++i) {
+        o[i] = xr[i] * c[i] + xr[i - half] * s[i];
+      }
+    } else {
+      for (int64_t i = 0; i < cols; ++i) {
+        const float rotated = i < half ? -static_cast<float>(xr[i + half]) : static_cast<float>(xr[i - half]);
+        const float a = static_cast<float>(rounded<T>(static_cast<float>(xr[i]) * static_cast<float>(c[i])));
+        const float b = static_cast<float>(rounded<T>(rotated * static_cast<float>(s[i])));
+        o[i] = rounded<T>(a + b);
+      }
+    }
+  }
+}
+
+template <typename T>
+bool run(const Tensor& x, const Tensor& cos, const Tensor& sin, Tensor& out) {
+  const int64_t cols = x.size(x.dim() - 1);
+  const int64_t row_count = x.numel() / cols;
+  const Broadcast table(x, cos);  // cos and sin have the same shape (checked)
+  const T* xp = x.template const_data_ptr<T>();
+  const T* cp = cos.template const_data_ptr<T>();
+  const T* sp = sin.template const_data_ptr<T>();
+  T* op = out.template mutable_data_ptr<T>();
+  return rows::for_each_row(row_count, cols * static_cast<int64_t>(sizeof(T)), [&](int64_t first, int64_t end) {
+    rope_rows<T>(xp, cp, sp, op, first, end, cols, table);
+    elementwise::count(elementwise::kBaselineElements, static_cast<uint64_t>((end - first) * cols));
+  });
+}
+
+bool broadcasts(const Tensor& table, const Tensor& x) {
+  if (table.dim() < 1 || table.dim() > x.dim() || table.size(table.dim() - 1) != x.size(x.dim() - 1)) {
+    return false;
+  }
+  for (int64_t k = 2; k <= table.dim(); ++k) {
+    const int64_t size = table.size(table.dim() - k);
+    if (size != 1 && size != x.size(x.dim() - k)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// The arguments, before `out` is resized: rope.py's _check, in its order and words.
+contract::Problem arguments_problem(const Tensor& x, const Tensor& cos, const Tensor& sin, const Tensor& out) {
+  if (auto p = contract::dtype_problem<Dtypes>(x, kOp, "x")) {
+    return p;
+  }
+  for (const auto& [t, name] : {std::pair<const Tensor&, const char*>{cos, "cos"}, {sin, "sin"}, {out, "out"}}) {
+    if (auto p = contract::same_dtype_problem(t, x, kOp, name, "x")) {
+      return p;
+    }
+  }
+  if (x.dim() < 1 || x.size(x.dim() - 1) == 0 || x.size(x.dim() - 1) % 2 != 0) {
+    return std::string(kOp) + ": x's last dimension is the one rotated and must be even and non-empty, got shape " +
+        contract::shape_text(x);
+  }
+  if (x.dim() > kMaxDims) {
+    return std::string(kOp) + ": x has " + std::to_string(x.dim()) + " dimensions, more than the " +
+        std::to_string(kMaxDims) + " this kernel indexes; merge its leading dimensions";
+  }
+  for (const auto& [t, name] : {std::pair<const Tensor&, const char*>{cos, "cos"}, {sin, "sin"}}) {
+    if (!broadcasts(t, x)) {
+      return std::string(kOp) + ": " + name + " of shape " + contract::shape_text(t) + " does not broadcast to x of "
+          "shape " + contract::shape_text(x) + "; give it x's size or 1 in each dimension and " +
+          std::to_string(x.size(x.dim() - 1)) + " last";
+    }
+  }
+  if (!contract::same_sizes(cos, sin)) {
+    return std::string(kOp) + ": cos of shape " + contract::shape_text(cos) + " and sin of shape " +
+        contract::shape_text(sin) + " differ; give both the same shape";
+  }
+  return std::nullopt;
+}
+
+contract::Problem layout_problem(const Tensor& x, const Tensor& cos, const Tensor& sin, const Tensor& out) {
+  for (const auto& [t, name] :
+       {std::pair<const Tensor&, const char*>{x, "x"}, {cos, "cos"}, {sin, "sin"}, {out, "out"}}) {
+    if (auto p = contract::dense_problem(t, kOp, name)) {
+      return p;
+    }
+  }
+  // Not in place: out's first half is computed from x's second.
+  return contract::memory_problem(kOp, {{out, "out"}}, {{x, "x"}, {cos, "cos"}, {sin, "sin"}});
+}
+
+} // namespace
+
+executorch::aten::Tensor& rope_out_impl(executorch::runtime::KernelRuntimeContext& ctx,
+                                        const executorch::aten::Tensor& x, const executorch::aten::Tensor& cos,
+                                        const executorch::aten::Tensor& sin, executorch::aten::Tensor& out) {
+  if (!contract::require(ctx, arguments_problem(x, cos, sin, out)) ||
+      !contract::resize_output(ctx, out, x.sizes(), kOp, "out") ||
+      !contract::require(ctx, layout_problem(x, cos, sin, out))) {
+    return out;
+  }
+  bool all_rows_ran = true;
+  Dtypes::visit(x.scalar_type(), [&](auto tag) { all_rows_ran = run<decltype(tag)>(x, cos, sin, out); });
+  ET_KERNEL_CHECK_MSG(ctx, all_rows_ran, Internal, out, "%s: the threadpool did not run all of the rows", kOp);
+  return out;
+}
+
+} // namespace native
+} // namespace custom
