@@ -127,7 +127,7 @@ def versions() -> str:
 # The sources an export runs (the loading, a GGUF file's blocks, the swap, the packing, the export itself); the command
 # line, the tokenizer and perplexity code can change without making the programs again.
 EXPORT_SOURCES = ("__init__.py", "hf/__init__.py", "hf/checkpoint.py", "hf/gguf_file.py", "hf/gguf_blocks.py",
-                  "hf/swap.py", "hf/quantize.py", "hf/export.py")
+                  "hf/swap.py", "hf/quantize.py", "hf/fuse.py", "hf/export.py")
 
 
 def package_hash() -> str:

@@ -1,0 +1,272 @@
+"""The fused ops of a decoder layer and the export pass that puts them into models nobody wrote for them
+(my_ops/hf/fuse.py): my_ops::rope equal to its ATen reference bit for bit and my_ops::silu_mul within 3 ulp of
+silu(gate) * up computed in float64, in each dtype, in the runtime, each program executed twice; the pass on the tiny
+Llama and Qwen3 checkpoints (every layer's rotary embedding and activation replaced, the graph computing the same bits,
+a layer's ops in the program counted), transformers' own apply_rotary_pos_emb and both operand orders, near misses left
+as ATen ops, and a fusion that finds nothing refused or reported by name."""
+
+import math
+
+import pytest
+import torch
+
+from flow.compare import bit_difference
+from flow.export import export_to_pte
+
+pytestmark = pytest.mark.usefixtures("aot_ops", "python_ops")
+
+FLOATING = [torch.float32, torch.float16, torch.bfloat16]
+
+
+class CallRope(torch.nn.Module):
+    def forward(self, x, cos, sin):
+        return torch.ops.my_ops.rope(x, cos, sin)
+
+
+class CallSiluMul(torch.nn.Module):
+    def forward(self, gate, up):
+        return torch.ops.my_ops.silu_mul(gate, up)
+
+
+def angles(shape) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin of Llama's rotation angles, shaped `shape`: its last dimension the width, the others positions."""
+    width = shape[-1]
+    position = torch.arange(math.prod(shape) // width, dtype=torch.float32)[:, None]
+    half = position * 10000.0 ** (-torch.arange(0, width // 2, dtype=torch.float32) / (width // 2))
+    full = torch.cat((half, half), dim=-1).reshape(shape)
+    return full.cos(), full.sin()
+
+
+def run_twice(load_method, pte: str, inputs: list) -> torch.Tensor:
+    method = load_method(pte)
+    first = method.execute(inputs)[0]
+    second = method.execute(inputs)[0]
+    assert bit_difference(first, second) is None  # the same program gives the same bits every time
+    return second
+
+
+# (x's shape, cos and sin's shape): the two head layouts, cos without its leading dimensions, a head size of 2.
+ROPE_SHAPES = {"[B, T, H, D], cos [B, T, 1, D]": ((1, 5, 3, 64), (1, 5, 1, 64)),
+               "[B, H, T, D], cos [B, 1, T, D]": ((2, 3, 5, 40), (1, 1, 5, 40)),
+               "cos [T, D] for x [H, T, D]": ((4, 7, 18), (7, 18)),
+               "D = 2": ((3, 2), (3, 2))}
+
+
+@pytest.mark.parametrize("dtype", FLOATING, ids=str)
+@pytest.mark.parametrize("shapes", ROPE_SHAPES.values(), ids=ROPE_SHAPES.keys())
+def test_the_rope_kernel_equals_its_reference_bit_for_bit(shapes, dtype, load_method, tmp_path):
+    from ops.rope.rope import rope_reference
+
+    x_shape, table_shape = shapes
+    generator = torch.Generator().manual_seed(11)
+    x = (torch.randn(x_shape, generator=generator) * 30).to(dtype)
+    x.view(-1)[:4] = torch.tensor([float("inf"), -0.0, float("nan"), 1e-30])  # specials ride through like ATen's
+    cos, sin = (t.to(dtype) for t in angles(table_shape))
+    pte = export_to_pte(CallRope(), (x, cos, sin), tmp_path / "rope.pte")
+    actual = run_twice(load_method, pte, [x, cos, sin])
+    assert bit_difference(actual, rope_reference(x, cos, sin)) is None
+
+
+def silu_times_in_float64(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    g = gate.double()
+    return g * torch.sigmoid(g) * up.double()
+
+
+@pytest.mark.parametrize("dtype", FLOATING, ids=str)
+def test_the_silu_mul_kernel_is_within_3_ulp_of_float64(dtype, load_method, tmp_path):
+    # Every gate from -100 to 100 in 2^15 steps (where exp overflows and underflows, and past), a length that leaves a
+    # tail after whole vectors, then the specials; up random.
+    gate = torch.cat((torch.linspace(-100, 100, (1 << 15) + 7),
+                      torch.tensor([0.0, -0.0, 1e-30, float("inf"), float("-inf"), float("nan")]))).to(dtype)
+    up = torch.randn(gate.shape, generator=torch.Generator().manual_seed(3)).to(dtype)
+    pte = export_to_pte(CallSiluMul(), (gate, up), tmp_path / "silu_mul.pte")
+    actual = run_twice(load_method, pte, [gate, up]).double()
+    expected = silu_times_in_float64(gate, up)
+    special = ~torch.isfinite(gate.double()) | (gate.double() < -80)  # infinite, NaN or tiny products
+    assert torch.equal(actual[special].isnan(), expected[special].isnan())
+    finite = ~special
+    ulp = torch.finfo(dtype).eps * expected[finite].abs() + torch.finfo(dtype).tiny
+    # float32: the kernel's exp (2 ulp) and three roundings; the 16-bit types: one rounding of the float result.
+    bound = 3 if dtype == torch.float32 else 1
+    assert ((actual[finite] - expected[finite]).abs() <= bound * ulp).all()
+    assert ((actual[special] - expected[special]).abs().nan_to_num() <= 1e-30).all()
+
+
+# ---- The pass ----------------------------------------------------------------------------------------------------
+
+def exported(module, inputs):
+    return torch.export.export(module, tuple(inputs), strict=True)
+
+
+def fuse(program, fusions=None):
+    from my_ops.hf.fuse import fuse as fuse_pass
+
+    return fuse_pass(program, fusions)
+
+
+def targets(program) -> list[str]:
+    return [str(n.target) for n in program.graph.nodes if n.op == "call_function"]
+
+
+def assert_same_bits(module, inputs, **fusions):
+    """Fuses an export of `module`; returns the report after checking the fused graph gives the unfused one's bits."""
+    plain, fused = exported(module, inputs), exported(module, inputs)
+    report = fuse(fused, **fusions)
+    for a, b in zip(plain.module()(*inputs), fused.module()(*inputs)):
+        assert bit_difference(b, a) is None
+    return report, fused
+
+
+class TransformersRotary(torch.nn.Module):
+    """transformers' own apply_rotary_pos_emb: q and k as [B, H, T, D], cos and sin unsqueezed at 1 once for both."""
+
+    def forward(self, q, k, cos, sin):
+        from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+        return apply_rotary_pos_emb(q, k, cos, sin)
+
+
+class CommutedRotary(torch.nn.Module):
+    """The same rotation written with every multiply and the add the other way round."""
+
+    def forward(self, x, cos, sin):
+        half = x.shape[-1] // 2
+        return sin * torch.cat((-x[..., half:], x[..., :half]), dim=3) + cos * x
+
+
+def rotary_inputs(heads=(4, 2), length=3, width=16):
+    generator = torch.Generator().manual_seed(1)
+    q, k = (torch.randn(1, h, length, width, generator=generator) for h in heads)
+    cos, sin = angles((1, length, width))
+    return q, k, cos, sin
+
+
+def test_the_pass_finds_transformers_rotary_embedding_and_either_operand_order():
+    report, program = assert_same_bits(TransformersRotary(), rotary_inputs())
+    assert report.counts["rope"] == 2
+    assert not {"aten.cat.default", "aten.neg.default", "aten.mul.Tensor"} & set(targets(program))
+    q, _, cos, sin = rotary_inputs()
+    report, _ = assert_same_bits(CommutedRotary(), (q, cos[:, None], sin[:, None]))
+    assert report.counts["rope"] == 1
+
+
+class NearMiss(torch.nn.Module):
+    def __init__(self, rotate):
+        super().__init__()
+        self.rotate = rotate
+
+    def forward(self, x, cos, sin):
+        return x * cos + self.rotate(x) * sin
+
+
+NEAR_MISSES = {
+    "halves swapped": lambda x: torch.cat((-x[..., :8], x[..., 8:]), dim=-1),
+    "a split off the middle": lambda x: torch.cat((-x[..., 5:], x[..., :5]), dim=-1),
+    "the other half negated": lambda x: torch.cat((x[..., 8:], -x[..., :8]), dim=-1),
+    "the negated half one early": lambda x: torch.cat((-x[..., 7:15], x[..., :8]), dim=-1),
+    "the other half one late": lambda x: torch.cat((-x[..., 8:], x[..., 1:9]), dim=-1),
+    "rotated along the heads": lambda x: torch.cat((-x[:, 2:], x[:, :2]), dim=1),
+}
+
+
+@pytest.mark.parametrize("rotate", NEAR_MISSES.values(), ids=NEAR_MISSES.keys())
+def test_a_near_miss_of_rope_stays_aten_ops(rotate):
+    q, _, cos, sin = rotary_inputs(heads=(4, 4))
+    report, _ = assert_same_bits(NearMiss(rotate), (q, cos[:, None], sin[:, None]))
+    assert report.counts["rope"] == 0
+
+
+class Gated(torch.nn.Module):
+    def __init__(self, keep_activation=False):
+        super().__init__()
+        self.keep_activation = keep_activation
+
+    def forward(self, gate, up):
+        activation = torch.nn.functional.silu(gate)
+        out = up * activation  # the other operand order
+        return (out, activation) if self.keep_activation else (out,)
+
+
+def test_the_pass_finds_swiglu_and_leaves_what_the_op_cannot_take():
+    gate, up = torch.randn(2, 5, 24), torch.randn(2, 5, 24)
+    report, program = assert_same_bits(Gated(), (gate, up))
+    assert report.counts["swiglu"] == 1 and "aten.silu.default" not in targets(program)
+    # The activation used elsewhere too, and an up that broadcasts: silu_mul computes neither.
+    assert assert_same_bits(Gated(keep_activation=True), (gate, up))[0].counts["swiglu"] == 0
+    assert assert_same_bits(Gated(), (gate, torch.randn(24)))[0].counts["swiglu"] == 0
+
+
+def test_a_fusion_asked_for_by_name_and_absent_is_refused_by_name():
+    import my_ops.hf
+
+    program = exported(TransformersRotary(), rotary_inputs())
+    with pytest.raises(my_ops.hf.UnsupportedModelError,
+                       match=r"no place for swiglu \(my_ops::silu_mul\) in this model: it does not compute "
+                             r"silu\(gate\) \* up; leave it out of fusions"):
+        fuse(program, ["rope", "swiglu"])
+    with pytest.raises(my_ops.hf.UnsupportedModelError, match=r"unknown fusion\(s\) \['gelu'\]"):
+        fuse(exported(TransformersRotary(), rotary_inputs()), ["gelu"])
+    report = fuse(exported(TransformersRotary(), rotary_inputs()))  # None: what is found, the rest named
+    assert report.missing(["rope", "swiglu"]) == ["swiglu"] and report.counts["rope"] == 2
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    import my_ops.hf  # noqa: F401  (after the ops are registered)
+    from examples import hf_models
+
+    return hf_models, tmp_path_factory.mktemp("fuse_checkpoints")
+
+
+@pytest.mark.parametrize("name", ["llama", "qwen3"])
+def test_every_layer_of_a_transformers_decoder_is_fused_and_computes_the_same_bits(name, tiny):
+    import my_ops.hf
+
+    hf_models, root = tiny
+    directory = hf_models.make_checkpoint(name, str(root / name))
+    layers = hf_models.configs()[name].num_hidden_layers
+    decoder = my_ops.hf.prepare(hf_models.load(directory), max_seq_len=32)
+    inputs = (torch.tensor([[3, 1, 4, 1, 5]]), torch.tensor([2]))
+    plain = torch.export.export(decoder, inputs, dynamic_shapes=decoder.dynamic_shapes(), strict=True)
+    program = torch.export.export(decoder, inputs, dynamic_shapes=decoder.dynamic_shapes(), strict=True)
+    report = fuse(program)
+    assert report.counts == {"rope": 2 * layers, "swiglu": layers}
+    left = targets(program)
+    assert not {"aten.cat.default", "aten.neg.default", "aten.silu.default"} & set(left)
+    assert left.count("aten.unsqueeze.default") <= 3  # the positions', cos' and sin's: once for all layers
+    assert bit_difference(program.module()(*inputs), plain.module()(*inputs)) is None
+
+
+def kernel_calls(program) -> int:
+    """The ops one execution of an ExecutorchProgramManager's forward runs (straight-line code): its kernel calls but
+    the runtime's own primitives (executorch_prim: a view's metadata, integer arithmetic), as ETDump counts ops."""
+    from executorch.exir.schema import KernelCall
+
+    plan = program.executorch_program.execution_plan[0]
+    calls = [plan.operators[i.instr_args.op_index].name for chain in plan.chains for i in chain.instructions
+             if isinstance(i.instr_args, KernelCall)]
+    return sum(not name.startswith("executorch_prim::") for name in calls)
+
+
+def test_a_layer_adds_at_most_16_ops_to_a_step(tiny):
+    # The ops one decoder layer adds to the program: a program of two layers less one of one. Fused: two norms, the
+    # residual adds, four linear layers, two splits, two ropes, two cache writes, attention and silu_mul; unfused, 34.
+    import my_ops.hf
+
+    hf_models, root = tiny
+    calls = {}
+    for layers in (1, 2):
+        directory = hf_models.make_checkpoint("llama", str(root / f"llama_{layers}"), num_hidden_layers=layers)
+        calls[layers] = kernel_calls(my_ops.hf.export_program(hf_models.load(directory), max_seq_len=32))
+    assert calls[2] - calls[1] <= 16, calls
+
+
+def test_a_model_without_a_pattern_exports_and_is_told_which(tiny):
+    import my_ops.hf
+
+    hf_models, root = tiny
+    directory = hf_models.make_checkpoint("llama", str(root / "gelu"), hidden_act="gelu", num_hidden_layers=1)
+    with pytest.warns(UserWarning, match="this model computes no swiglu pattern"):
+        my_ops.hf.export_program(hf_models.load(directory), max_seq_len=32)
+    with pytest.raises(my_ops.hf.UnsupportedModelError, match=r"no place for swiglu \(my_ops::silu_mul\)"):
+        my_ops.hf.export_program(hf_models.load(directory), max_seq_len=32, fusions=["rope", "swiglu"])
