@@ -148,5 +148,14 @@ CUSTOM_OPS = {
         "example_program": "silu_mul",
         "example_model": "ops.silu_mul.silu_mul.example",
     },
+    "my_ops::add_rms_norm": {
+        "registered_from": "python",
+        "python_module": "ops.add_rms_norm.add_rms_norm",
+        "kernel_sources": ["ops/add_rms_norm/add_rms_norm_out.cpp"],
+        "reference": "ops.add_rms_norm.add_rms_norm.add_rms_norm_reference",
+        "dtypes": ["float32", "float16", "bfloat16"],
+        "example_program": "add_rms_norm",
+        "example_model": "ops.add_rms_norm.add_rms_norm.example",
+    },
     # Add new ops above this line.
 }

@@ -71,16 +71,10 @@ def _dropped_epsilon(monkeypatch, hf_module):
 
 
 def _cache_one_position_off(monkeypatch, hf_module):
-    make = hf_module.swap._cache_class
-
-    def shifted():
-        class Shifted(make()):
-            def write(self, layer_idx, key_states, value_states, cache_position):
-                return super().write(layer_idx, key_states, value_states, cache_position + 1)
-
-        return Shifted
-
-    monkeypatch.setattr(hf_module.swap, "_cache_class", shifted)
+    # The step's position is read once a step (ExportableDecoder) and every layer writes its cache there.
+    start_of = hf_module.swap._start_of
+    monkeypatch.setattr(hf_module.swap, "_start_of",
+                        lambda positions, length, capacity: start_of(positions, length, capacity) + 1)
 
 
 def _kv_heads_swapped(monkeypatch, hf_module):

@@ -1,8 +1,8 @@
 """From a transformers model to an ExecuTorch program on the project's ops: swap.py puts its norms, cache and
 attention on my_ops, quantize.py its linear layers and embedding, then one torch.export, fuse.py's pass (the rotary
-embedding and the MLP's activation onto fused ops) and EXIR lowering. Every computation that reads weights runs on the
-project's kernels, so the program needs no delegate: what is left (residual additions, views) runs on ExecuTorch's own
-kernels.
+embedding, the MLP's activation and each residual add with its norm onto fused ops) and EXIR lowering. Every
+computation that reads weights runs on the project's kernels, so the program needs no delegate: what is left (the
+splits of the fused projections, views, the rotary table) runs on ExecuTorch's own kernels.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def export_program(model: torch.nn.Module, *, max_seq_len: int = 256, quantize: 
     """Swaps the project's ops into `model` (in place), exports it and returns the ExecuTorch program (an
     ExecutorchProgramManager: .buffer, .write_to_file). quantize: None (float32), "8da8w", "8da4w" or "gguf" (the
     blocks my_ops.gguf.attach_blocks put on the model). fusions: the export pass's fused ops (fuse.py's FUSIONS:
-    "rope", "swiglu"); None puts in each one whose pattern the model computes and warns naming the others, a list
+    "rope", "swiglu", "add_norm"); None puts in each one whose pattern the model computes and warns naming the others, a list
     requires each (refused by name where the model lacks it), () puts in none. Checks that every custom op of the
     precision reached the program's own kernels."""
     from executorch.exir import EdgeCompileConfig, to_edge

@@ -3,6 +3,8 @@ EXIR's lowering, it finds patterns a decoder computes in ATen ops and replaces e
 
   rope      x * cos + cat(-x[..., D/2:], x[..., :D/2]) * sin   ->  my_ops::rope(x, cos, sin)   (ten ops -> one)
   swiglu    silu(gate) * up                                     ->  my_ops::silu_mul(gate, up)  (three -> one)
+  add_norm  s = x + residual; my_ops::rms_norm(s, w, eps)       ->  my_ops::add_rms_norm(x, residual, w, eps)
+                                                                    (two -> one; s is still an output)
 
 then merges the copies of one unsqueeze of cos and sin that every layer makes (transformers unsqueezes them per call).
 The patterns are matched on the ops' meaning, not on one model's source: either operand order of a multiply or an add,
@@ -14,6 +16,7 @@ fusion asked for by name that finds nothing is refused by name (a model without 
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass, field
 
 import torch
@@ -21,7 +24,8 @@ import torch
 from .swap import UnsupportedModelError
 
 aten = torch.ops.aten
-FUSIONS = {"rope": "my_ops::rope", "swiglu": "my_ops::silu_mul"}  # fusion -> the op it puts in
+FUSIONS = {"rope": "my_ops::rope", "swiglu": "my_ops::silu_mul",  # fusion -> the op it puts in
+           "add_norm": "my_ops::add_rms_norm"}
 _FLOATING = (torch.float32, torch.float16, torch.bfloat16)
 _SLICE_TO_END = 2 ** 63 - 1  # x[..., h:] in the graph: torch.export's end of a slice with no stop
 
@@ -48,7 +52,9 @@ def _value(node):
 
 
 def _is(node, *targets) -> bool:
-    return isinstance(node, torch.fx.Node) and node.op == "call_function" and node.target in targets
+    """Whether `node` calls one of `targets`: ops, or my_ops' by name (they may be registered after this import)."""
+    return (isinstance(node, torch.fx.Node) and node.op == "call_function"
+            and (node.target in targets or str(node.target) in targets))
 
 
 def _last_dim(dim: int, rank: int) -> bool:
@@ -90,7 +96,7 @@ def _broadcasts_to(table, x) -> bool:
 
 
 def _rope_operands(add):
-    """(x, cos, sin) when `add` computes x * cos + rotate_half(x) * sin (in either order), else None."""
+    """((x, cos, sin), [add]) when `add` computes x * cos + rotate_half(x) * sin (in either order), else None."""
     if not _is(add, aten.add.Tensor) or len(add.args) != 2 or add.kwargs.get("alpha", 1) != 1:
         return None
     for straight, rotated in (add.args, add.args[::-1]):
@@ -103,12 +109,12 @@ def _rope_operands(add):
             cos = straight.args[1] if straight.args[0] is x else straight.args[0]
             if (_broadcasts_to(cos, x) and _broadcasts_to(sin, x) and _value(cos).shape == _value(sin).shape
                     and _value(add).shape == _value(x).shape):
-                return x, cos, sin
+                return (x, cos, sin), [add]
     return None
 
 
 def _swiglu_operands(mul):
-    """(gate, up) when `mul` computes silu(gate) * up (in either order) on one shape and dtype, else None."""
+    """((gate, up), [mul]) when `mul` computes silu(gate) * up (in either order) on one shape and dtype, else None."""
     if not _is(mul, aten.mul.Tensor) or len(mul.args) != 2:
         return None
     for activation, up in (mul.args, mul.args[::-1]):
@@ -117,15 +123,31 @@ def _swiglu_operands(mul):
         gate = activation.args[0]
         g, u = _value(gate), _value(up)
         if g is not None and u is not None and g.shape == u.shape and g.dtype == u.dtype and g.dtype in _FLOATING:
-            return gate, up
+            return (gate, up), [mul]
     return None
 
 
-_MATCHERS = {"rope": _rope_operands, "swiglu": _swiglu_operands}
-_PATTERNS = {"rope": "x * cos + cat(-x[..., D/2:], x[..., :D/2]) * sin", "swiglu": "silu(gate) * up"}
+def _add_norm_operands(norm):
+    """((x, residual, weight, eps), [add, norm]) when `norm` is my_ops::rms_norm of the sum of two tensors of one
+    shape and dtype (the sum may have other users: it is the next residual), else None."""
+    if not _is(norm, "my_ops.rms_norm.default"):
+        return None
+    add = norm.args[0]
+    if not _is(add, aten.add.Tensor) or len(add.args) != 2 or add.kwargs.get("alpha", 1) != 1:
+        return None
+    x, residual = (_value(a) for a in add.args)
+    if x is None or residual is None or x.shape != residual.shape or x.dtype != residual.dtype:
+        return None
+    eps = norm.args[2] if len(norm.args) > 2 else norm.kwargs.get("eps", 1e-6)
+    return (*add.args, norm.args[1], eps), [add, norm]
+
+
+_MATCHERS = {"rope": _rope_operands, "swiglu": _swiglu_operands, "add_norm": _add_norm_operands}
+_PATTERNS = {"rope": "x * cos + cat(-x[..., D/2:], x[..., :D/2]) * sin", "swiglu": "silu(gate) * up",
+             "add_norm": "my_ops::rms_norm(x + residual)"}
 # The ops a matched pattern is made of: erased once nothing uses them (never an op with an effect).
 _PURE = (aten.add.Tensor, aten.mul.Tensor, aten.cat.default, aten.neg.default, aten.slice.Tensor, aten.silu.default,
-         aten.unsqueeze.default)
+         aten.unsqueeze.default, "my_ops.rms_norm.default")
 
 
 def _erase_unused(graph: torch.fx.Graph, node, erased: set) -> None:
@@ -173,14 +195,21 @@ def fuse(exported: torch.export.ExportedProgram, fusions=None) -> Fused:
     for name in wanted:
         op = _op(name)
         for node in list(graph.nodes):
-            operands = None if node in erased else _MATCHERS[name](node)
-            if operands is None:
+            match = None if node in erased else _MATCHERS[name](node)
+            if match is None:
                 continue
-            with graph.inserting_before(node):
+            operands, replaced = match
+            with graph.inserting_before(replaced[0]):
                 fused = graph.call_function(op, operands)
-            fused.meta = dict(node.meta)  # the same value: shape, dtype, the source it came from
-            node.replace_all_uses_with(fused)
-            _erase_unused(graph, node, erased)
+                outputs = [fused] if len(replaced) == 1 else [
+                    graph.call_function(operator.getitem, (fused, i)) for i in range(len(replaced))]
+            # Each output keeps the meta of the node it replaces (shape, dtype, the source it came from).
+            fused.meta = {**replaced[-1].meta, "val": tuple(old.meta["val"] for old in replaced)}
+            for old, new in zip(replaced, outputs):
+                new.meta = dict(old.meta)
+                old.replace_all_uses_with(new)
+            for old in reversed(replaced):
+                _erase_unused(graph, old, erased)
             report.counts[name] += 1
     report.merged_unsqueezes = _merge_repeated_unsqueezes(graph)
     exported.graph_module.recompile()
