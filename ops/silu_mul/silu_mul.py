@@ -1,6 +1,7 @@
 """Step 1 of the silu_mul flow: registers my_ops::silu_mul(Tensor gate, Tensor up) -> Tensor with PyTorch from Python:
 silu(gate) * up, the gated activation of a SwiGLU MLP (Llama's down(silu(gate(x)) * up(x))), one op and one pass over
-memory where ExecuTorch runs three (silu decomposes into a sigmoid and a multiply, then the multiply by up).
+memory where ExecuTorch runs three (silu decomposes into a sigmoid and a multiply, then the multiply by up), with those
+three's operations and roundings (the runtime kernel's comment says why).
 my_ops.hf's export pass (fuse.py) puts it where a model computes that pattern. The runtime kernel is silu_mul_out.cpp.
 
 Importing this module registers the op and does nothing else (it imports only torch).
