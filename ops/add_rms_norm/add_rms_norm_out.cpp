@@ -1,6 +1,7 @@
 // The kernel of my_ops::add_rms_norm.out (add_rms_norm.py registers the op with PyTorch): per row, sum = x + residual
 // (in float for the 16-bit types, rounded once, as ATen's add), then that row of sum normalized by rms_norm's own row
 // code while it is still in cache (ops/rms_norm/rms_norm_rows.h: the same bits as my_ops::rms_norm of the sum).
+// ExecuTorch mode: the runtime kernel; ATen mode: the CPU kernel add_rms_norm_without_python.cpp registers.
 #include "kernel_helpers/kernel_contract.h"
 #include "kernel_helpers/row_wise.h"
 #include "ops/rms_norm/rms_norm_rows.h"
@@ -91,6 +92,21 @@ contract::Problem layout_problem(const Tensor& x, const Tensor& residual, const 
 
 } // namespace
 
+#ifdef USE_ATEN_LIB
+std::tuple<at::Tensor&, at::Tensor&> add_rms_norm_out_impl(const at::Tensor& x_in, const at::Tensor& residual_in,
+                                                           const at::Tensor& weight_in, double eps, at::Tensor& sum,
+                                                           at::Tensor& normed) {
+  const at::Tensor x = x_in.contiguous(), residual = residual_in.contiguous(), weight = weight_in.contiguous();
+  contract::require(arguments_problem(x, residual, weight, sum, normed));
+  contract::resize_output(sum, x.sym_sizes(), kOp);
+  contract::resize_output(normed, x.sym_sizes(), kOp);
+  contract::check_memory(kOp, {{sum, "sum"}, {normed, "normed"}},
+                         {{x, "x", true}, {residual, "residual", true}, {weight, "weight"}});
+  contract::require(layout_problem(x, residual, weight, sum, normed));  // outputs resized here are contiguous
+  Dtypes::visit(x.scalar_type(), [&](auto tag) { run<decltype(tag)>(x, residual, weight, eps, sum, normed); });
+  return {sum, normed};
+}
+#else
 std::tuple<executorch::aten::Tensor&, executorch::aten::Tensor&> add_rms_norm_out_impl(
     executorch::runtime::KernelRuntimeContext& ctx,
     const executorch::aten::Tensor& x,
@@ -113,6 +129,7 @@ std::tuple<executorch::aten::Tensor&, executorch::aten::Tensor&> add_rms_norm_ou
   ET_KERNEL_CHECK_MSG(ctx, all_rows_ran, Internal, result, "%s: the threadpool did not run all of the rows", kOp);
   return result;
 }
+#endif
 
 } // namespace native
 } // namespace custom

@@ -2,6 +2,8 @@
 // out[i] = x[i] * cos[i] - x[i + D/2] * sin[i] and out[i + D/2] = x[i + D/2] * cos[i + D/2] + x[i] * sin[i + D/2], the
 // row of cos and sin picked by broadcasting (a dimension of size 1 repeats). Bit for bit the ATen reference: each
 // product and the sum rounded to the dtype as ATen's separate ops round them (no contraction: -ffp-contract=off).
+// ExecuTorch mode: the runtime kernel; ATen mode (-DUSE_ATEN_LIB): the CPU kernel rope_without_python.cpp registers
+// for processes without Python (AOTInductor's C++ runner).
 #include <array>
 
 #include "kernel_helpers/kernel_contract.h"
@@ -149,6 +151,19 @@ contract::Problem layout_problem(const Tensor& x, const Tensor& cos, const Tenso
 
 } // namespace
 
+#ifdef USE_ATEN_LIB
+at::Tensor& rope_out_impl(const at::Tensor& x_in, const at::Tensor& cos_in, const at::Tensor& sin_in, at::Tensor& out) {
+  // Strided views are read as the dense tensors an export would hold.
+  const at::Tensor x = x_in.contiguous(), cos = cos_in.contiguous(), sin = sin_in.contiguous();
+  contract::require(arguments_problem(x, cos, sin, out));
+  contract::resize_output(out, x.sym_sizes(), kOp);
+  contract::check_memory(kOp, {{out, "out"}}, {{x, "x"}, {cos, "cos"}, {sin, "sin"}});
+  return contract::into_dense_out(out, [&](at::Tensor& y) {
+    contract::require(layout_problem(x, cos, sin, y));
+    Dtypes::visit(x.scalar_type(), [&](auto tag) { run<decltype(tag)>(x, cos, sin, y); });
+  });
+}
+#else
 executorch::aten::Tensor& rope_out_impl(executorch::runtime::KernelRuntimeContext& ctx,
                                         const executorch::aten::Tensor& x, const executorch::aten::Tensor& cos,
                                         const executorch::aten::Tensor& sin, executorch::aten::Tensor& out) {
@@ -162,6 +177,7 @@ executorch::aten::Tensor& rope_out_impl(executorch::runtime::KernelRuntimeContex
   ET_KERNEL_CHECK_MSG(ctx, all_rows_ran, Internal, out, "%s: the threadpool did not run all of the rows", kOp);
   return out;
 }
+#endif
 
 } // namespace native
 } // namespace custom

@@ -1,0 +1,41 @@
+// my_ops::add_rms_norm for a process without Python (AOTInductor's C++ runner, runner/aoti_runner.cpp). PyTorch learns
+// add_rms_norm from Python (add_rms_norm.py); a package that calls it finds it, at load time, in PyTorch's dispatcher, so a C++
+// process needs the schema and a CPU kernel from C++: these, with the runtime's kernel compiled in ATen mode. Built
+// into libcustom_ops_without_python.so, never loaded beside add_rms_norm.py.
+#include <ATen/ATen.h>
+#include <torch/library.h>
+
+namespace custom {
+namespace native {
+
+// add_rms_norm_out.cpp, ATen mode.
+std::tuple<at::Tensor&, at::Tensor&> add_rms_norm_out_impl(const at::Tensor& x, const at::Tensor& residual,
+                                                           const at::Tensor& weight, double eps, at::Tensor& sum,
+                                                           at::Tensor& normed);
+
+namespace {
+
+std::tuple<at::Tensor, at::Tensor> add_rms_norm_cpu(const at::Tensor& x, const at::Tensor& residual,
+                                                    const at::Tensor& weight, double eps) {
+  at::Tensor sum = at::empty({0}, x.options());
+  at::Tensor normed = at::empty({0}, x.options());
+  add_rms_norm_out_impl(x, residual, weight, eps, sum, normed);
+  return {sum, normed};
+}
+
+} // namespace
+
+TORCH_LIBRARY_FRAGMENT(my_ops, m) {
+  m.def("add_rms_norm(Tensor x, Tensor residual, Tensor weight, float eps=1e-06) -> (Tensor, Tensor)");
+  m.def("add_rms_norm.out(Tensor x, Tensor residual, Tensor weight, float eps=1e-06, *, Tensor(a!) sum, "
+        "Tensor(b!) normed) -> (Tensor(a!), Tensor(b!))",
+        {at::Tag::out});
+}
+
+TORCH_LIBRARY_IMPL(my_ops, CPU, m) {
+  m.impl("add_rms_norm", TORCH_FN(add_rms_norm_cpu));
+  m.impl("add_rms_norm.out", TORCH_FN(add_rms_norm_out_impl));
+}
+
+} // namespace native
+} // namespace custom
