@@ -84,6 +84,69 @@ def rows(presets: list[str], rounds: int) -> list[dict]:
     return measured
 
 
+# A fresh process (the counters count only in one started with COUNT_PATHS): a prompt, then `steps` decode steps,
+# the counters' change over the steps.
+POOL_SPLIT = """
+import json, sys, time, torch
+torch.set_num_threads(1)
+sys.path[:0] = [{here!r}, {repo!r}]
+from real import load_runtimes
+load_runtimes({kernel_library!r})
+from executorch.extension.pybindings import portable_lib
+from flow.runtime import load_method_checked, path_counts
+portable_lib._unsafe_reset_threadpool({threads})
+method = load_method_checked({pte!r})
+tokens, position = torch.tensor([{ids!r}]), torch.tensor([0])
+out = method.execute([tokens, position])[0]
+before, start = path_counts({kernel_library!r}), time.perf_counter()
+for _ in range({steps}):
+    position, tokens = position + tokens.shape[1], torch.tensor([[int(out.argmax())]])
+    out = method.execute([tokens, position])[0]
+seconds = time.perf_counter() - start
+after = path_counts({kernel_library!r})
+print("@@" + json.dumps({{"seconds": seconds, "counts": {{k: after[k] - before[k] for k in after}}}}))
+"""
+
+
+def pool_split(pte: str, ids: list[int], threads: int, kernel_library: str, steps: int = 32) -> dict:
+    """A decode step's time on the pool at `threads`, per user (linear layers, attention, the rest), in microseconds a
+    step: the thread-time its hand-offs held the pool, the time its tasks worked, and the difference (waking, joining,
+    waiting on the slowest task); with the step's time and hand-offs. The counters' clocks add a little to each."""
+    import json
+    import subprocess
+
+    from flow.runtime import COUNT_PATHS, POOL_USERS
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    code = POOL_SPLIT.format(here=here, repo=REPO_ROOT, kernel_library=kernel_library, threads=threads, pte=pte,
+                             ids=ids, steps=steps)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, **COUNT_PATHS})
+    if proc.returncode != 0:
+        raise RuntimeError(f"the pool split of {pte} failed:\n{proc.stderr[-2000:]}")
+    found = json.loads(proc.stdout.rsplit("@@", 1)[1])
+    counts = found["counts"]
+    split = {"step_us": found["seconds"] / steps * 1e6, "handoffs": counts["pool_handoffs"] / steps}
+    for user in POOL_USERS:
+        held, work = counts[f"{user}_pool_ns"] / steps / 1e3, counts[f"{user}_work_ns"] / steps / 1e3
+        split[user] = {"held": held, "work": work, "waiting": held - work}
+    return split
+
+
+def pool_report(splits: dict[str, dict], threads: int) -> list[str]:
+    """The table of pool_split()s by program."""
+    from flow.runtime import POOL_USERS
+
+    header = ["program", "step us", "hand-offs"] + [f"{user} held / work / waiting" for user in POOL_USERS]
+    lines = ["| " + " | ".join(header) + " |", "| --- |" + " ---: |" * (len(header) - 1)]
+    for name, s in splits.items():
+        cells = [name, f"{s['step_us']:.0f}", f"{s['handoffs']:.0f}"]
+        cells += [f"{s[u]['held']:.0f} / {s[u]['work']:.0f} / {s[u]['waiting']:.0f}" for u in POOL_USERS]
+        lines.append("| " + " | ".join(cells) + " |")
+    return [f"A decode step's time on the pool at {threads} threads, us a step (held: the hand-offs' wall time times "
+            "the threads; waiting: held less the tasks' work):", "", *lines]
+
+
 def report(measured: list[dict], columns: tuple[str, str] = ("file", "tensor types")) -> list[str]:
     """The table of `measured` rows (measure()'s), and whether the decode goal was met."""
     counts = thread_counts()

@@ -391,6 +391,10 @@ def main() -> int:
               f"the GGUF file of its precision at the same threads, {presets.PROMPT_TOKENS}-token prompt, "
               f"{presets.NEW_TOKENS} new tokens, medians of {args.rounds} interleaved rounds:\n")
         print("\n".join(presets.report(scaling, ("precision", "llama.cpp file"))))
+        threads = presets.thread_counts()[-1]
+        splits = {name: presets.pool_split(pair["project"], ids, threads, kernel_library)
+                  for name, pair in programs.items()}
+        print("\n" + "\n".join(presets.pool_report(splits, threads)))
         # The GGUF files people download, beside llama.cpp on each.
         from flow.presets import PRESETS, SHIPPED
 

@@ -29,6 +29,29 @@ from flow.program import DEFAULT_MAX_MEMORY, MethodSpec, check
 _loaded: str | None = None
 
 
+# The kernels count which path did the work (kernel_helpers/elementwise_loop.h) only in a process started with this
+# environment.
+COUNT_PATHS = {"CUSTOM_OPS_COUNT_PATHS": "1"}
+
+# The counters of elementwise_loop.h's Path enum, in its order: baseline to half_arithmetic name where the vector work
+# ran, pool_handoffs the ranges handed to the thread pool's workers (kernel_contract.h's parallel_for), then per user
+# of the pool the thread-time its hand-offs held it and the time its tasks worked, in nanoseconds.
+PATH_COUNTERS = ["serial", "parallel_tasks", "streamed_blocks", "unaligned_heads",
+                 "baseline", "avx2", "avx512", "half_arithmetic", "pool_handoffs",
+                 "linear_pool_ns", "linear_work_ns", "attention_pool_ns", "attention_work_ns", "other_pool_ns",
+                 "other_work_ns"]
+POOL_USERS = ("linear", "attention", "other")
+
+
+def path_counts(library: str) -> dict[str, int]:
+    """A kernel library's path counters by name (custom_ops_elementwise_stats), read in a process started with
+    COUNT_PATHS."""
+    counts = (ctypes.c_uint64 * len(PATH_COUNTERS))()
+    if ctypes.CDLL(library).custom_ops_elementwise_stats(counts, len(PATH_COUNTERS)) != 1:
+        raise AssertionError(f"{library} counted nothing: start the process with CUSTOM_OPS_COUNT_PATHS=1")
+    return dict(zip(PATH_COUNTERS, counts))
+
+
 def load_kernel_library(path: str | os.PathLike) -> str:
     """Loads the kernel library at `path` (RTLD_GLOBAL, before loading programs); returns its resolved path."""
     global _loaded

@@ -129,6 +129,15 @@ enum Path : int {
   kAvx512Elements,
   kHalfArithmeticElements, // and AArch64's half-precision arithmetic
   kPoolHandoffs,           // ranges handed to the thread pool (each a wake of its workers and a join): contract.h
+  // Per user of the pool (kernel_contract.h's PoolUser: linear layers, attention, the rest), in nanoseconds: the
+  // thread-time its hand-offs held the pool (each call's wall time times the pool's threads), and the time its tasks
+  // worked in that. The difference is what the hand-offs cost: waking, joining, and threads waiting on the slowest.
+  kLinearPoolNanos,
+  kLinearWorkNanos,
+  kAttentionPoolNanos,
+  kAttentionWorkNanos,
+  kOtherPoolNanos,
+  kOtherWorkNanos,
   kPathCount
 };
 
@@ -523,7 +532,7 @@ bool apply_unary(const T* in, T* out, int64_t numel, ParallelFor&& parallel_for)
 
 // The debug query behind the counters above: copies min(n, kPathCount) counts into `counts`, in the order of the Path
 // enum (serial calls, parallel tasks, streamed blocks, unaligned heads, then elements per loop: baseline, AVX2,
-// AVX-512, half arithmetic, then hand-offs to the pool), and returns 1, or 0 when CUSTOM_OPS_COUNT_PATHS=1 was not set
+// AVX-512, half arithmetic, then hand-offs to the pool and the pool's thread-time and work per user), and returns 1, or 0 when CUSTOM_OPS_COUNT_PATHS=1 was not set
 // (nothing was counted).
 // Exported from every library that runs the loop, so tests can read it with ctypes.
 extern "C" __attribute__((used, visibility("default"))) inline int custom_ops_elementwise_stats(

@@ -11,6 +11,8 @@
 // it from both branches (the *_out.cpp of ops/quantize_rows, ops/update_cache and ops/rms_norm).
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <initializer_list>
 #include <optional>
@@ -122,21 +124,45 @@ inline int64_t thread_count() {
 #endif
 }
 
-// fn(begin, end) over [begin, end) in chunks of at least `grain`, on that pool; false if the pool did not run all of
-// it (ExecuTorch's reports that, ATen's throws). Each call that reaches the pool's workers is counted
-// (elementwise_loop.h's kPoolHandoffs, only under CUSTOM_OPS_COUNT_PATHS=1): a decode step's hand-offs, each a wake and
-// a join, are what a second core pays for.
+// Who hands ranges to the pool, for the counters' split of its time (the kernels of a decode step that use it).
+enum class PoolUser { kLinear, kAttention, kOther };
+
 template <typename Fn>
-bool parallel_for(int64_t begin, int64_t end, int64_t grain, const Fn& fn) {
-  if (elementwise::counting_paths() && end - begin > grain && thread_count() > 1) {
-    elementwise::count(elementwise::kPoolHandoffs);
-  }
+bool pool_parallel_for(int64_t begin, int64_t end, int64_t grain, const Fn& fn) {
 #ifdef USE_ATEN_LIB
   at::parallel_for(begin, end, grain, fn);
   return true;
 #else
   return executorch::extension::parallel_for(begin, end, grain, fn);
 #endif
+}
+
+// fn(begin, end) over [begin, end) in chunks of at least `grain`, on that pool; false if the pool did not run all of
+// it (ExecuTorch's reports that, ATen's throws). Under CUSTOM_OPS_COUNT_PATHS=1, each call that reaches the pool's
+// workers is counted (elementwise_loop.h's kPoolHandoffs: a decode step's hand-offs, each a wake and a join, are what
+// a second core pays for) and timed for `user`: the thread-time it held the pool and the time its tasks worked.
+template <typename Fn>
+bool parallel_for(int64_t begin, int64_t end, int64_t grain, const Fn& fn, PoolUser user = PoolUser::kOther) {
+  if (!elementwise::counting_paths() || end - begin <= grain || thread_count() <= 1) {
+    return pool_parallel_for(begin, end, grain, fn);
+  }
+  using Clock = std::chrono::steady_clock;
+  const auto nanos = [](Clock::duration d) {
+    return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(d).count());
+  };
+  std::atomic<uint64_t> work{0};
+  const auto start = Clock::now();
+  const bool ran = pool_parallel_for(begin, end, grain, [&](int64_t first, int64_t last) {
+    const auto task_start = Clock::now();
+    fn(first, last);
+    work.fetch_add(nanos(Clock::now() - task_start), std::memory_order_relaxed);
+  });
+  const uint64_t held = nanos(Clock::now() - start) * static_cast<uint64_t>(thread_count());
+  const int first_counter = elementwise::kLinearPoolNanos + 2 * static_cast<int>(user);
+  elementwise::count(elementwise::kPoolHandoffs);
+  elementwise::count(static_cast<elementwise::Path>(first_counter), held);
+  elementwise::count(static_cast<elementwise::Path>(first_counter + 1), work.load(std::memory_order_relaxed));
+  return ran;
 }
 
 // ---- Memory: present, aligned, and overlapping only where the op allows -----------------------------------------

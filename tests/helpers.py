@@ -111,25 +111,8 @@ def run_flow(module: str, *args: str, repo: str = REPO_ROOT, timeout: int = 600,
                           timeout=timeout, env=env, cwd=repo, **kwargs)
 
 
-# The kernels count which path did the work (elementwise_loop.h) only in a process started with this environment.
-COUNT_PATHS = {"CUSTOM_OPS_COUNT_PATHS": "1"}
-
-
-# The counters of elementwise_loop.h's Path enum, in its order; baseline to half_arithmetic name where the vector work
-# ran, pool_handoffs the ranges handed to the thread pool's workers (kernel_contract.h's parallel_for).
-PATH_COUNTERS = ["serial", "parallel_tasks", "streamed_blocks", "unaligned_heads",
-                 "baseline", "avx2", "avx512", "half_arithmetic", "pool_handoffs"]
-
-
-def path_counts(library: str) -> dict[str, int]:
-    """A kernel library's path counters by name (custom_ops_elementwise_stats), read in a process started with
-    COUNT_PATHS."""
-    import ctypes
-
-    counts = (ctypes.c_uint64 * len(PATH_COUNTERS))()
-    if ctypes.CDLL(library).custom_ops_elementwise_stats(counts, len(PATH_COUNTERS)) != 1:
-        raise AssertionError(f"{library} counted nothing: start the process with CUSTOM_OPS_COUNT_PATHS=1")
-    return dict(zip(PATH_COUNTERS, counts))
+# The kernels' path counters (flow/runtime.py reads them), counted only in a process started with COUNT_PATHS.
+from flow.runtime import COUNT_PATHS, PATH_COUNTERS, path_counts  # noqa: E402,F401
 
 
 def run_in_fresh_python(code: str, timeout: int = 300, env: dict[str, str] | None = None) -> dict:

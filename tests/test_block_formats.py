@@ -126,17 +126,25 @@ method = load_method_checked(pte)
 result = {{}}
 for threads in (2, 1):
     portable_lib._unsafe_reset_threadpool(threads)
-    before = path_counts({kernel_lib!r})["pool_handoffs"]
+    before = path_counts({kernel_lib!r})
     for _ in range(3):
         method.execute([torch.randn(1, 1024)])
-    result[threads] = path_counts({kernel_lib!r})["pool_handoffs"] - before
+    after = path_counts({kernel_lib!r})
+    result[threads] = {{key: after[key] - before[key] for key in after if key.startswith(("pool", "linear", "attention",
+                                                                                         "other"))}}
 """
 
 
-def test_hand_offs_to_the_pool_are_counted_where_the_pool_is_reached(combined_build, tmp_path):
+def test_hand_offs_are_counted_and_timed_for_their_user_where_the_pool_is_reached(combined_build, tmp_path):
     counts = run_in_fresh_python(HANDOFF_PROBE.format(aot=combined_build.aot_lib, kernel_lib=combined_build.kernel_lib,
                                                       out=str(tmp_path / "projections.pte")), env=COUNT_PATHS)
-    assert counts == {"2": 3, "1": 0}, counts  # the large projection once an execution; the small never
+    # The large projection once an execution; the small never. Its time on the pool goes to the linear layers' pair:
+    # the thread-time held, and within it the tasks' work.
+    two, one = counts["2"], counts["1"]
+    assert two["pool_handoffs"] == 3 and one["pool_handoffs"] == 0, counts
+    assert 0 < two["linear_work_ns"] <= two["linear_pool_ns"], counts
+    assert not any(value for key, value in two.items() if key.startswith(("attention", "other"))), counts
+    assert not any(one.values()), counts
 
 
 @pytest.mark.parametrize("fmt", BLOCK_FORMATS)

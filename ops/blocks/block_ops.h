@@ -185,7 +185,7 @@ inline bool linear(const FormatKernels& f, const float* x, int64_t tokens, int64
   if (task_count < 2 || static_cast<double>(tokens) * static_cast<double>(n) * static_cast<double>(k) < kSerialWork) {
     run(0, task_count);
   } else {
-    ran = contract::parallel_for(0, task_count, 1, run);
+    ran = contract::parallel_for(0, task_count, 1, run, contract::PoolUser::kLinear);
   }
   elementwise::count(which == Isa::kAvx512 ? elementwise::kAvx512Elements
                          : which == Isa::kAvx2 ? elementwise::kAvx2Elements

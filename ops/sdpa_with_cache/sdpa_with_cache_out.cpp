@@ -514,7 +514,8 @@ bool run(const Geometry& g, const Tensor& query, const Tensor& key, const Tensor
     attend_range(g, t, 0, tasks);
     return true;
   }
-  return contract::parallel_for(0, tasks, 1, [&](int64_t first, int64_t end) { attend_range(g, t, first, end); });
+  return contract::parallel_for(0, tasks, 1, [&](int64_t first, int64_t end) { attend_range(g, t, first, end); },
+                                contract::PoolUser::kAttention);
 }
 
 // ---- Checks: one body for both modes -------------------------------------------------------------------------------
