@@ -27,7 +27,6 @@ aten = torch.ops.aten
 FUSIONS = {"rope": "my_ops::rope", "swiglu": "my_ops::silu_mul",  # fusion -> the op it puts in
            "add_norm": "my_ops::add_rms_norm"}
 _FLOATING = (torch.float32, torch.float16, torch.bfloat16)
-_SLICE_TO_END = 2 ** 63 - 1  # x[..., h:] in the graph: torch.export's end of a slice with no stop
 
 
 @dataclass
