@@ -57,8 +57,9 @@ void rope_rows(const T* x, const T* cos, const T* sin, T* out, int64_t first, in
   const int64_t half = cols / 2;
   for (int64_t r = first; r < end; ++r) {
     const T* xr = x + r * cols;
-    const T* c = cos + table.row_of(r) * cols;
-    const T* s = sin + table.row_of(r) * cols;
+    const int64_t table_row = table.row_of(r) * cols;  // cos and sin share a shape (checked): one index for both
+    const T* c = cos + table_row;
+    const T* s = sin + table_row;
     T* o = out + r * cols;
     if constexpr (std::is_same_v<T, float>) {
       for (int64_t i = 0; i < half; ++i) {
