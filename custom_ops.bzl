@@ -160,5 +160,18 @@ CUSTOM_OPS = {
         "example_program": "add_rms_norm",
         "example_model": "ops.add_rms_norm.add_rms_norm.example",
     },
+    "my_ops::rope_sdpa_with_cache": {
+        "registered_from": "python",
+        "python_module": "ops.rope_sdpa_with_cache.rope_sdpa_with_cache",
+        # sdpa_with_cache's source holds the attention both ops run (ops/sdpa_with_cache/attention.h).
+        "kernel_sources": ["ops/rope_sdpa_with_cache/rope_sdpa_with_cache_out.cpp",
+                           "ops/sdpa_with_cache/sdpa_with_cache_out.cpp"],
+        "without_python_sources": ["ops/rope_sdpa_with_cache/rope_sdpa_with_cache_without_python.cpp"],
+        "runtime_registration": "executorch_library",
+        "reference": "ops.rope_sdpa_with_cache.rope_sdpa_with_cache.rope_sdpa_with_cache_reference",
+        "dtypes": ["float32", "bfloat16"],
+        "example_program": "rope_sdpa_with_cache",
+        "example_model": "ops.rope_sdpa_with_cache.rope_sdpa_with_cache.example",
+    },
     # Add new ops above this line.
 }

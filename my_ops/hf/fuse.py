@@ -5,6 +5,8 @@ EXIR's lowering, it finds patterns a decoder computes in ATen ops and replaces e
   swiglu    silu(gate) * up                                     ->  my_ops::silu_mul(gate, up)  (three -> one)
   add_norm  s = x + residual; my_ops::rms_norm(s, w, eps)       ->  my_ops::add_rms_norm(x, residual, w, eps)
                                                                     (two -> one; s is still an output)
+  attention q, k, v = split(qkv); update_cache(rope(k), kc, p);     ->  my_ops::rope_sdpa_with_cache(qkv, cos, sin,
+            update_cache(v, vc, p); sdpa_with_cache(rope(q), kc, vc, p)      kc, vc, p)   (six -> one)
 
 then merges the copies of one unsqueeze of cos and sin that every layer makes (transformers unsqueezes them per call).
 The patterns are matched on the ops' meaning, not on one model's source: either operand order of a multiply or an add,
@@ -24,8 +26,8 @@ import torch
 from .swap import UnsupportedModelError
 
 aten = torch.ops.aten
-FUSIONS = {"rope": "my_ops::rope", "swiglu": "my_ops::silu_mul",  # fusion -> the op it puts in
-           "add_norm": "my_ops::add_rms_norm"}
+FUSIONS = {"rope": "my_ops::rope", "attention": "my_ops::rope_sdpa_with_cache",  # fusion -> the op it puts in
+           "swiglu": "my_ops::silu_mul", "add_norm": "my_ops::add_rms_norm"}
 _FLOATING = (torch.float32, torch.float16, torch.bfloat16)
 
 
@@ -34,12 +36,14 @@ class Fused:
     """What the pass did: per fusion, how many places it put its op."""
     counts: dict[str, int] = field(default_factory=dict)
     merged_unsqueezes: int = 0
+    gone: frozenset = frozenset()  # my_ops' ops no longer in the graph: all their calls went into fused ops
 
     def missing(self, fusions) -> list[str]:
         return [name for name in fusions if not self.counts.get(name)]
 
     def ops(self) -> tuple[str, ...]:
-        return tuple(FUSIONS[name] for name, count in self.counts.items() if count)
+        """The fused ops the pass put in that are still in the graph (a rope's may have gone into attention)."""
+        return tuple(FUSIONS[name] for name, count in self.counts.items() if count and FUSIONS[name] not in self.gone)
 
     def __str__(self) -> str:
         found = ", ".join(f"{name} x{count}" for name, count in self.counts.items() if count) or "nothing"
@@ -95,7 +99,7 @@ def _broadcasts_to(table, x) -> bool:
 
 
 def _rope_operands(add):
-    """((x, cos, sin), [add]) when `add` computes x * cos + rotate_half(x) * sin (in either order), else None."""
+    """((x, cos, sin), [add], []) when `add` computes x * cos + rotate_half(x) * sin (in either order), else None."""
     if not _is(add, aten.add.Tensor) or len(add.args) != 2 or add.kwargs.get("alpha", 1) != 1:
         return None
     for straight, rotated in (add.args, add.args[::-1]):
@@ -108,12 +112,13 @@ def _rope_operands(add):
             cos = straight.args[1] if straight.args[0] is x else straight.args[0]
             if (_broadcasts_to(cos, x) and _broadcasts_to(sin, x) and _value(cos).shape == _value(sin).shape
                     and _value(add).shape == _value(x).shape):
-                return (x, cos, sin), [add]
+                return (x, cos, sin), [add], []
     return None
 
 
 def _swiglu_operands(mul):
-    """((gate, up), [mul]) when `mul` computes silu(gate) * up (in either order) on one shape and dtype, else None."""
+    """((gate, up), [mul], []) when `mul` computes silu(gate) * up (in either order) on one shape and dtype, else
+    None."""
     if not _is(mul, aten.mul.Tensor) or len(mul.args) != 2:
         return None
     for activation, up in (mul.args, mul.args[::-1]):
@@ -122,12 +127,12 @@ def _swiglu_operands(mul):
         gate = activation.args[0]
         g, u = _value(gate), _value(up)
         if g is not None and u is not None and g.shape == u.shape and g.dtype == u.dtype and g.dtype in _FLOATING:
-            return (gate, up), [mul]
+            return (gate, up), [mul], []
     return None
 
 
 def _add_norm_operands(norm):
-    """((x, residual, weight, eps), [add, norm]) when `norm` is my_ops::rms_norm of the sum of two tensors of one
+    """((x, residual, weight, eps), [add, norm], []) when `norm` is my_ops::rms_norm of the sum of two tensors of one
     shape and dtype (the sum may have other users: it is the next residual), else None."""
     if not _is(norm, "my_ops.rms_norm.default"):
         return None
@@ -138,15 +143,86 @@ def _add_norm_operands(norm):
     if x is None or residual is None or x.shape != residual.shape or x.dtype != residual.dtype:
         return None
     eps = norm.args[2] if len(norm.args) > 2 else norm.kwargs.get("eps", 1e-6)
-    return (*add.args, norm.args[1], eps), [add, norm]
+    return (*add.args, norm.args[1], eps), [add, norm], []
 
 
-_MATCHERS = {"rope": _rope_operands, "swiglu": _swiglu_operands, "add_norm": _add_norm_operands}
-_PATTERNS = {"rope": "x * cos + cat(-x[..., D/2:], x[..., :D/2]) * sin", "swiglu": "silu(gate) * up",
-             "add_norm": "my_ops::rms_norm(x + residual)"}
-# The ops a matched pattern is made of: erased once nothing uses them (never an op with an effect).
+def _rotation(node):
+    """(x, cos, sin) when `node` rotates x: my_ops::rope (the rope fusion ran first) or its ATen pattern."""
+    if _is(node, "my_ops.rope.default"):
+        return tuple(node.args[:3])
+    match = _rope_operands(node)
+    return match[0] if match else None
+
+
+def _heads_of(view, split, index: int, length, heads_dim):
+    """The head count when `view` is split's output `index` viewed as [B, T, heads, heads_dim], else None."""
+    if not (_is(view, aten.view.default) and _is(view.args[0], operator.getitem) and view.args[0].args[0] is split
+            and view.args[0].args[1] == index):
+        return None
+    shape = _value(view).shape
+    return shape[2] if len(shape) == 4 and shape[1] == length and shape[3] == heads_dim else None
+
+
+def _table_of(table):
+    """cos (or sin) [B or 1, T, D] when `table` is it unsqueezed at the heads' dimension, else None."""
+    if not (_is(table, aten.unsqueeze.default) and table.args[1] in (2, -2) and _value(table.args[0]) is not None
+            and _value(table.args[0]).dim() == 3):
+        return None
+    return table.args[0]
+
+
+def _cache_write(cache, start):
+    """The one my_ops::update_cache of `cache` at `start` whose result nothing reads, when the cache has no other
+    user than it and attention."""
+    writes = [user for user in cache.users if _is(user, "my_ops.update_cache.default")]
+    if len(writes) != 1 or len(cache.users) != 2 or writes[0].users or writes[0].args[2] is not start:
+        return None
+    return writes[0]
+
+
+def _attention_operands(sdpa):
+    """((qkv, cos, sin, key_cache, value_cache, start, scale), [sdpa], [the two cache writes]) when `sdpa` attends
+    with the rotated q over caches just written with the rotated k and v, all three split from one projection, else
+    None."""
+    if not _is(sdpa, "my_ops.sdpa_with_cache.default"):
+        return None
+    query, keys, values, start = sdpa.args[:4]
+    scale = sdpa.args[4] if len(sdpa.args) > 4 else sdpa.kwargs.get("scale")
+    key_write, value_write = _cache_write(keys, start), _cache_write(values, start)
+    q_rotation = _rotation(query)
+    k_rotation = key_write and _rotation(key_write.args[0])
+    if not (key_write and value_write and q_rotation and k_rotation):
+        return None
+    (q, cos, sin), (k, k_cos, k_sin), v = q_rotation, k_rotation, value_write.args[0]
+    if not (_is(q, aten.view.default) and _is(q.args[0], operator.getitem)):
+        return None
+    split = q.args[0].args[0]
+    if not _is(split, aten.split_with_sizes.default) or split.args[2:] not in ((-1,), (2,)):
+        return None
+    qkv, (batch, length, heads, head_dim) = split.args[0], _value(q).shape
+    kv_heads = _heads_of(k, split, 1, length, head_dim)
+    if kv_heads is None or _heads_of(v, split, 2, length, head_dim) != kv_heads or _value(qkv).dim() != 3:
+        return None
+    if list(split.args[1]) != [heads * head_dim, kv_heads * head_dim, kv_heads * head_dim]:
+        return None
+    cos_rows, sin_rows = _table_of(cos), _table_of(sin)
+    if (cos_rows is None or sin_rows is None or _table_of(k_cos) is not cos_rows or _table_of(k_sin) is not sin_rows
+            or _value(qkv).dtype not in (torch.float32, torch.bfloat16)):
+        return None
+    return (qkv, cos_rows, sin_rows, keys, values, start, scale), [sdpa], [key_write, value_write]
+
+
+_MATCHERS = {"rope": _rope_operands, "attention": _attention_operands, "swiglu": _swiglu_operands,
+             "add_norm": _add_norm_operands}
+_PATTERNS = {"rope": "x * cos + cat(-x[..., D/2:], x[..., :D/2]) * sin",
+             "attention": "my_ops::sdpa_with_cache of rotated q over caches just written with rotated k and v, all "
+                          "split from one projection",
+             "swiglu": "silu(gate) * up", "add_norm": "my_ops::rms_norm(x + residual)"}
+# The ops a matched pattern is made of: erased once nothing uses them (never an op with an effect: a matcher names the
+# writes its op takes over, and only those are erased).
 _PURE = (aten.add.Tensor, aten.mul.Tensor, aten.cat.default, aten.neg.default, aten.slice.Tensor, aten.silu.default,
-         aten.unsqueeze.default, "my_ops.rms_norm.default")
+         aten.unsqueeze.default, aten.view.default, aten.split_with_sizes.default, operator.getitem,
+         "my_ops.rms_norm.default", "my_ops.rope.default", "my_ops.sdpa_with_cache.default")
 
 
 def _erase_unused(graph: torch.fx.Graph, node, erased: set) -> None:
@@ -159,6 +235,12 @@ def _erase_unused(graph: torch.fx.Graph, node, erased: set) -> None:
             graph.erase_node(n)
             erased.add(n)
             pending.extend(inputs)
+
+
+def _my_ops(graph: torch.fx.Graph) -> set[str]:
+    """The my_ops ops the graph calls, as "my_ops::rope"."""
+    return {"my_ops::" + str(n.target).split(".")[1] for n in graph.nodes
+            if n.op == "call_function" and str(n.target).startswith("my_ops.")}
 
 
 def _op(name: str):
@@ -190,14 +272,14 @@ def fuse(exported: torch.export.ExportedProgram, fusions=None) -> Fused:
     if unknown := [name for name in wanted if name not in FUSIONS]:
         raise UnsupportedModelError(f"unknown fusion(s) {unknown}: choose from {sorted(FUSIONS)}")
     graph = exported.graph_module.graph
-    report, erased = Fused(counts={name: 0 for name in wanted}), set()
+    report, erased, before = Fused(counts={name: 0 for name in wanted}), set(), _my_ops(graph)
     for name in wanted:
         op = _op(name)
         for node in list(graph.nodes):
             match = None if node in erased else _MATCHERS[name](node)
             if match is None:
                 continue
-            operands, replaced = match
+            operands, replaced, taken_over = match
             with graph.inserting_before(replaced[0]):
                 fused = graph.call_function(op, operands)
                 outputs = [fused] if len(replaced) == 1 else [
@@ -207,10 +289,17 @@ def fuse(exported: torch.export.ExportedProgram, fusions=None) -> Fused:
             for old, new in zip(replaced, outputs):
                 new.meta = dict(old.meta)
                 old.replace_all_uses_with(new)
+            for write in taken_over:  # the fused op writes what these wrote; nothing reads their results
+                inputs = write.all_input_nodes
+                graph.erase_node(write)
+                erased.add(write)
+                for node_input in inputs:
+                    _erase_unused(graph, node_input, erased)
             for old in reversed(replaced):
                 _erase_unused(graph, old, erased)
             report.counts[name] += 1
     report.merged_unsqueezes = _merge_repeated_unsqueezes(graph)
+    report.gone = frozenset((before | {FUSIONS[name] for name in wanted if report.counts[name]}) - _my_ops(graph))
     exported.graph_module.recompile()
     if fusions is not None and (missing := report.missing(wanted)):
         raise UnsupportedModelError(

@@ -1,13 +1,13 @@
-// The kernel of my_ops::rope.out (rope.py registers the op with PyTorch): per row of D elements of x,
-// out[i] = x[i] * cos[i] - x[i + D/2] * sin[i] and out[i + D/2] = x[i + D/2] * cos[i + D/2] + x[i] * sin[i + D/2], the
-// row of cos and sin picked by broadcasting (a dimension of size 1 repeats). Bit for bit the ATen reference: each
-// product and the sum rounded to the dtype as ATen's separate ops round them (no contraction: -ffp-contract=off).
+// The kernel of my_ops::rope.out (rope.py registers the op with PyTorch): each row of D elements of x rotated by
+// rope_rows.h with its row of cos and sin, picked by broadcasting (a dimension of size 1 repeats). Bit for bit the
+// ATen reference: each product and the sum rounded to the dtype as ATen's separate ops round them.
 // ExecuTorch mode: the runtime kernel; ATen mode (-DUSE_ATEN_LIB): the CPU kernel rope_without_python.cpp registers
 // for processes without Python (AOTInductor's C++ runner).
 #include <array>
 
 #include "kernel_helpers/kernel_contract.h"
 #include "kernel_helpers/row_wise.h"
+#include "ops/rope/rope_rows.h"
 
 namespace custom {
 namespace native {
@@ -47,35 +47,11 @@ struct Broadcast {
 };
 
 template <typename T>
-inline T rounded(float v) {
-  return static_cast<T>(v);
-}
-
-template <typename T>
 void rope_rows(const T* x, const T* cos, const T* sin, T* out, int64_t first, int64_t end, int64_t cols,
                const Broadcast& table) {
-  const int64_t half = cols / 2;
   for (int64_t r = first; r < end; ++r) {
-    const T* xr = x + r * cols;
     const int64_t table_row = table.row_of(r) * cols;  // cos and sin share a shape (checked): one index for both
-    const T* c = cos + table_row;
-    const T* s = sin + table_row;
-    T* o = out + r * cols;
-    if constexpr (std::is_same_v<T, float>) {
-      for (int64_t i = 0; i < half; ++i) {
-        o[i] = xr[i] * c[i] + (-xr[i + half]) * s[i];
-      }
-      for (int64_t i = half; i < cols; ++i) {
-        o[i] = xr[i] * c[i] + xr[i - half] * s[i];
-      }
-    } else {
-      for (int64_t i = 0; i < cols; ++i) {
-        const float rotated = i < half ? -static_cast<float>(xr[i + half]) : static_cast<float>(xr[i - half]);
-        const float a = static_cast<float>(rounded<T>(static_cast<float>(xr[i]) * static_cast<float>(c[i])));
-        const float b = static_cast<float>(rounded<T>(rotated * static_cast<float>(s[i])));
-        o[i] = rounded<T>(a + b);
-      }
-    }
+    rope::rotate_row<T>(x + r * cols, cos + table_row, sin + table_row, out + r * cols, cols);
   }
 }
 

@@ -15,6 +15,7 @@
 
 #include "kernel_helpers/elementwise_loop.h"
 #include "kernel_helpers/kernel_contract.h"
+#include "ops/sdpa_with_cache/attention.h"
 
 // The project builds with -ffp-contract=off so that elementwise kernels equal ATen bit for bit. This op promises a
 // tolerance, not bits (custom_ops.bzl), so its own functions may fuse a multiply and an add into one FMA where the ISA
@@ -33,7 +34,6 @@ constexpr const char* kOp = "my_ops::sdpa_with_cache.out";
 using Dtypes = contract::DtypeSet<ScalarType::Float, ScalarType::BFloat16>;
 
 constexpr int64_t kPositionsPerBlock = 64;  // scores kept per query row between the two passes over a block
-constexpr int64_t kRowsPerTask = 32;        // query rows (query position x head) a task carries through the cache
 constexpr int64_t kPositionsPerSweep = 8;   // V rows accumulated per head before the next head, when a task has several
 constexpr int64_t kPrefetchPositions = 16;  // how far ahead of the scores the K and V rows are asked for
 constexpr int64_t kCacheLine = 64;          // bytes a prefetch brings
@@ -267,29 +267,8 @@ CUSTOM_OPS_INLINE void add_weighted_rows(float* acc, const float* w, const T* v,
 }
 
 // ---- The attention ------------------------------------------------------------------------------------------------
-struct Geometry {
-  int64_t batch, length, heads, kv_heads, head_dim, positions, start;
-  float scale;
-  int64_t threads;
-
-  int64_t group() const { return heads / kv_heads; }
-  // A task: `kv_heads_per_task()` adjacent kv heads, each with its `group()` query heads, at up to this many
-  // consecutive query positions.
-  int64_t queries_per_task() const {
-    return std::max<int64_t>(1, std::min<int64_t>(kRowsPerTask / group(), length));
-  }
-  int64_t query_blocks() const { return length == 0 ? 0 : (length + queries_per_task() - 1) / queries_per_task(); }
-  // Adjacent kv heads share a task while it still carries at most kRowsPerTask rows and the tasks still cover the
-  // threads: at decode a cached position's K (or V) row then holds a task's heads side by side, and the task reads it
-  // as one run of memory instead of one head's row every positions * kv_heads * head_dim elements.
-  int64_t kv_heads_per_task() const {
-    const int64_t rows_per_head = group() * queries_per_task();
-    const int64_t spare = batch * kv_heads * query_blocks() / std::max<int64_t>(1, threads);
-    return std::clamp<int64_t>(std::min(spare, kRowsPerTask / rows_per_head), 1, kv_heads);
-  }
-  int64_t kv_blocks() const { return (kv_heads + kv_heads_per_task() - 1) / kv_heads_per_task(); }
-  int64_t tasks() const { return batch * kv_blocks() * query_blocks(); }
-};
+using attention::Geometry;
+using attention::Tensors;
 
 // What one task covers: batch entry b, kv heads [h0, h0 + heads), query positions [first, first + head_rows / group),
 // head_rows query rows per kv head.
@@ -305,14 +284,6 @@ struct Task {
     head_rows = (std::min(g.length, first + g.queries_per_task()) - first) * g.group();
   }
   int64_t rows() const { return heads * head_rows; }
-};
-
-template <typename T>
-struct Tensors {
-  const T* query;  // [B, T, H, D]
-  const T* key;    // [B, S, H_kv, D]
-  const T* value;
-  T* out;          // [B, T, H, D]
 };
 
 // One task: kv heads [h0, h0 + heads_here), rows R = hh * head_rows + r for kv head h0 + hh, with
@@ -503,10 +474,12 @@ void attend_range(const Geometry& g, const Tensors<T>& t, int64_t first, int64_t
   elementwise::count(path, static_cast<uint64_t>(rows * g.head_dim));
 }
 
+} // namespace
+
+namespace attention {
+
 template <typename T>
-bool run(const Geometry& g, const Tensor& query, const Tensor& key, const Tensor& value, Tensor& out) {
-  const Tensors<T> t{query.template const_data_ptr<T>(), key.template const_data_ptr<T>(),
-                     value.template const_data_ptr<T>(), out.template mutable_data_ptr<T>()};
+bool attend_all(const Geometry& g, const Tensors<T>& t) {
   const int64_t tasks = g.tasks();
   // Multiply-adds of the whole call, roughly: small calls stay on the calling thread.
   const double work = static_cast<double>(g.batch * g.heads * g.length) * (g.start + g.length) * g.head_dim;
@@ -516,6 +489,19 @@ bool run(const Geometry& g, const Tensor& query, const Tensor& key, const Tensor
   }
   return contract::parallel_for(0, tasks, 1, [&](int64_t first, int64_t end) { attend_range(g, t, first, end); },
                                 contract::PoolUser::kAttention);
+}
+
+template bool attend_all<float>(const Geometry&, const Tensors<float>&);
+template bool attend_all<c10::BFloat16>(const Geometry&, const Tensors<c10::BFloat16>&);
+
+} // namespace attention
+
+namespace {
+
+template <typename T>
+bool run(const Geometry& g, const Tensor& query, const Tensor& key, const Tensor& value, Tensor& out) {
+  return attention::attend_all<T>(g, Tensors<T>{query.template const_data_ptr<T>(), key.template const_data_ptr<T>(),
+                                                value.template const_data_ptr<T>(), out.template mutable_data_ptr<T>()});
 }
 
 // ---- Checks: one body for both modes -------------------------------------------------------------------------------

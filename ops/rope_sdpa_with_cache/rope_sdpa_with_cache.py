@@ -1,0 +1,185 @@
+"""Step 1 of the rope_sdpa_with_cache flow: registers my_ops::rope_sdpa_with_cache with PyTorch from Python, a decoder
+layer's attention from its fused q/k/v projection in one op:
+
+  rope_sdpa_with_cache(Tensor qkv, Tensor cos, Tensor sin, Tensor(a!) key_cache, Tensor(b!) value_cache,
+                       SymInt start_pos, float? scale=None) -> Tensor
+
+qkv [B, T, (H + 2 H_kv) D] holds each new position's H query heads, then H_kv key heads, then H_kv value heads; cos
+and sin [B or 1, T, D] their rotary embedding. q and k are rotated (my_ops::rope's rotate-half form), k and v written
+into the caches [B, S, H_kv, D] at positions start_pos.., and the rotated q attends over them causally, as
+my_ops::sdpa_with_cache does; the result is [B, T, H, D]. Where a program ran a split, two ropes, two update_caches
+and sdpa_with_cache, it runs this op once (my_ops.hf's export pass, fuse.py, puts it there). The runtime kernel is
+rope_sdpa_with_cache_out.cpp.
+
+Importing this module registers the op and does nothing else (it imports only torch).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+DTYPES = (torch.float32, torch.bfloat16)
+
+
+def _name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")  # float32: the runtime kernel's spelling
+
+
+def _check(op: str, qkv, cos, sin, key_cache, value_cache, start_pos, scale, out=None) -> None:
+    """The runtime kernel's checks and messages, in its order (rope_sdpa_with_cache_out.cpp), so both refuse alike."""
+    torch._check(qkv.dtype in DTYPES, lambda: f"{op}: qkv has unsupported dtype {_name(qkv.dtype)}; supported: "
+                                              f"{', '.join(map(_name, DTYPES))}")
+    for name, t in (("cos", cos), ("sin", sin), ("key_cache", key_cache), ("value_cache", value_cache), ("out", out)):
+        torch._check(t is None or t.dtype == qkv.dtype,
+                     lambda: f"{op}: {name} has dtype {_name(t.dtype)} but qkv has {_name(qkv.dtype)}; they must "
+                             "match")
+    torch._check(qkv.dim() == 3 and key_cache.dim() == 4,
+                 lambda: f"{op}: qkv {list(qkv.shape)} must be [batch, length, (heads + 2 * kv_heads) * head_dim] and "
+                         f"key_cache {list(key_cache.shape)} [batch, positions, kv_heads, head_dim]")
+    torch._check(value_cache.shape == key_cache.shape,
+                 lambda: f"{op}: value_cache {list(value_cache.shape)} must have key_cache's shape "
+                         f"{list(key_cache.shape)}")
+    batch, length, width = qkv.shape
+    torch._check(key_cache.shape[0] == batch,
+                 lambda: f"{op}: key_cache {list(key_cache.shape)} holds batch {key_cache.shape[0]} but qkv "
+                         f"{list(qkv.shape)} has batch {batch}")
+    positions, kv_heads, head_dim = key_cache.shape[1:]
+    torch._check(head_dim > 0 and head_dim % 2 == 0 and kv_heads > 0,
+                 lambda: f"{op}: key_cache {list(key_cache.shape)} must have kv heads and an even head_dim (the rotary "
+                         "embedding rotates its halves)")
+    heads = width // head_dim - 2 * kv_heads
+    torch._check(width % head_dim == 0 and heads >= kv_heads and heads % kv_heads == 0,
+                 lambda: f"{op}: qkv's last dimension {width} is not (heads + 2 * {kv_heads}) * {head_dim} for a "
+                         f"number of query heads that is a multiple of the cache's {kv_heads} kv heads")
+    for name, t in (("cos", cos), ("sin", sin)):
+        torch._check(t.dim() == 3 and t.shape[0] in (1, batch) and t.shape[1] == length and t.shape[2] == head_dim,
+                     lambda: f"{op}: {name} {list(t.shape)} must be [1 or {batch}, {length}, {head_dim}]: a row per "
+                             "new position, shared by the heads")
+    torch._check(cos.shape == sin.shape,
+                 lambda: f"{op}: cos {list(cos.shape)} and sin {list(sin.shape)} differ; give both the same shape")
+    torch._check(start_pos >= 0 and start_pos + length <= positions,
+                 lambda: f"{op}: {length} positions at start_pos {start_pos} need cache positions up to "
+                         f"{start_pos + length} but the cache holds {positions}"
+                         f"{' (start_pos is negative)' if start_pos < 0 else ''}; start_pos + length must be within "
+                         "[0, positions]")
+    torch._check(scale is None or math.isfinite(scale),
+                 lambda: f"{op}: scale {scale} is not finite; pass a finite scale or None for 1/sqrt(head_dim)")
+
+
+def rope_sdpa_with_cache_reference(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, key_cache: torch.Tensor,
+                                   value_cache: torch.Tensor, start_pos: int, scale: float | None = None):
+    """The op in ATen ops, declared as its reference: transformers' rotate_half on q and k, the caches written by
+    slice assignment, then ATen's SDPA in float32 over the filled positions, causally masked, rounded once. Mutates
+    the caches like the op."""
+    batch, length, width = qkv.shape
+    kv_heads, head_dim = key_cache.shape[2:]
+    heads = width // head_dim - 2 * kv_heads
+    q, k, v = qkv.view(batch, length, heads + 2 * kv_heads, head_dim).split([heads, kv_heads, kv_heads], dim=2)
+    cos, sin, half = cos[:, :, None], sin[:, :, None], head_dim // 2
+
+    def rotated(x):
+        return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
+
+    q = rotated(q)
+    key_cache[:, start_pos:start_pos + length] = rotated(k)
+    value_cache[:, start_pos:start_pos + length] = v
+    end, group = start_pos + length, heads // kv_heads
+    keys = key_cache[:, :end].float().transpose(1, 2).repeat_interleave(group, dim=1)
+    values = value_cache[:, :end].float().transpose(1, 2).repeat_interleave(group, dim=1)
+    allowed = torch.arange(end)[None, :] <= (start_pos + torch.arange(length))[:, None]
+    out = F.scaled_dot_product_attention(q.float().transpose(1, 2), keys, values, attn_mask=allowed, scale=scale)
+    return out.transpose(1, 2).to(qkv.dtype)
+
+
+def _rotate_write_attend(op: str, qkv, cos, sin, key_cache, value_cache, start_pos, scale):
+    """PyTorch's kernel: the rotations and writes in ATen ops (rope's bits), then my_ops::sdpa_with_cache's own C++
+    kernel, so that eager PyTorch gives the runtime's bits, fused or not."""
+    batch, length, width = qkv.shape
+    kv_heads, head_dim = key_cache.shape[2:]
+    heads = width // head_dim - 2 * kv_heads
+    q, k, v = qkv.view(batch, length, heads + 2 * kv_heads, head_dim).split([heads, kv_heads, kv_heads], dim=2)
+    cos, sin, half = cos[:, :, None], sin[:, :, None], head_dim // 2
+    q, k = (x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin for x in (q, k))
+    key_cache[:, start_pos:start_pos + length] = k
+    value_cache[:, start_pos:start_pos + length] = v
+    if not hasattr(torch.ops.my_ops, "sdpa_with_cache"):
+        raise RuntimeError(f"{op}: PyTorch's kernel attends with my_ops::sdpa_with_cache, which is registered from "
+                           "C++: load the build's libcustom_ops_aot_lib.so (torch.ops.load_library) first")
+    return torch.ops.my_ops.sdpa_with_cache(q.contiguous(), key_cache, value_cache, start_pos, scale)
+
+
+def _register() -> torch.library.Library:
+    lib = torch.library.Library("my_ops", "FRAGMENT")
+    lib.define("rope_sdpa_with_cache(Tensor qkv, Tensor cos, Tensor sin, Tensor(a!) key_cache, "
+               "Tensor(b!) value_cache, SymInt start_pos, float? scale=None) -> Tensor")
+    lib.define("rope_sdpa_with_cache.out(Tensor qkv, Tensor cos, Tensor sin, Tensor(a!) key_cache, "
+               "Tensor(b!) value_cache, SymInt start_pos, float? scale=None, *, Tensor(c!) out) -> Tensor(c!)")
+    functional, out_variant = "my_ops::rope_sdpa_with_cache", "my_ops::rope_sdpa_with_cache.out"
+
+    def output_shape(qkv, key_cache):
+        kv_heads, head_dim = key_cache.shape[2:]
+        return (*qkv.shape[:2], qkv.shape[2] // head_dim - 2 * kv_heads, head_dim)
+
+    def compute(qkv, cos, sin, key_cache, value_cache, start_pos, scale=None):
+        _check(functional, qkv, cos, sin, key_cache, value_cache, start_pos, scale)
+        return _rotate_write_attend(functional, qkv, cos, sin, key_cache, value_cache, start_pos, scale)
+
+    def compute_out(qkv, cos, sin, key_cache, value_cache, start_pos, scale=None, *, out):
+        _check(out_variant, qkv, cos, sin, key_cache, value_cache, start_pos, scale, out)
+        result = _rotate_write_attend(out_variant, qkv, cos, sin, key_cache, value_cache, start_pos, scale)
+        return out.resize_(result.shape).copy_(result)
+
+    def fake(qkv, cos, sin, key_cache, value_cache, start_pos, scale=None):
+        _check(functional, qkv, cos, sin, key_cache, value_cache, start_pos, scale)
+        return qkv.new_empty(output_shape(qkv, key_cache))
+
+    def fake_out(qkv, cos, sin, key_cache, value_cache, start_pos, scale=None, *, out):
+        _check(out_variant, qkv, cos, sin, key_cache, value_cache, start_pos, scale, out)
+        return out.resize_(output_shape(qkv, key_cache))
+
+    torch.library.impl(functional, "CompositeExplicitAutograd", lib=lib)(compute)
+    torch.library.impl(out_variant, "CompositeExplicitAutograd", lib=lib)(compute_out)
+    torch.library.register_fake(functional, fake, lib=lib)
+    torch.library.impl(out_variant, "Meta", lib=lib)(fake_out)
+    return lib
+
+
+MAX_SEQ, HEADS, KV_HEADS, HEAD_DIM = 16, 4, 2, 8  # grouped: two query heads per kv head
+
+
+class FusedAttentionExample(torch.nn.Module):
+    """A decoder layer's attention after its fused projection: rotate, write the caches at `position`, attend."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("k_cache", torch.zeros(1, MAX_SEQ, KV_HEADS, HEAD_DIM))
+        self.register_buffer("v_cache", torch.zeros(1, MAX_SEQ, KV_HEADS, HEAD_DIM))
+
+    def forward(self, qkv, cos, sin, position):
+        start = position.item()
+        torch._check(start >= 0)
+        torch._check(start + qkv.shape[1] <= MAX_SEQ)
+        return torch.ops.my_ops.rope_sdpa_with_cache(qkv, cos, sin, self.k_cache, self.v_cache, start,
+                                                     1 / math.sqrt(HEAD_DIM) * 0.9)
+
+
+def example():
+    """(model, runs): three steps of two new positions each (0-1, 2-3, 4-5): each reads what the previous wrote, at
+    Llama's angles."""
+    generator = torch.Generator().manual_seed(5)
+    runs = []
+    for step in range(3):
+        positions = torch.arange(2 * step, 2 * step + 2, dtype=torch.float32)
+        angles = positions[:, None] * (10000.0 ** (-torch.arange(0, HEAD_DIM // 2, dtype=torch.float32) /
+                                                   (HEAD_DIM // 2)))
+        angles = torch.cat((angles, angles), dim=-1)[None]
+        qkv = torch.randn(1, 2, (HEADS + 2 * KV_HEADS) * HEAD_DIM, generator=generator)
+        runs.append((qkv, angles.cos(), angles.sin(), torch.tensor([2 * step])))
+    return FusedAttentionExample(), runs
+
+
+# Once per process: a copy of this module registered first (e.g. the my_ops wheel's) leaves the op defined.
+_lib = None if hasattr(torch.ops.my_ops, "rope_sdpa_with_cache") else _register()
