@@ -734,20 +734,48 @@ CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_BLOCKS_INLINE void rows_avx512(const Task& tas
   }
 }
 
-// Rows eight at a time at decode (each activation load feeding eight rows, eight sums in flight: about 6% faster than
-// four over SmolLM2's weights, which stream from memory) and two at a time for more tokens.
+// One row against one token, read front to back as one stream, four sums in flight. At decode the weights stream from
+// memory, and the hardware prefetcher follows one sequential stream best: on the AMD EPYC this reads ~38 GB/s on one
+// thread (95% of a plain read) where eight rows interleaved, each prefetched a tile ahead, read ~25-33.
+template <class E>
+CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_BLOCKS_INLINE void row_decode_avx512(const Task& task, int64_t r, int64_t t) {
+  const int64_t k = task.k;
+  const E* w = static_cast<const E*>(task.weight) + r * k;
+  const float* x = task.x + t * k;
+  __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+  int64_t j = 0;
+  for (; j + 64 <= k; j += 64) {
+    CUSTOM_OPS_UNROLL
+    for (int a = 0; a < 4; ++a) {
+      acc[a] = _mm512_fmadd_ps(load_weights(w + j + 16 * a, 0xFFFF), _mm512_loadu_ps(x + j + 16 * a), acc[a]);
+    }
+  }
+  for (int a = 0; j < k; j += 16, ++a) {
+    const __mmask16 mask = k - j >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (k - j)) - 1);
+    acc[a] = _mm512_fmadd_ps(load_weights(w + j, mask), _mm512_maskz_loadu_ps(mask, x + j), acc[a]);
+  }
+  task.out[t * task.n + r] =
+      _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3])));
+}
+
+// Rows one at a time at decode (above), two at a time for more tokens (each weight load feeding T tokens).
 template <class E>
 struct RowTiles {
   template <int T>
   CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_BLOCKS_INLINE static void run(const Task& task, int64_t t0, int64_t first,
                                                                   int64_t end) {
-    constexpr int R = T == 1 ? 8 : 2;
-    int64_t r = first;
-    for (; r + R <= end; r += R) {
-      rows_avx512<E, R, T>(task, r, t0);
-    }
-    for (; r < end; ++r) {
-      rows_avx512<E, 1, T>(task, r, t0);
+    if constexpr (T == 1) {
+      for (int64_t r = first; r < end; ++r) {
+        row_decode_avx512<E>(task, r, t0);
+      }
+    } else {
+      int64_t r = first;
+      for (; r + 2 <= end; r += 2) {
+        rows_avx512<E, 2, T>(task, r, t0);
+      }
+      for (; r < end; ++r) {
+        rows_avx512<E, 1, T>(task, r, t0);
+      }
     }
   }
 };

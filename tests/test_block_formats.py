@@ -197,6 +197,24 @@ def test_strided_inputs_and_outputs_give_the_dense_results(fmt, aot_ops):
     assert torch.equal(rows, embedding(weight, indices.contiguous(), fmt))
 
 
+@pytest.mark.parametrize("fmt", ["F32", "F16", "BF16"])
+@pytest.mark.parametrize("tokens", [1, 3])
+def test_activations_off_a_cache_line_give_the_aligned_results(fmt, tokens, aot_ops):
+    # ExecuTorch's memory plan aligns tensors to 16 bytes: the row formats copy such activations to a line-aligned
+    # buffer first (ops/blocks/block_ops.h). The copy must carry every element: the same bits as from an aligned x.
+    generator = torch.Generator().manual_seed(6)
+    inputs = 200  # a tail after whole vectors
+    weight = blocks_module().random_weight(fmt, 40, inputs, generator)
+    storage = torch.randn(tokens * inputs + 16, generator=generator)
+    for offset in (1, 4, 12):  # 4, 16 and 48 bytes off a 64-byte line
+        x = storage[offset:offset + tokens * inputs].view(tokens, inputs)
+        assert x.data_ptr() % 64 != 0 and x.is_contiguous()
+        aligned = x.clone()
+        assert aligned.data_ptr() % 64 == 0
+        expected = torch.ops.my_ops.linear_blocks(aligned, weight, fmt)
+        assert torch.equal(torch.ops.my_ops.linear_blocks(x, weight, fmt), expected), offset
+
+
 @pytest.mark.parametrize("fmt", ["Q8_0", "Q4_0", "Q4_1"])
 def test_packed_weights_read_back_as_the_format_defines(fmt):
     # my_ops.hf packs at export what the kernels read; the op's reference (written apart from it) reads it back: every
