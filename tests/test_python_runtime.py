@@ -83,6 +83,32 @@ def test_the_loaded_method_holds_its_program(load_method, mul3_pte):
     assert program() is None  # and released with it: nothing is kept for ever
 
 
+def test_checked_loading_hands_the_runtime_the_checked_bytes_in_a_sealed_file(load_method, mul3_pte, tmp_path):
+    # The runtime maps a program it loads from a file at a page boundary (its tensors stay on cache lines); the file is
+    # an in-memory copy of the checked bytes that nobody can change: not the .pte, which may change after the check.
+    import os
+    import shutil
+
+    from flow.runtime import _as_file
+
+    data = open(mul3_pte, "rb").read()
+    fd = _as_file(data)
+    try:
+        assert os.pread(fd, len(data) + 1, 0) == data
+        with pytest.raises(PermissionError):
+            os.pwrite(fd, b"x", 0)
+        with pytest.raises(PermissionError):
+            os.ftruncate(fd, 1)
+    finally:
+        os.close(fd)
+    copy = shutil.copy(mul3_pte, tmp_path / "mul3.pte")
+    method = load_method(copy)
+    x = torch.randn(2, 3)
+    before = method.execute([x])[0]
+    open(copy, "wb").write(bytes(len(data)))  # the file is gone to zeros; the method runs what was checked
+    assert torch.equal(method.execute([x])[0], before) and torch.equal(before, x * 3)
+
+
 @pytest.mark.parametrize("edit, runner_message, python_message", [
     (lambda plan: plan.outputs.__setitem__(0, 2**31 - 1), "output 0 refers to no valid value",
      "output 0 refers to value 2147483647, but the method has"),
