@@ -177,8 +177,10 @@ def llama_cpp_rows(gguf: str, rounds: int) -> dict[str, dict]:
                    **llama_cpp.bench(path, THREADS, PROMPT_TOKENS, NEW_TOKENS, rounds)} for kind, path in files.items()}
 
 
-CATEGORIES = (("linear layers and embedding", r"linear_|embedding_"), ("attention (sdpa_with_cache)", r"sdpa"),
-              ("KV cache writes (update_cache)", r"update_cache"), ("norms (rms_norm)", r"rms_norm"))
+CATEGORIES = (("linear layers and embedding", r"linear_|embedding_"),
+              ("attention (rope_sdpa_with_cache: rotations and cache writes in it; or sdpa_with_cache)", r"sdpa"),
+              ("KV cache writes (update_cache, where not fused)", r"update_cache"),
+              ("norms (add_rms_norm, rms_norm)", r"rms_norm"))
 
 
 def decode_profile(runner: str, pte: str, ids: list[int]) -> dict:
