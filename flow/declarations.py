@@ -101,6 +101,11 @@ class DeclaredOp:
             raise DeclarationError(f"{self.name}: its reference {self.reference!r} cannot be imported ({err}); "
                                    "declare a function computing the op with ATen ops, as 'module.function'") from None
 
+    def mutates_an_argument(self) -> bool:
+        """Whether the op writes an argument in place (a cache: `Tensor(a!) cache` in its schema; the op must be
+        registered). EXIR turns such a call back into an in-place one without its debug handle."""
+        return any(a.alias_info is not None and a.alias_info.is_write for a in self.packet().default._schema.arguments)
+
     def is_registered(self) -> bool:
         import torch
 
