@@ -52,7 +52,8 @@ def export_program(model: torch.nn.Module, *, max_seq_len: int = 256, quantize: 
     "rope", "swiglu", "add_norm"); None puts in each one whose pattern the model computes and warns naming the others, a list
     requires each (refused by name where the model lacks it), () puts in none. Checks that every custom op of the
     precision reached the program's own kernels."""
-    from executorch.exir import EdgeCompileConfig, to_edge
+    from executorch.exir import EdgeCompileConfig, ExecutorchBackendConfig, to_edge
+    from executorch.exir.passes import MemoryPlanningPass
 
     decoder = prepare(model, max_seq_len=max_seq_len, quantize=quantize, keep_unknown_norms=keep_unknown_norms)
     inputs, dynamic_shapes = decoder.example_inputs(), decoder.dynamic_shapes()
@@ -80,9 +81,12 @@ def export_program(model: torch.nn.Module, *, max_seq_len: int = 256, quantize: 
                                     "delegated): the swap did not take")
     # The caches start uninitialized (their zeros are not stored in the program): every position attention reads was
     # written by this generation first, since my_ops::sdpa_with_cache reads only positions before start + T.
+    # Planned tensors (the caches, the activations) on cache lines: a kernel's 64-byte loads then touch one line each
+    # where the runtime allocates the plan on one (the project's runner does; the default plans to 16 bytes).
+    config = ExecutorchBackendConfig(memory_planning_pass=MemoryPlanningPass(alignment=64))
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Mutation on a buffer in the model is detected")
-        return edge.to_executorch()
+        return edge.to_executorch(config)
 
 
 def export_checkpoint(checkpoint, *, max_seq_len: int = 256, quantize: str | None = None):
