@@ -28,6 +28,12 @@ def _name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")  # float32: the runtime kernel's spelling
 
 
+def _heads(qkv, key_cache) -> tuple[int, int, int]:
+    """(query heads, kv heads, head_dim): qkv's last dimension holds (heads + 2 * kv_heads) * head_dim."""
+    kv_heads, head_dim = key_cache.shape[2:]
+    return qkv.shape[2] // head_dim - 2 * kv_heads, kv_heads, head_dim
+
+
 def _check(op: str, qkv, cos, sin, key_cache, value_cache, start_pos, scale, out=None) -> None:
     """The runtime kernel's checks and messages, in its order (rope_sdpa_with_cache_out.cpp), so both refuse alike."""
     torch._check(qkv.dtype in DTYPES, lambda: f"{op}: qkv has unsupported dtype {_name(qkv.dtype)}; supported: "
@@ -50,7 +56,7 @@ def _check(op: str, qkv, cos, sin, key_cache, value_cache, start_pos, scale, out
     torch._check(head_dim > 0 and head_dim % 2 == 0 and kv_heads > 0,
                  lambda: f"{op}: key_cache {list(key_cache.shape)} must have kv heads and an even head_dim (the rotary "
                          "embedding rotates its halves)")
-    heads = width // head_dim - 2 * kv_heads
+    heads = _heads(qkv, key_cache)[0]
     torch._check(width % head_dim == 0 and heads >= kv_heads and heads % kv_heads == 0,
                  lambda: f"{op}: qkv's last dimension {width} is not (heads + 2 * {kv_heads}) * {head_dim} for a "
                          f"number of query heads that is a multiple of the cache's {kv_heads} kv heads")
@@ -97,9 +103,8 @@ def rope_sdpa_with_cache_reference(qkv: torch.Tensor, cos: torch.Tensor, sin: to
 def _rotate_write_attend(op: str, qkv, cos, sin, key_cache, value_cache, start_pos, scale):
     """PyTorch's kernel: the rotations and writes in ATen ops (rope's bits), then my_ops::sdpa_with_cache's own C++
     kernel, so that eager PyTorch gives the runtime's bits, fused or not."""
-    batch, length, width = qkv.shape
-    kv_heads, head_dim = key_cache.shape[2:]
-    heads = width // head_dim - 2 * kv_heads
+    batch, length, _ = qkv.shape
+    heads, kv_heads, head_dim = _heads(qkv, key_cache)
     q, k, v = qkv.view(batch, length, heads + 2 * kv_heads, head_dim).split([heads, kv_heads, kv_heads], dim=2)
     cos, sin, half = cos[:, :, None], sin[:, :, None], head_dim // 2
     q, k = (x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin for x in (q, k))
@@ -120,8 +125,8 @@ def _register() -> torch.library.Library:
     functional, out_variant = "my_ops::rope_sdpa_with_cache", "my_ops::rope_sdpa_with_cache.out"
 
     def output_shape(qkv, key_cache):
-        kv_heads, head_dim = key_cache.shape[2:]
-        return (*qkv.shape[:2], qkv.shape[2] // head_dim - 2 * kv_heads, head_dim)
+        heads, _, head_dim = _heads(qkv, key_cache)
+        return (*qkv.shape[:2], heads, head_dim)
 
     def compute(qkv, cos, sin, key_cache, value_cache, start_pos, scale=None):
         _check(functional, qkv, cos, sin, key_cache, value_cache, start_pos, scale)
