@@ -173,5 +173,18 @@ CUSTOM_OPS = {
         "example_program": "rope_sdpa_with_cache",
         "example_model": "ops.rope_sdpa_with_cache.rope_sdpa_with_cache.example",
     },
+    "my_ops::decoder_layer": {
+        "registered_from": "python",
+        "python_module": "ops.decoder_layer.decoder_layer",
+        # The layer runs the row code of the ops it replaces: their formats' sources and the attention's.
+        "kernel_sources": ["ops/decoder_layer/decoder_layer_out.cpp",
+                           "ops/sdpa_with_cache/sdpa_with_cache_out.cpp"] + BLOCK_FORMAT_SOURCES,
+        "without_python_sources": ["ops/decoder_layer/decoder_layer_without_python.cpp"],
+        "runtime_registration": "executorch_library",
+        "reference": "ops.decoder_layer.decoder_layer.decoder_layer_reference",
+        "dtypes": ["float32"],
+        "example_program": "decoder_layer",
+        "example_model": "ops.decoder_layer.decoder_layer.example",
+    },
     # Add new ops above this line.
 }

@@ -312,8 +312,8 @@ inline void quantize_block(const float* x, int64_t n, int8_t* q, float* d, int32
   *d = scale;
 }
 
-// Every token's activations, prepared once per call on the calling thread: q in order, d per block of `block`
-// values, the sum of q per 16 (a sub-block's sum is one or two of them).
+// Every token's activations, quantized once per call before its tasks run: q in order, d per block of `block` values,
+// the sum of q per 16 (a sub-block's sum is one or two of them).
 struct Activations {
   int64_t tokens = 0, k = 0, block = 0, blocks = 0;
   std::vector<int8_t> q;       // [tokens][k]
@@ -336,15 +336,14 @@ struct Activations {
   }
 };
 
-inline void prepare(const float* x, int64_t tokens, int64_t k, int64_t block, Activations& a) {
-  a.resize(tokens, k, block);
-  for (int64_t t = 0; t < tokens; ++t) {
-    for (int64_t b = 0; b < a.blocks; ++b) {
-      const int64_t first = t * k + b * block;
-      quantize_block(x + first, block, &a.q[first], &a.d[t * a.blocks + b], &a.sum16[first / 16]);
-    }
+// Blocks [first, end) of x's tokens * blocks, quantized into `a` (sized already): any thread, each block once.
+inline void prepare_blocks(const float* x, int64_t first, int64_t end, Activations& a) {
+  for (int64_t b = first; b < end; ++b) {
+    const int64_t value = b * a.block;
+    quantize_block(x + value, a.block, &a.q[value], &a.d[b], &a.sum16[value / 16]);
   }
 }
+
 
 // What a task computes: its part of the weight (groups, or rows of a row format) against every token, into
 // out [tokens][n].
@@ -446,14 +445,10 @@ CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_BLOCKS_INLINE void quantize_block_avx512(const
   *d = scale;
 }
 
-CUSTOM_OPS_AVX512_VNNI inline void prepare_avx512(const float* x, int64_t tokens, int64_t k, int64_t block,
-                                                  Activations& a) {
-  a.resize(tokens, k, block);
-  for (int64_t t = 0; t < tokens; ++t) {
-    for (int64_t b = 0; b < a.blocks; ++b) {
-      const int64_t first = t * k + b * block;
-      quantize_block_avx512(x + first, block, &a.q[first], &a.d[t * a.blocks + b], &a.sum16[first / 16]);
-    }
+CUSTOM_OPS_AVX512_VNNI inline void prepare_blocks_avx512(const float* x, int64_t first, int64_t end, Activations& a) {
+  for (int64_t b = first; b < end; ++b) {
+    const int64_t value = b * a.block;
+    quantize_block_avx512(x + value, a.block, &a.q[value], &a.d[b], &a.sum16[value / 16]);
   }
 }
 

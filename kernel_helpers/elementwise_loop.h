@@ -129,15 +129,18 @@ enum Path : int {
   kAvx512Elements,
   kHalfArithmeticElements, // and AArch64's half-precision arithmetic
   kPoolHandoffs,           // ranges handed to the thread pool (each a wake of its workers and a join): contract.h
-  // Per user of the pool (kernel_contract.h's PoolUser: linear layers, attention, the rest), in nanoseconds: the
-  // thread-time its hand-offs held the pool (each call's wall time times the pool's threads), and the time its tasks
-  // worked in that. The difference is what the hand-offs cost: waking, joining, and threads waiting on the slowest.
+  // Per user of the pool (kernel_contract.h's PoolUser: linear layers, attention, the rest, decoder layers), in
+  // nanoseconds: the thread-time its hand-offs held the pool (each call's wall time times the pool's threads), and the
+  // time its tasks worked in that. The difference is what the hand-offs cost: waking, joining, and threads waiting on
+  // the slowest.
   kLinearPoolNanos,
   kLinearWorkNanos,
   kAttentionPoolNanos,
   kAttentionWorkNanos,
   kOtherPoolNanos,
   kOtherWorkNanos,
+  kLayerPoolNanos,
+  kLayerWorkNanos,
   kPathCount
 };
 

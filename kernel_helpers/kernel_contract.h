@@ -125,7 +125,7 @@ inline int64_t thread_count() {
 }
 
 // Who hands ranges to the pool, for the counters' split of its time (the kernels of a decode step that use it).
-enum class PoolUser { kLinear, kAttention, kOther };
+enum class PoolUser { kLinear, kAttention, kOther, kLayer };
 
 template <typename Fn>
 bool pool_parallel_for(int64_t begin, int64_t end, int64_t grain, const Fn& fn) {

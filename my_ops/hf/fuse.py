@@ -7,6 +7,8 @@ EXIR's lowering, it finds patterns a decoder computes in ATen ops and replaces e
                                                                     (two -> one; s is still an output)
   attention q, k, v = split(qkv); update_cache(rope(k), kc, p);     ->  my_ops::rope_sdpa_with_cache(qkv, cos, sin,
             update_cache(v, vc, p); sdpa_with_cache(rope(q), kc, vc, p)      kc, vc, p)   (six -> one)
+  layer     h = x + o(attention(qkv(rms_norm(x))));                  ->  my_ops::decoder_layer(x, ...)  (a layer's
+            h + down(silu_mul(gate_up(rms_norm(h))))                      ops -> one; one hand-off to the thread pool)
 
 then merges the copies of one unsqueeze of cos and sin that every layer makes (transformers unsqueezes them per call).
 The patterns are matched on the ops' meaning, not on one model's source: either operand order of a multiply or an add,
@@ -27,7 +29,9 @@ from .swap import UnsupportedModelError
 
 aten = torch.ops.aten
 FUSIONS = {"rope": "my_ops::rope", "attention": "my_ops::rope_sdpa_with_cache",  # fusion -> the op it puts in
-           "swiglu": "my_ops::silu_mul", "add_norm": "my_ops::add_rms_norm"}
+           "swiglu": "my_ops::silu_mul", "layer": "my_ops::decoder_layer", "add_norm": "my_ops::add_rms_norm"}
+# What a fusion's op holds of the others': where it found its pattern, theirs are inside it, not missing.
+_CONTAINS = {"attention": ("rope",), "layer": ("rope", "attention", "swiglu", "add_norm")}
 _FLOATING = (torch.float32, torch.float16, torch.bfloat16)
 
 
@@ -39,7 +43,9 @@ class Fused:
     gone: frozenset = frozenset()  # my_ops' ops no longer in the graph: all their calls went into fused ops
 
     def missing(self, fusions) -> list[str]:
-        return [name for name in fusions if not self.counts.get(name)]
+        """The fusions that found no place of their own nor inside a fusion that contains them."""
+        inside = {part for name, parts in _CONTAINS.items() if self.counts.get(name) for part in parts}
+        return [name for name in fusions if not self.counts.get(name) and name not in inside]
 
     def ops(self) -> tuple[str, ...]:
         """The fused ops the pass put in that are still in the graph (a rope's may have gone into attention)."""
@@ -214,17 +220,98 @@ def _attention_operands(sdpa):
     return (qkv, cos_rows, sin_rows, keys, values, start, scale), [sdpa], [key_write, value_write]
 
 
+def _only_used_by(node, *users) -> bool:
+    return set(node.users) <= set(users)
+
+
+def _projection(node):
+    """(input, weight, format) when `node` is my_ops::linear_blocks without a bias, else None."""
+    if not _is(node, "my_ops.linear_blocks.default") or len(node.args) != 3:
+        return None
+    return node.args
+
+
+def _halves(act):
+    """(the gate/up projection, its split's nodes) when `act` is my_ops::silu_mul of the two halves of one tensor's
+    last dimension (split into equal parts, the first the gate), else None."""
+    if not _is(act, "my_ops.silu_mul.default"):
+        return None
+    gate, up = act.args[:2]
+    if not (_is(gate, operator.getitem) and _is(up, operator.getitem) and gate.args[0] is up.args[0]
+            and (gate.args[1], up.args[1]) == (0, 1)):
+        return None
+    split = gate.args[0]
+    whole = split.args[0] if split.args else None
+    width = _value(whole).shape[-1] if _value(whole) is not None else None
+    equal = (_is(split, aten.split.Tensor) and isinstance(width, int) and split.args[1] * 2 == width) or (
+        _is(split, aten.split_with_sizes.default) and isinstance(width, int) and list(split.args[1]) == [width // 2] * 2)
+    dim = split.args[2] if len(split.args) > 2 else split.kwargs.get("dim", 0)
+    if not equal or not _last_dim(dim, _value(whole).dim()) or not _only_used_by(split, gate, up):
+        return None
+    return whole, [split, gate, up]
+
+
+def _layer_operands(out_add):
+    """((hidden, input_norm, qkv weight, format, cos, sin, key_cache, value_cache, start, scale, o weight, format,
+    post_norm, gate_up weight, format, down weight, format, eps), [out_add], [the attention]) when `out_add` ends a
+    pre-norm decoder layer whose parts the earlier fusions made (rope_sdpa_with_cache, silu_mul) over linear_blocks
+    projections and my_ops::rms_norm, each part used by the layer alone, else None."""
+    if not _is(out_add, aten.add.Tensor) or len(out_add.args) != 2 or out_add.kwargs.get("alpha", 1) != 1:
+        return None
+    for h, down in (out_add.args, out_add.args[::-1]):
+        down_proj = _projection(down)
+        halves = down_proj and _halves(down_proj[0])
+        gate_up_proj = halves and _projection(halves[0])
+        post = gate_up_proj and gate_up_proj[0]
+        if not (gate_up_proj and _is(post, "my_ops.rms_norm.default") and post.args[0] is h):
+            continue
+        if not (_is(h, aten.add.Tensor) and len(h.args) == 2 and h.kwargs.get("alpha", 1) == 1):
+            continue
+        for hidden, o in (h.args, h.args[::-1]):
+            o_proj = _projection(o)
+            flat = o_proj and o_proj[0]
+            if not (o_proj and _is(flat, aten.reshape.default, aten.view.default)):
+                continue
+            attention = flat.args[0]
+            if not _is(attention, "my_ops.rope_sdpa_with_cache.default"):
+                continue
+            qkv_proj = _projection(attention.args[0])
+            norm = qkv_proj and qkv_proj[0]
+            if not (qkv_proj and _is(norm, "my_ops.rms_norm.default") and norm.args[0] is hidden):
+                continue
+            eps = [n.args[2] if len(n.args) > 2 else n.kwargs.get("eps", 1e-6) for n in (norm, post)]
+            parts = [norm, attention.args[0], attention, flat, o, h, post, halves[0], *halves[1], down_proj[0], down]
+            users = {norm: [attention.args[0]], attention.args[0]: [attention], attention: [flat], flat: [o],
+                     o: [h], h: [post, out_add], post: [halves[0]], halves[0]: [halves[1][0]],
+                     down_proj[0]: [down], down: [out_add]}
+            if eps[0] != eps[1] or not all(_only_used_by(node, *users[node]) for node in users):
+                continue
+            if (_value(hidden) is None or _value(hidden).dtype != torch.float32 or _value(hidden).dim() != 3
+                    or _value(flat).shape[:2] != _value(hidden).shape[:2]):
+                continue
+            qkv, cos, sin, key_cache, value_cache, start = attention.args[:6]
+            scale = attention.args[6] if len(attention.args) > 6 else attention.kwargs.get("scale")
+            return ((hidden, norm.args[1], qkv_proj[1], qkv_proj[2], cos, sin, key_cache, value_cache, start, scale,
+                     o_proj[1], o_proj[2], post.args[1], gate_up_proj[1], gate_up_proj[2], down_proj[1],
+                     down_proj[2], eps[0]), [out_add], [attention])
+    return None
+
+
 _MATCHERS = {"rope": _rope_operands, "attention": _attention_operands, "swiglu": _swiglu_operands,
-             "add_norm": _add_norm_operands}
+             "layer": _layer_operands, "add_norm": _add_norm_operands}
 _PATTERNS = {"rope": "x * cos + cat(-x[..., D/2:], x[..., :D/2]) * sin",
              "attention": "my_ops::sdpa_with_cache of rotated q over caches just written with rotated k and v, all "
                           "split from one projection",
-             "swiglu": "silu(gate) * up", "add_norm": "my_ops::rms_norm(x + residual)"}
+             "swiglu": "silu(gate) * up",
+             "layer": "h = x + o(attention(qkv(rms_norm(x)))); h + down(silu_mul(gate_up(rms_norm(h)))) on "
+                      "linear_blocks projections without a bias",
+             "add_norm": "my_ops::rms_norm(x + residual)"}
 # The ops a matched pattern is made of: erased once nothing uses them (never an op with an effect: a matcher names the
 # writes its op takes over, and only those are erased).
 _PURE = (aten.add.Tensor, aten.mul.Tensor, aten.cat.default, aten.neg.default, aten.slice.Tensor, aten.silu.default,
-         aten.unsqueeze.default, aten.view.default, aten.split_with_sizes.default, operator.getitem,
-         "my_ops.rms_norm.default", "my_ops.rope.default", "my_ops.sdpa_with_cache.default")
+         aten.unsqueeze.default, aten.view.default, aten.reshape.default, aten.split_with_sizes.default,
+         aten.split.Tensor, operator.getitem, "my_ops.rms_norm.default", "my_ops.rope.default",
+         "my_ops.sdpa_with_cache.default", "my_ops.linear_blocks.default", "my_ops.silu_mul.default")
 
 
 def _erase_unused(graph: torch.fx.Graph, node, erased: set) -> None:
@@ -291,14 +378,14 @@ def fuse(exported: torch.export.ExportedProgram, fusions=None) -> Fused:
             for old, new in zip(replaced, outputs):
                 new.meta = dict(old.meta)
                 old.replace_all_uses_with(new)
-            for write in taken_over:  # the fused op writes what these wrote; nothing reads their results
+            for old in reversed(replaced):
+                _erase_unused(graph, old, erased)
+            for write in taken_over:  # the fused op writes what these wrote; nothing reads their results now
                 inputs = write.all_input_nodes
                 graph.erase_node(write)
                 erased.add(write)
                 for node_input in inputs:
                     _erase_unused(graph, node_input, erased)
-            for old in reversed(replaced):
-                _erase_unused(graph, old, erased)
             report.counts[name] += 1
     report.merged_unsqueezes = _merge_repeated_unsqueezes(graph)
     report.gone = frozenset((before | {FUSIONS[name] for name in wanted if report.counts[name]}) - _my_ops(graph))

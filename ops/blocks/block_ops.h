@@ -8,6 +8,7 @@
 
 #include <array>
 #include <cstring>
+#include <utility>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -174,41 +175,80 @@ inline const float* line_aligned(const float* x, int64_t count) {
   return aligned;
 }
 
+// A linear layer's call as tasks any thread may run (my_ops::decoder_layer runs them in its own region): plan_linear()
+// sizes the activations; prepare(first, end) quantizes blocks [first, end) of them (prepare_blocks() in all, each once;
+// nothing for a row format, whose tasks read x itself); then run(first, end) computes tasks [first, end) of
+// [0, count), each a range of the weight's units against every token.
+struct LinearTasks {
+  Task task;
+  Activations* activations;
+  Units units_of;
+  Isa isa;
+  bool quantizes;
+  int64_t units, per_task, count, rows_per_unit;
+
+  int64_t prepare_blocks() const { return quantizes ? task.tokens * task.k / activations->block : 0; }
+  void prepare(int64_t first, int64_t end) const {
+    if (!quantizes) {
+      return;
+    }
+#ifdef CUSTOM_OPS_X86_DISPATCH
+    if (isa == Isa::kAvx512) {
+      prepare_blocks_avx512(task.x, first, end, *activations);
+      return;
+    }
+#endif
+    blocks::prepare_blocks(task.x, first, end, *activations);
+  }
+  void run(int64_t first, int64_t end) const { units_of(task, first * per_task, std::min(units, end * per_task)); }
+  // The output columns tasks [first, end) write (of every token's row).
+  std::pair<int64_t, int64_t> columns(int64_t first, int64_t end) const {
+    return {std::min(task.n, first * per_task * rows_per_unit),
+            std::min(task.n, std::min(units, end * per_task) * rows_per_unit)};
+  }
+  // Small calls: waking the pool costs more than the work.
+  bool serial() const {
+    return count < 2 || static_cast<double>(task.tokens) * static_cast<double>(task.n) *
+                                static_cast<double>(task.k) < kSerialWork;
+  }
+  // The path counters: the outputs, by the ISA whose code computed them.
+  void count_outputs() const {
+    elementwise::count(isa == Isa::kAvx512 ? elementwise::kAvx512Elements
+                           : isa == Isa::kAvx2 ? elementwise::kAvx2Elements
+                                               : elementwise::kBaselineElements,
+                       static_cast<uint64_t>(task.tokens * task.n));
+  }
+};
+
+// x: read by the tasks as it is (a row format's should be line_aligned()).
+inline LinearTasks plan_linear(const FormatKernels& f, const float* x, int64_t tokens, int64_t k, const void* weight,
+                               int64_t n, float* out, Activations& activations, int64_t threads) {
+  const Isa which = isa_of(f);
+  if (f.quantizes_activations) {
+    activations.resize(tokens, k, f.weights_per_block);
+  }
+  const bool blocks = f.storage == Storage::kBytes;
+  const int64_t units = blocks ? (n + kGroup - 1) / kGroup : n;
+  const int64_t per_task = std::max<int64_t>(1, units / (4 * std::max<int64_t>(1, threads)));
+  return {Task{weight, x, &activations, tokens, n, k, out}, &activations, f.units[static_cast<int>(which)], which,
+          f.quantizes_activations, units, per_task, (units + per_task - 1) / per_task, blocks ? kGroup : 1};
+}
+
 // out [tokens, n] = x [tokens, k] . weight^T. False when the pool did not run every task.
 inline bool linear(const FormatKernels& f, const float* x, int64_t tokens, int64_t k, const void* weight, int64_t n,
                    float* out) {
-  const Isa which = isa_of(f);
   thread_local Activations activations;  // the calling thread's; its tasks only read it
-  if (f.quantizes_activations) {
-#ifdef CUSTOM_OPS_X86_DISPATCH
-    if (which == Isa::kAvx512) {
-      prepare_avx512(x, tokens, k, f.weights_per_block, activations);
-    } else {
-      prepare(x, tokens, k, f.weights_per_block, activations);
-    }
-#else
-    prepare(x, tokens, k, f.weights_per_block, activations);
-#endif
-  }
-  const Task task{weight, f.quantizes_activations ? x : line_aligned(x, tokens * k), &activations, tokens, n, k, out};
-  const Units units_of = f.units[static_cast<int>(which)];
-  const int64_t units = f.storage == Storage::kBytes ? (n + kGroup - 1) / kGroup : n;
-  const int64_t threads = std::max<int64_t>(1, contract::thread_count());
-  const int64_t per_task = std::max<int64_t>(1, units / (4 * threads));
-  const int64_t task_count = (units + per_task - 1) / per_task;
-  const auto run = [&](int64_t first, int64_t end) {
-    units_of(task, first * per_task, std::min(units, end * per_task));
-  };
+  const LinearTasks tasks = plan_linear(f, f.quantizes_activations ? x : line_aligned(x, tokens * k), tokens, k,
+                                        weight, n, out, activations, contract::thread_count());
+  tasks.prepare(0, tasks.prepare_blocks());
   bool ran = true;
-  if (task_count < 2 || static_cast<double>(tokens) * static_cast<double>(n) * static_cast<double>(k) < kSerialWork) {
-    run(0, task_count);
+  if (tasks.serial()) {
+    tasks.run(0, tasks.count);
   } else {
-    ran = contract::parallel_for(0, task_count, 1, run, contract::PoolUser::kLinear);
+    ran = contract::parallel_for(0, tasks.count, 1, [&](int64_t first, int64_t end) { tasks.run(first, end); },
+                                 contract::PoolUser::kLinear);
   }
-  elementwise::count(which == Isa::kAvx512 ? elementwise::kAvx512Elements
-                         : which == Isa::kAvx2 ? elementwise::kAvx2Elements
-                                               : elementwise::kBaselineElements,
-                     static_cast<uint64_t>(tokens * n));
+  tasks.count_outputs();
   return ran;
 }
 

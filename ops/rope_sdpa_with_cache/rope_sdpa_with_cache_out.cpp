@@ -1,6 +1,6 @@
 // The kernel of my_ops::rope_sdpa_with_cache.out (rope_sdpa_with_cache.py registers the op with PyTorch): a decoder
 // layer's attention from its fused q/k/v projection in one call. Each new position's q and k heads are rotated with
-// rope's row code (ops/rope/rope_rows.h), k and v written into the caches at start_pos, q into `out`; then
+// rope's row code (qkv_rows.h), k and v written into the caches at start_pos, q into `out`; then
 // sdpa_with_cache's engine (ops/sdpa_with_cache/attention.h) attends, reading each query row from `out` before writing
 // it. The same bits as my_ops::rope, update_cache and sdpa_with_cache called in turn, in one op instead of six (the
 // split and the two of each). ExecuTorch mode: registers itself (EXECUTORCH_LIBRARY_CHECKED, at the end) since its
@@ -10,7 +10,7 @@
 #include <cstring>
 
 #include "kernel_helpers/kernel_contract.h"
-#include "ops/rope/rope_rows.h"
+#include "ops/rope_sdpa_with_cache/qkv_rows.h"
 #include "ops/sdpa_with_cache/attention.h"
 #ifndef USE_ATEN_LIB
 #include "kernel_helpers/checked_unboxing.h"
@@ -114,27 +114,15 @@ bool run(const Tensor& qkv_t, const Tensor& cos_t, const Tensor& sin_t, Tensor& 
          int64_t start, const std::optional<double>& scale, Tensor& out) {
   const Layout l(qkv_t, key_cache);
   const int64_t D = l.head_dim, width = l.width(), table_batches = cos_t.size(0);
-  const T* qkv = qkv_t.template const_data_ptr<T>();
-  const T* cos = cos_t.template const_data_ptr<T>();
-  const T* sin = sin_t.template const_data_ptr<T>();
   T* keys = key_cache.template mutable_data_ptr<T>();
   T* values = value_cache.template mutable_data_ptr<T>();
   T* queries = out.template mutable_data_ptr<T>();
+  const attention::QkvRows<T> rows{qkv_t.template const_data_ptr<T>(), cos_t.template const_data_ptr<T>(),
+                                   sin_t.template const_data_ptr<T>(), keys, values, queries, l.batch, l.length,
+                                   l.heads, l.kv_heads, D, l.positions, start, table_batches};
   // A few hundred elements a decode step: on the calling thread, before the pool attends.
-  for (int64_t b = 0; b < l.batch; ++b) {
-    for (int64_t t = 0; t < l.length; ++t) {
-      const T* row = qkv + (b * l.length + t) * width;
-      const int64_t table_row = ((table_batches == 1 ? 0 : b) * l.length + t) * D;
-      const int64_t cached = (b * l.positions + start + t) * l.kv_heads * D;
-      for (int64_t h = 0; h < l.heads; ++h) {
-        rope::rotate_row<T>(row + h * D, cos + table_row, sin + table_row,
-                            queries + ((b * l.length + t) * l.heads + h) * D, D);
-      }
-      for (int64_t h = 0; h < l.kv_heads; ++h) {
-        rope::rotate_row<T>(row + (l.heads + h) * D, cos + table_row, sin + table_row, keys + cached + h * D, D);
-      }
-      std::memcpy(values + cached, row + (l.heads + l.kv_heads) * D, sizeof(T) * l.kv_heads * D);
-    }
+  for (int64_t row = 0; row < rows.rows(); ++row) {
+    rows.rotate_and_write(row);
   }
   elementwise::count(elementwise::kBaselineElements, static_cast<uint64_t>(l.batch * l.length * width));
   const attention::Geometry g{l.batch, l.length, l.heads, l.kv_heads, D, l.positions, start,

@@ -54,8 +54,15 @@ struct Tensors {
 template <typename T>
 bool attend_all(const Geometry& g, const Tensors<T>& t);
 
+// Tasks [first, end) of g.tasks() on the calling thread: what attend_all hands the pool, for a caller that runs the
+// tasks on threads it already holds (my_ops::decoder_layer).
+template <typename T>
+void attend_tasks(const Geometry& g, const Tensors<T>& t, int64_t first, int64_t end);
+
 extern template bool attend_all<float>(const Geometry&, const Tensors<float>&);
 extern template bool attend_all<c10::BFloat16>(const Geometry&, const Tensors<c10::BFloat16>&);
+extern template void attend_tasks<float>(const Geometry&, const Tensors<float>&, int64_t, int64_t);
+extern template void attend_tasks<c10::BFloat16>(const Geometry&, const Tensors<c10::BFloat16>&, int64_t, int64_t);
 
 } // namespace attention
 } // namespace native

@@ -422,7 +422,7 @@ CUSTOM_OPS_INLINE void attend(const Geometry& g, const Tensors<T>& t, int64_t ta
 }
 
 template <int W, typename T>
-CUSTOM_OPS_INLINE void attend_tasks(const Geometry& g, const Tensors<T>& t, int64_t first, int64_t end) {
+CUSTOM_OPS_INLINE void attend_each(const Geometry& g, const Tensors<T>& t, int64_t first, int64_t end) {
   for (int64_t task = first; task < end; ++task) {
     attend<W>(g, t, task);
   }
@@ -430,18 +430,18 @@ CUSTOM_OPS_INLINE void attend_tasks(const Geometry& g, const Tensors<T>& t, int6
 
 template <typename T>
 void attend_baseline(const Geometry& g, const Tensors<T>& t, int64_t first, int64_t end) {
-  attend_tasks<4>(g, t, first, end);
+  attend_each<4>(g, t, first, end);
 }
 
 #ifdef CUSTOM_OPS_X86_DISPATCH
 template <typename T>
 CUSTOM_OPS_AVX2 void attend_avx2(const Geometry& g, const Tensors<T>& t, int64_t first, int64_t end) {
-  attend_tasks<8>(g, t, first, end);
+  attend_each<8>(g, t, first, end);
 }
 
 template <typename T>
 CUSTOM_OPS_AVX512 void attend_avx512(const Geometry& g, const Tensors<T>& t, int64_t first, int64_t end) {
-  attend_tasks<16>(g, t, first, end);
+  attend_each<16>(g, t, first, end);
 }
 #endif
 
@@ -491,8 +491,15 @@ bool attend_all(const Geometry& g, const Tensors<T>& t) {
                                 contract::PoolUser::kAttention);
 }
 
+template <typename T>
+void attend_tasks(const Geometry& g, const Tensors<T>& t, int64_t first, int64_t end) {
+  attend_range(g, t, first, end);
+}
+
 template bool attend_all<float>(const Geometry&, const Tensors<float>&);
 template bool attend_all<c10::BFloat16>(const Geometry&, const Tensors<c10::BFloat16>&);
+template void attend_tasks<float>(const Geometry&, const Tensors<float>&, int64_t, int64_t);
+template void attend_tasks<c10::BFloat16>(const Geometry&, const Tensors<c10::BFloat16>&, int64_t, int64_t);
 
 } // namespace attention
 

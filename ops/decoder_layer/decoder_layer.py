@@ -1,0 +1,239 @@
+"""Step 1 of the decoder_layer flow: registers my_ops::decoder_layer with PyTorch from Python, a pre-norm decoder layer
+(Llama's, SmolLM2's) in one op:
+
+  decoder_layer(Tensor hidden, Tensor input_norm, Tensor qkv_weight, str qkv_format, Tensor cos, Tensor sin,
+                Tensor(a!) key_cache, Tensor(b!) value_cache, SymInt start_pos, float? scale, Tensor o_weight,
+                str o_format, Tensor post_norm, Tensor gate_up_weight, str gate_up_format, Tensor down_weight,
+                str down_format, float eps) -> Tensor
+
+  h   = hidden + o_proj(rope_sdpa_with_cache(qkv_proj(rms_norm(hidden, input_norm))))
+  out = h + down_proj(silu_mul(gate, up)),  gate | up = gate_up_proj(rms_norm(h, post_norm))
+
+each projection my_ops::linear_blocks of its weight in its format (any the op takes, one per projection). Where a
+program ran the layer's nine ops and handed the thread pool five ranges, it runs this op once, in one parallel region
+(decoder_layer_out.cpp); my_ops.hf's export pass (fuse.py) puts it there. PyTorch's kernel calls those ops in turn, so
+eager gives the runtime's bits.
+
+Importing this module registers the op and does nothing else (it imports only torch).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+# A format's (weights, bytes) per block: its weight holds [outputs, inputs / weights * bytes] bytes. Row formats hold
+# their dtype's [outputs, inputs]. (ops/blocks/formats.h is the kernels' list; a test compares the two.)
+ROW_FORMATS = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
+BLOCK_FORMATS = {"Q8_0": (32, 34), "Q4_0": (32, 18), "Q4_1": (32, 20), "Q5_0": (32, 22), "Q5_1": (32, 24),
+                 "Q2_K": (256, 84), "Q3_K": (256, 110), "Q4_K": (256, 144), "Q5_K": (256, 176), "Q6_K": (256, 210)}
+OP = "my_ops::decoder_layer"
+
+
+def _name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")  # float32: the runtime kernel's spelling
+
+
+def _inputs_of(weight: torch.Tensor, fmt: str) -> int:
+    if fmt in ROW_FORMATS:
+        return weight.shape[1]
+    weights, size = BLOCK_FORMATS[fmt]
+    return weight.shape[1] // size * weights
+
+
+def _check_projection(op: str, weight, fmt: str, name: str, inputs: int, outputs: int | None, inputs_are: str):
+    """A projection's weight, as linear_blocks checks it (ops/blocks/block_ops.h), the projection named after."""
+    known = ", ".join([*ROW_FORMATS, *BLOCK_FORMATS])
+    torch._check(fmt in ROW_FORMATS or fmt in BLOCK_FORMATS,
+                 lambda: f"{op}: format '{fmt}' is not one this op takes; it takes the GGUF types {known} (i-quants, "
+                         "TQ and MXFP4 are not among them: requantize with llama-quantize)")
+    rows = fmt in ROW_FORMATS
+    dtype = ROW_FORMATS.get(fmt, torch.uint8)
+    stored = _name(dtype) if rows else "uint8 (the blocks' bytes, packed at export)"
+    torch._check(weight.dtype == dtype,
+                 lambda: f"{op}: weight has dtype {_name(weight.dtype)} but a {fmt} weight is {stored} ({name})")
+    torch._check(weight.dim() == 2,
+                 lambda: f"{op}: weight {list(weight.shape)} must have 2 dimensions, [outputs, "
+                         f"{'inputs]' if rows else 'bytes per row]'} ({name})")
+    if not rows:
+        weights, size = BLOCK_FORMATS[fmt]
+        torch._check(weight.shape[1] % size == 0,
+                     lambda: f"{op}: weight {list(weight.shape)} rows of {weight.shape[1]} bytes are not whole {fmt} "
+                             f"blocks of {size} bytes ({weights} weights each); pack it with the op's Python side "
+                             f"({name})")
+    torch._check(_inputs_of(weight, fmt) == inputs and (outputs is None or weight.shape[0] == outputs),
+                 lambda: f"{op}: {name} {list(weight.shape)} ({fmt}) holds {_inputs_of(weight, fmt)} inputs and "
+                         f"{weight.shape[0]} outputs; it must take {inputs} ({inputs_are})"
+                         + (f" and give {outputs}" if outputs is not None else ""))
+
+
+def _check(op: str, hidden, input_norm, qkv_weight, qkv_format, cos, sin, key_cache, value_cache, start_pos, scale,
+           o_weight, o_format, post_norm, gate_up_weight, gate_up_format, down_weight, down_format, eps,
+           out=None) -> None:
+    """The runtime kernel's checks, in its order (decoder_layer_out.cpp), so both refuse alike."""
+    for name, t in (("hidden", hidden), ("input_norm", input_norm), ("post_norm", post_norm), ("cos", cos),
+                    ("sin", sin), ("key_cache", key_cache), ("value_cache", value_cache), ("out", out)):
+        torch._check(t is None or t.dtype == torch.float32,
+                     lambda: f"{op}: {name} has dtype {_name(t.dtype)}; the layer computes in float32")
+    torch._check(hidden.dim() == 3 and key_cache.dim() == 4,
+                 lambda: f"{op}: hidden {list(hidden.shape)} must be [batch, length, model] and key_cache "
+                         f"{list(key_cache.shape)} [batch, positions, kv_heads, head_dim]")
+    batch, length, model = hidden.shape
+    positions, kv_heads, head_dim = key_cache.shape[1:]
+    torch._check(value_cache.shape == key_cache.shape and key_cache.shape[0] == batch,
+                 lambda: f"{op}: key_cache {list(key_cache.shape)} and value_cache {list(value_cache.shape)} must "
+                         f"have one shape, with hidden's batch {batch}")
+    for name, t in (("input_norm", input_norm), ("post_norm", post_norm)):
+        torch._check(t.dim() >= 1 and t.dim() <= 3 and t.numel() == model and t.shape[-1] == model,
+                     lambda: f"{op}: {name} {list(t.shape)} must scale hidden's {model} features; give it shape "
+                             f"[{model}]")
+    torch._check(head_dim > 0 and head_dim % 2 == 0 and kv_heads > 0,
+                 lambda: f"{op}: key_cache {list(key_cache.shape)} must have kv heads and an even head_dim (the rotary "
+                         "embedding rotates its halves)")
+    _check_projection(op, qkv_weight, qkv_format, "qkv_weight", model, None, "hidden's features")
+    qkv_outputs = qkv_weight.shape[0]
+    heads = qkv_outputs // head_dim - 2 * kv_heads
+    torch._check(qkv_outputs % head_dim == 0 and heads >= kv_heads and heads % kv_heads == 0,
+                 lambda: f"{op}: qkv_weight's {qkv_outputs} outputs are not (heads + 2 * {kv_heads}) * {head_dim} for "
+                         f"a number of query heads that is a multiple of the cache's {kv_heads} kv heads")
+    _check_projection(op, o_weight, o_format, "o_weight", heads * head_dim, model, "the attention's heads * head_dim")
+    _check_projection(op, gate_up_weight, gate_up_format, "gate_up_weight", model, None, "hidden's features")
+    torch._check(gate_up_weight.shape[0] > 0 and gate_up_weight.shape[0] % 2 == 0,
+                 lambda: f"{op}: gate_up_weight {list(gate_up_weight.shape)} must give the gate's outputs, then as "
+                         "many of up's: an even, non-zero number")
+    _check_projection(op, down_weight, down_format, "down_weight", gate_up_weight.shape[0] // 2, model,
+                      "half of gate_up's outputs")
+    for name, t in (("cos", cos), ("sin", sin)):
+        torch._check(t.dim() == 3 and t.shape[0] in (1, batch) and t.shape[1] == length and t.shape[2] == head_dim,
+                     lambda: f"{op}: {name} {list(t.shape)} must be [1 or {batch}, {length}, {head_dim}]: a row per "
+                             "new position, shared by the heads")
+    torch._check(cos.shape == sin.shape,
+                 lambda: f"{op}: cos {list(cos.shape)} and sin {list(sin.shape)} differ; give both the same shape")
+    torch._check(start_pos >= 0 and start_pos + length <= positions,
+                 lambda: f"{op}: {length} positions at start_pos {start_pos} need cache positions up to "
+                         f"{start_pos + length} but the cache holds {positions}"
+                         f"{' (start_pos is negative)' if start_pos < 0 else ''}; start_pos + length must be within "
+                         "[0, positions]")
+    torch._check(scale is None or math.isfinite(scale),
+                 lambda: f"{op}: scale {scale} is not finite; pass a finite scale or None for 1/sqrt(head_dim)")
+    torch._check(math.isfinite(eps) and eps >= 0, lambda: f"{op}: eps {eps} must be finite and not negative")
+
+
+def decoder_layer_reference(hidden, input_norm, qkv_weight, qkv_format, cos, sin, key_cache, value_cache, start_pos,
+                            scale, o_weight, o_format, post_norm, gate_up_weight, gate_up_format, down_weight,
+                            down_format, eps):
+    """The layer in ATen ops, declared as its reference: each part the reference of the op the layer runs (the norms'
+    and SwiGLU's math here, the projections' and attention's from their modules). Mutates the caches like the op."""
+    from ops.blocks.blocks import linear_blocks_reference
+    from ops.rope_sdpa_with_cache.rope_sdpa_with_cache import rope_sdpa_with_cache_reference
+
+    def normalized(x, weight):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
+
+    qkv = linear_blocks_reference(normalized(hidden, input_norm), qkv_weight, qkv_format)
+    attended = rope_sdpa_with_cache_reference(qkv, cos, sin, key_cache, value_cache, start_pos, scale)
+    h = hidden + linear_blocks_reference(attended.flatten(2), o_weight, o_format)
+    gate, up = linear_blocks_reference(normalized(h, post_norm), gate_up_weight, gate_up_format).chunk(2, dim=-1)
+    return h + linear_blocks_reference(torch.nn.functional.silu(gate) * up, down_weight, down_format)
+
+
+def _layer(op: str, hidden, input_norm, qkv_weight, qkv_format, cos, sin, key_cache, value_cache, start_pos, scale,
+           o_weight, o_format, post_norm, gate_up_weight, gate_up_format, down_weight, down_format, eps):
+    """PyTorch's kernel: the ops the layer replaces, in turn (the runtime kernel runs their row code: the same bits)."""
+    my_ops = torch.ops.my_ops
+    for needed in ("rms_norm", "linear_blocks", "rope_sdpa_with_cache", "silu_mul"):
+        if not hasattr(my_ops, needed):
+            raise RuntimeError(f"{op}: PyTorch's kernel runs my_ops::{needed}, which is not registered: load the "
+                               "build's libcustom_ops_aot_lib.so (torch.ops.load_library) and import the op modules "
+                               "(flow.model.register_ops does both)")
+    qkv = my_ops.linear_blocks(my_ops.rms_norm(hidden, input_norm, eps), qkv_weight, qkv_format)
+    attended = my_ops.rope_sdpa_with_cache(qkv, cos, sin, key_cache, value_cache, start_pos, scale)
+    h = hidden + my_ops.linear_blocks(attended.flatten(2), o_weight, o_format)
+    gate, up = my_ops.linear_blocks(my_ops.rms_norm(h, post_norm, eps), gate_up_weight, gate_up_format).chunk(2, -1)
+    return h + my_ops.linear_blocks(my_ops.silu_mul(gate.contiguous(), up.contiguous()), down_weight, down_format)
+
+
+def _register() -> torch.library.Library:
+    lib = torch.library.Library("my_ops", "FRAGMENT")
+    arguments = ("Tensor hidden, Tensor input_norm, Tensor qkv_weight, str qkv_format, Tensor cos, Tensor sin, "
+                 "Tensor(a!) key_cache, Tensor(b!) value_cache, SymInt start_pos, float? scale, Tensor o_weight, "
+                 "str o_format, Tensor post_norm, Tensor gate_up_weight, str gate_up_format, Tensor down_weight, "
+                 "str down_format, float eps")
+    lib.define(f"decoder_layer({arguments}) -> Tensor")
+    lib.define(f"decoder_layer.out({arguments}, *, Tensor(c!) out) -> Tensor(c!)")
+    functional, out_variant = OP, OP + ".out"
+
+    def compute(*args):
+        _check(functional, *args)
+        return _layer(functional, *args)
+
+    def compute_out(*args, out):
+        _check(out_variant, *args, out=out)
+        result = _layer(out_variant, *args)
+        return out.resize_(result.shape).copy_(result)
+
+    def fake(*args):
+        _check(functional, *args)
+        return args[0].new_empty(args[0].shape)
+
+    def fake_out(*args, out):
+        _check(out_variant, *args, out=out)
+        return out.resize_(args[0].shape)
+
+    torch.library.impl(functional, "CompositeExplicitAutograd", lib=lib)(compute)
+    torch.library.impl(out_variant, "CompositeExplicitAutograd", lib=lib)(compute_out)
+    torch.library.register_fake(functional, fake, lib=lib)
+    torch.library.impl(out_variant, "Meta", lib=lib)(fake_out)
+    return lib
+
+
+MODEL, HEADS, KV_HEADS, HEAD_DIM, MLP, MAX_SEQ = 64, 4, 2, 16, 96, 16
+
+
+class LayerExample(torch.nn.Module):
+    """One layer over its own caches, a row format per projection (F32, F16, BF16: the block formats' kernels are
+    linear_blocks' own example's; tests/test_fused_ops.py runs the layer in each)."""
+
+    def __init__(self):
+        super().__init__()
+        generator = torch.Generator().manual_seed(21)
+
+        def weight(outputs, inputs, dtype):
+            return (torch.randn(outputs, inputs, generator=generator) * inputs ** -0.5).to(dtype)
+
+        self.register_buffer("input_norm", 1 + 0.1 * torch.randn(MODEL, generator=generator))
+        self.register_buffer("qkv", weight((HEADS + 2 * KV_HEADS) * HEAD_DIM, MODEL, torch.float32))
+        self.register_buffer("o", weight(MODEL, HEADS * HEAD_DIM, torch.float16))
+        self.register_buffer("post_norm", 1 + 0.1 * torch.randn(MODEL, generator=generator))
+        self.register_buffer("gate_up", weight(2 * MLP, MODEL, torch.bfloat16))
+        self.register_buffer("down", weight(MODEL, MLP, torch.float32))
+        self.register_buffer("k_cache", torch.zeros(1, MAX_SEQ, KV_HEADS, HEAD_DIM))
+        self.register_buffer("v_cache", torch.zeros(1, MAX_SEQ, KV_HEADS, HEAD_DIM))
+
+    def forward(self, hidden, cos, sin, position):
+        start = position.item()
+        torch._check(start >= 0)
+        torch._check(start + hidden.shape[1] <= MAX_SEQ)
+        return torch.ops.my_ops.decoder_layer(hidden, self.input_norm, self.qkv, "F32", cos, sin, self.k_cache,
+                                              self.v_cache, start, None, self.o, "F16", self.post_norm, self.gate_up,
+                                              "BF16", self.down, "F32", 1e-5)
+
+
+def example():
+    """(model, runs): three steps of two new positions each (0-1, 2-3, 4-5), each attending over what the previous
+    wrote, at Llama's angles."""
+    generator = torch.Generator().manual_seed(22)
+    runs = []
+    for step in range(3):
+        positions = torch.arange(2 * step, 2 * step + 2, dtype=torch.float32)
+        angles = positions[:, None] * (10000.0 ** (-torch.arange(0, HEAD_DIM // 2, dtype=torch.float32) /
+                                                   (HEAD_DIM // 2)))
+        angles = torch.cat((angles, angles), dim=-1)[None]
+        runs.append((torch.randn(1, 2, MODEL, generator=generator), angles.cos(), angles.sin(),
+                     torch.tensor([2 * step])))
+    return LayerExample(), runs
+
+
+# Once per process: a copy of this module registered first (e.g. the my_ops wheel's) leaves the op defined.
+_lib = None if hasattr(torch.ops.my_ops, "decoder_layer") else _register()

@@ -1,0 +1,403 @@
+// The kernel of my_ops::decoder_layer.out (decoder_layer.py registers the op with PyTorch): a pre-norm decoder layer
+// (Llama's, SmolLM2's) in one call,
+//   h   = hidden + o_proj(attention(rope(qkv_proj(rms_norm(hidden)))))    (k and v written into the caches)
+//   out = h + down_proj(silu(gate) * up),  gate | up = gate_up_proj(rms_norm(h))
+// in one parallel region of the pool (kernel_helpers/steps_region.h): one hand-off a layer where the ops it replaces
+// (rms_norm, linear_blocks, rope_sdpa_with_cache, add_rms_norm, silu_mul) hand the pool five. Each step runs the row
+// code of the op it replaces, so the layer gives their bits. ExecuTorch mode: registers itself
+// (EXECUTORCH_LIBRARY_CHECKED, at the end) since its schema mutates the caches; ATen mode: the CPU kernel
+// decoder_layer_without_python.cpp registers.
+#include <array>
+#include <cmath>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kernel_helpers/kernel_contract.h"
+#include "kernel_helpers/steps_region.h"
+#include "ops/blocks/block_ops.h"
+#include "ops/rms_norm/rms_norm_rows.h"
+#include "ops/rope_sdpa_with_cache/qkv_rows.h"
+#include "ops/sdpa_with_cache/attention.h"
+#include "ops/silu_mul/silu_mul_rows.h"
+#ifndef USE_ATEN_LIB
+#include "kernel_helpers/checked_unboxing.h"
+#endif
+
+namespace custom {
+namespace native {
+namespace {
+
+constexpr const char* kOp = "my_ops::decoder_layer.out";
+// Elements of silu(gate) * up a unit: a multiple of every format's block of activations (32 or 256), so a unit
+// quantizes the blocks it fills, whole.
+constexpr int64_t kSiluChunk = 256;
+
+using blocks::FormatKernels;
+
+// The layer's weights, as the program passes them.
+struct Weights {
+  const Tensor& input_norm;
+  const Tensor& qkv;
+  std::string_view qkv_format;
+  const Tensor& o;
+  std::string_view o_format;
+  const Tensor& post_norm;
+  const Tensor& gate_up;
+  std::string_view gate_up_format;
+  const Tensor& down;
+  std::string_view down_format;
+};
+
+// Its four projections' formats, found by name.
+struct Formats {
+  const FormatKernels *qkv, *o, *gate_up, *down;
+
+  explicit Formats(const Weights& w)
+      : qkv(blocks::find_format(w.qkv_format)), o(blocks::find_format(w.o_format)),
+        gate_up(blocks::find_format(w.gate_up_format)), down(blocks::find_format(w.down_format)) {}
+};
+
+// The sizes, read from the arguments once they are checked.
+struct Shape {
+  int64_t batch, length, model, heads, kv_heads, head_dim, positions, hidden_mlp;
+
+  Shape(const Tensor& hidden, const Tensor& key_cache, const Tensor& qkv_weight, const Tensor& gate_up_weight)
+      : batch(hidden.size(0)), length(hidden.size(1)), model(hidden.size(2)), heads(0), kv_heads(key_cache.size(2)),
+        head_dim(key_cache.size(3)), positions(key_cache.size(1)), hidden_mlp(gate_up_weight.size(0) / 2) {
+    heads = head_dim > 0 ? qkv_weight.size(0) / head_dim - 2 * kv_heads : 0;
+  }
+  int64_t tokens() const { return batch * length; }
+  int64_t qkv_width() const { return (heads + 2 * kv_heads) * head_dim; }
+};
+
+// ---- Checks: one body for both modes, before `out` is resized ------------------------------------------------------
+contract::Problem float_problem(const Tensor& t, const char* name) {
+  if (t.scalar_type() != ScalarType::Float) {
+    return std::string(kOp) + ": " + name + " has dtype " + contract::dtype_name(t.scalar_type()) +
+        "; the layer computes in float32";
+  }
+  return std::nullopt;
+}
+
+// A projection's weight: its format takes it, it has `inputs` inputs, and (`outputs` >= 0) that many outputs.
+contract::Problem projection_problem(const Tensor& weight, std::string_view format_name, const FormatKernels* format,
+                                     const char* name, int64_t inputs, int64_t outputs, const char* inputs_are) {
+  if (auto p = blocks::format_problem(format, format_name, kOp)) {
+    return p;
+  }
+  if (auto p = blocks::weight_problem(weight, *format, kOp)) {
+    return std::string(*p) + " (" + name + ")";
+  }
+  if (blocks::inputs_of(weight, *format) != inputs || (outputs >= 0 && weight.size(0) != outputs)) {
+    return std::string(kOp) + ": " + name + " " + contract::shape_text(weight) + " (" + format->name + ") holds " +
+        std::to_string(blocks::inputs_of(weight, *format)) + " inputs and " + std::to_string(weight.size(0)) +
+        " outputs; it must take " + std::to_string(inputs) + " (" + inputs_are + ")" +
+        (outputs >= 0 ? " and give " + std::to_string(outputs) : std::string());
+  }
+  return std::nullopt;
+}
+
+contract::Problem arguments_problem(const Tensor& hidden, const Weights& w, const Formats& f, const Tensor& cos,
+                                    const Tensor& sin, const Tensor& key_cache, const Tensor& value_cache,
+                                    int64_t start, const std::optional<double>& scale, double eps, const Tensor& out) {
+  for (const auto& [t, name] : {std::pair<const Tensor&, const char*>{hidden, "hidden"}, {w.input_norm, "input_norm"},
+                                {w.post_norm, "post_norm"}, {cos, "cos"}, {sin, "sin"}, {key_cache, "key_cache"},
+                                {value_cache, "value_cache"}, {out, "out"}}) {
+    if (auto p = float_problem(t, name)) {
+      return p;
+    }
+  }
+  const std::string op = kOp;
+  if (hidden.dim() != 3 || key_cache.dim() != 4) {
+    return op + ": hidden " + contract::shape_text(hidden) + " must be [batch, length, model] and key_cache " +
+        contract::shape_text(key_cache) + " [batch, positions, kv_heads, head_dim]";
+  }
+  if (!contract::same_sizes(value_cache, key_cache) || key_cache.size(0) != hidden.size(0)) {
+    return op + ": key_cache " + contract::shape_text(key_cache) + " and value_cache " +
+        contract::shape_text(value_cache) + " must have one shape, with hidden's batch " +
+        std::to_string(hidden.size(0));
+  }
+  const int64_t model = hidden.size(2), kv_heads = key_cache.size(2), head_dim = key_cache.size(3);
+  for (const auto& [t, name] : {std::pair<const Tensor&, const char*>{w.input_norm, "input_norm"},
+                                {w.post_norm, "post_norm"}}) {
+    if (!norm::weight_fits(hidden, t)) {
+      return op + ": " + name + " " + contract::shape_text(t) + " must scale hidden's " + std::to_string(model) +
+          " features; give it shape [" + std::to_string(model) + "]";
+    }
+  }
+  if (head_dim == 0 || head_dim % 2 != 0 || kv_heads == 0) {
+    return op + ": key_cache " + contract::shape_text(key_cache) + " must have kv heads and an even head_dim (the "
+        "rotary embedding rotates its halves)";
+  }
+  if (auto p = projection_problem(w.qkv, w.qkv_format, f.qkv, "qkv_weight", model, -1, "hidden's features")) {
+    return p;
+  }
+  const int64_t qkv_outputs = w.qkv.size(0), heads = qkv_outputs / head_dim - 2 * kv_heads;
+  if (qkv_outputs % head_dim != 0 || heads < kv_heads || heads % kv_heads != 0) {
+    return op + ": qkv_weight's " + std::to_string(qkv_outputs) + " outputs are not (heads + 2 * " +
+        std::to_string(kv_heads) + ") * " + std::to_string(head_dim) + " for a number of query heads that is a "
+        "multiple of the cache's " + std::to_string(kv_heads) + " kv heads";
+  }
+  if (auto p = projection_problem(w.o, w.o_format, f.o, "o_weight", heads * head_dim, model,
+                                  "the attention's heads * head_dim")) {
+    return p;
+  }
+  if (auto p = projection_problem(w.gate_up, w.gate_up_format, f.gate_up, "gate_up_weight", model, -1,
+                                  "hidden's features")) {
+    return p;
+  }
+  if (w.gate_up.size(0) == 0 || w.gate_up.size(0) % 2 != 0) {
+    return op + ": gate_up_weight " + contract::shape_text(w.gate_up) + " must give the gate's outputs, then as "
+        "many of up's: an even, non-zero number";
+  }
+  if (auto p = projection_problem(w.down, w.down_format, f.down, "down_weight", w.gate_up.size(0) / 2, model,
+                                  "half of gate_up's outputs")) {
+    return p;
+  }
+  const int64_t batch = hidden.size(0), length = hidden.size(1);
+  for (const auto& [t, name] : {std::pair<const Tensor&, const char*>{cos, "cos"}, {sin, "sin"}}) {
+    if (t.dim() != 3 || (t.size(0) != 1 && t.size(0) != batch) || t.size(1) != length || t.size(2) != head_dim) {
+      return op + ": " + name + " " + contract::shape_text(t) + " must be [1 or " + std::to_string(batch) + ", " +
+          std::to_string(length) + ", " + std::to_string(head_dim) + "]: a row per new position, shared by the heads";
+    }
+  }
+  if (!contract::same_sizes(cos, sin)) {
+    return op + ": cos " + contract::shape_text(cos) + " and sin " + contract::shape_text(sin) + " differ; give both "
+        "the same shape";
+  }
+  const int64_t positions = key_cache.size(1);
+  if (start < 0 || start > positions - length) {
+    return op + ": " + std::to_string(length) + " positions at start_pos " + std::to_string(start) +
+        " need cache positions up to " + std::to_string(start + length) + " but the cache holds " +
+        std::to_string(positions) + (start < 0 ? " (start_pos is negative)" : "") +
+        "; start_pos + length must be within [0, positions]";
+  }
+  if (scale.has_value() && !std::isfinite(*scale)) {
+    return op + ": scale " + std::to_string(*scale) + " is not finite; pass a finite scale or None for " +
+        "1/sqrt(head_dim)";
+  }
+  if (!std::isfinite(eps) || eps < 0) {
+    return op + ": eps " + std::to_string(eps) + " must be finite and not negative";
+  }
+  return std::nullopt;
+}
+
+contract::Problem layout_problem(const Tensor& hidden, const Weights& w, const Tensor& cos, const Tensor& sin,
+                                 const Tensor& key_cache, const Tensor& value_cache, const Tensor& out) {
+  for (const auto& [t, name] : {std::pair<const Tensor&, const char*>{hidden, "hidden"}, {w.input_norm, "input_norm"},
+                                {w.qkv, "qkv_weight"}, {w.o, "o_weight"}, {w.post_norm, "post_norm"},
+                                {w.gate_up, "gate_up_weight"}, {w.down, "down_weight"}, {cos, "cos"}, {sin, "sin"},
+                                {key_cache, "key_cache"}, {value_cache, "value_cache"}, {out, "out"}}) {
+    if (auto p = contract::dense_problem(t, kOp, name)) {
+      return p;
+    }
+  }
+  return contract::memory_problem(
+      kOp, {{out, "out"}, {key_cache, "key_cache"}, {value_cache, "value_cache"}},
+      {{hidden, "hidden"}, {w.input_norm, "input_norm"}, {w.qkv, "qkv_weight"}, {w.o, "o_weight"},
+       {w.post_norm, "post_norm"}, {w.gate_up, "gate_up_weight"}, {w.down, "down_weight"}, {cos, "cos"},
+       {sin, "sin"}});
+}
+
+// ---- The layer ------------------------------------------------------------------------------------------------------
+// The calling thread's buffers between steps, each on a cache line (a row format's tasks read their activations 64
+// bytes at a time).
+struct Scratch {
+  std::vector<float> storage;
+  blocks::Activations qkv, o, gate_up, down;
+
+  float* carve(int64_t count, float*& next) {
+    float* start = next;
+    next += (count + 15) / 16 * 16;
+    return start;
+  }
+};
+
+bool run(const Tensor& hidden_t, const Weights& w, const Formats& f, const Tensor& cos_t, const Tensor& sin_t,
+         Tensor& key_cache, Tensor& value_cache, int64_t start, const std::optional<double>& scale, double eps,
+         Tensor& out_t) {
+  const Shape s(hidden_t, key_cache, w.qkv, w.gate_up);
+  const int64_t T = s.tokens(), M = s.model, I = s.hidden_mlp, D = s.head_dim;
+  thread_local Scratch scratch;
+  const int64_t buffers = 6, floats = 2 * T * M + T * s.qkv_width() + T * s.heads * D + 3 * T * I;
+  scratch.storage.resize(static_cast<size_t>(floats + (buffers + 1) * 16));
+  float* next = scratch.storage.data() + (64 - reinterpret_cast<uintptr_t>(scratch.storage.data()) % 64) % 64 / 4;
+  float* normed = scratch.carve(T * M, next);     // rms_norm(hidden), then rms_norm(h)
+  float* qkv = scratch.carve(T * s.qkv_width(), next);
+  float* attended = scratch.carve(T * s.heads * D, next);  // rotated q, then attention's output in its place
+  float* projected = scratch.carve(T * M, next);  // o_proj's output, then down_proj's
+  float* gate_up = scratch.carve(2 * T * I, next);
+  float* activated = scratch.carve(T * I, next);
+
+  const float* hidden = hidden_t.const_data_ptr<float>();
+  float* out = out_t.mutable_data_ptr<float>();  // h, then h + down_proj(...)
+  const int64_t threads = contract::thread_count();
+  const blocks::LinearTasks qkv_proj = blocks::plan_linear(*f.qkv, normed, T, M, w.qkv.const_data_ptr(),
+                                                           s.qkv_width(), qkv, scratch.qkv, threads);
+  const blocks::LinearTasks o_proj = blocks::plan_linear(*f.o, attended, T, s.heads * D, w.o.const_data_ptr(), M,
+                                                         projected, scratch.o, threads);
+  const blocks::LinearTasks gate_up_proj = blocks::plan_linear(*f.gate_up, normed, T, M, w.gate_up.const_data_ptr(),
+                                                               2 * I, gate_up, scratch.gate_up, threads);
+  const blocks::LinearTasks down_proj = blocks::plan_linear(*f.down, activated, T, I, w.down.const_data_ptr(), M,
+                                                            projected, scratch.down, threads);
+  const attention::QkvRows<float> rows{qkv, cos_t.const_data_ptr<float>(), sin_t.const_data_ptr<float>(),
+                                       key_cache.mutable_data_ptr<float>(), value_cache.mutable_data_ptr<float>(),
+                                       attended, s.batch, s.length, s.heads, s.kv_heads, D, s.positions, start,
+                                       cos_t.size(0)};
+  const attention::Geometry g{s.batch, s.length, s.heads, s.kv_heads, D, s.positions, start,
+                              static_cast<float>(scale.value_or(1.0 / std::sqrt(static_cast<double>(D)))), threads};
+  const attention::Tensors<float> heads{attended, rows.keys, rows.values, attended};
+  const float* input_norm = w.input_norm.const_data_ptr<float>();
+  const float* post_norm = w.post_norm.const_data_ptr<float>();
+  // my_ops::rms_norm's and add_rms_norm's choice for a float32 output of this size.
+  const norm::Isa norm_isa = norm::row_isa<float>(static_cast<size_t>(T * M) * sizeof(float));
+  const int64_t silu_chunks = (I + kSiluChunk - 1) / kSiluChunk;
+  const auto blocks_of_row = [](const blocks::LinearTasks& p) { return p.quantizes ? p.prepare_blocks() / p.task.tokens : 0; };
+
+  enum Step { kNorm, kQkv, kRotate, kAttend, kPrepareO, kO, kPostNorm, kGateUp, kSilu, kDown, kSteps };
+  const std::array<int64_t, kSteps> units{T, qkv_proj.count, T, g.tasks(), o_proj.prepare_blocks(), o_proj.count,
+                                          T, gate_up_proj.count, T * silu_chunks, down_proj.count};
+  const auto step = [&](size_t which, int64_t unit) {
+    switch (which) {
+      case kNorm: {  // a token's input norm, then its activations for qkv_proj
+        norm::normalize_rows(hidden, input_norm, normed, unit, unit + 1, M, static_cast<float>(eps), norm_isa);
+        const int64_t per_row = blocks_of_row(qkv_proj);
+        qkv_proj.prepare(unit * per_row, (unit + 1) * per_row);
+        break;
+      }
+      case kQkv:
+        qkv_proj.run(unit, unit + 1);
+        break;
+      case kRotate:
+        rows.rotate_and_write(unit);
+        break;
+      case kAttend:
+        attention::attend_tasks<float>(g, heads, unit, unit + 1);
+        break;
+      case kPrepareO:
+        o_proj.prepare(unit, unit + 1);
+        break;
+      case kO: {  // its columns of o_proj, then h = hidden + o_proj in the same columns
+        o_proj.run(unit, unit + 1);
+        const auto [first, end] = o_proj.columns(unit, unit + 1);
+        for (int64_t t = 0; t < T; ++t) {
+          for (int64_t c = first; c < end; ++c) {
+            out[t * M + c] = hidden[t * M + c] + projected[t * M + c];
+          }
+        }
+        break;
+      }
+      case kPostNorm: {
+        norm::normalize_rows(static_cast<const float*>(out), post_norm, normed, unit, unit + 1, M,
+                             static_cast<float>(eps), norm_isa);
+        const int64_t per_row = blocks_of_row(gate_up_proj);
+        gate_up_proj.prepare(unit * per_row, (unit + 1) * per_row);
+        break;
+      }
+      case kGateUp:
+        gate_up_proj.run(unit, unit + 1);
+        break;
+      case kSilu: {  // a chunk of one token's silu(gate) * up, then the activation blocks of down_proj it fills
+        const int64_t t = unit / silu_chunks, first = unit % silu_chunks * kSiluChunk;
+        const int64_t end = std::min(I, first + kSiluChunk);
+        swiglu::silu_mul_range<float>(gate_up + t * 2 * I, gate_up + t * 2 * I + I, activated + t * I, first, end);
+        if (down_proj.quantizes) {
+          const int64_t block = down_proj.activations->block;
+          down_proj.prepare((t * I + first) / block, (t * I + end) / block);
+        }
+        break;
+      }
+      case kDown: {  // its columns of down_proj, added to h
+        down_proj.run(unit, unit + 1);
+        const auto [first, end] = down_proj.columns(unit, unit + 1);
+        for (int64_t t = 0; t < T; ++t) {
+          for (int64_t c = first; c < end; ++c) {
+            out[t * M + c] = out[t * M + c] + projected[t * M + c];
+          }
+        }
+        break;
+      }
+      default:
+        break;
+    }
+  };
+  const bool parallel = !(qkv_proj.serial() && o_proj.serial() && gate_up_proj.serial() && down_proj.serial());
+  const bool ran = steps::run(units, step, parallel);
+  // The path counters, as the ops this layer replaces count: every output by the code that computed it.
+  norm::count_rows(norm_isa, 2 * T * M);
+  for (const blocks::LinearTasks* p : {&qkv_proj, &o_proj, &gate_up_proj, &down_proj}) {
+    p->count_outputs();
+  }
+  elementwise::count(elementwise::kBaselineElements, static_cast<uint64_t>(T * (s.qkv_width() + I)));  // rotations, silu
+  return ran;
+}
+
+} // namespace
+
+#ifdef USE_ATEN_LIB
+at::Tensor& decoder_layer_out_impl(const at::Tensor& hidden_in, const at::Tensor& input_norm,
+                                   const at::Tensor& qkv_weight, c10::string_view qkv_format, const at::Tensor& cos_in,
+                                   const at::Tensor& sin_in, at::Tensor& key_cache, at::Tensor& value_cache,
+                                   int64_t start_pos, std::optional<double> scale, const at::Tensor& o_weight,
+                                   c10::string_view o_format, const at::Tensor& post_norm,
+                                   const at::Tensor& gate_up_weight, c10::string_view gate_up_format,
+                                   const at::Tensor& down_weight, c10::string_view down_format, double eps,
+                                   at::Tensor& out) {
+  // Strided inputs are read as the dense tensors an export would hold; the caches are written in place, so dense.
+  const at::Tensor hidden = hidden_in.contiguous(), cos = cos_in.contiguous(), sin = sin_in.contiguous();
+  const at::Tensor in_norm = input_norm.contiguous(), qkv = qkv_weight.contiguous(), o = o_weight.contiguous(),
+                   post = post_norm.contiguous(), gate_up = gate_up_weight.contiguous(), down = down_weight.contiguous();
+  const Weights w{in_norm, qkv, {qkv_format.data(), qkv_format.size()}, o, {o_format.data(), o_format.size()}, post,
+                  gate_up, {gate_up_format.data(), gate_up_format.size()}, down,
+                  {down_format.data(), down_format.size()}};
+  const Formats f(w);
+  contract::require(arguments_problem(hidden, w, f, cos, sin, key_cache, value_cache, start_pos, scale, eps, out));
+  contract::resize_output(out, hidden.sym_sizes(), kOp);
+  contract::require(layout_problem(hidden, w, cos, sin, key_cache, value_cache, out));
+  run(hidden, w, f, cos, sin, key_cache, value_cache, start_pos, scale, eps, out);
+  return out;
+}
+#else
+executorch::aten::Tensor& decoder_layer_out_impl(
+    executorch::runtime::KernelRuntimeContext& ctx,
+    const executorch::aten::Tensor& hidden,
+    const executorch::aten::Tensor& input_norm,
+    const executorch::aten::Tensor& qkv_weight,
+    std::string_view qkv_format,
+    const executorch::aten::Tensor& cos,
+    const executorch::aten::Tensor& sin,
+    executorch::aten::Tensor& key_cache,
+    executorch::aten::Tensor& value_cache,
+    int64_t start_pos,
+    std::optional<double> scale,
+    const executorch::aten::Tensor& o_weight,
+    std::string_view o_format,
+    const executorch::aten::Tensor& post_norm,
+    const executorch::aten::Tensor& gate_up_weight,
+    std::string_view gate_up_format,
+    const executorch::aten::Tensor& down_weight,
+    std::string_view down_format,
+    double eps,
+    executorch::aten::Tensor& out) {
+  const Weights w{input_norm, qkv_weight, qkv_format, o_weight, o_format, post_norm, gate_up_weight, gate_up_format,
+                  down_weight, down_format};
+  const Formats f(w);
+  if (!contract::require(ctx, arguments_problem(hidden, w, f, cos, sin, key_cache, value_cache, start_pos, scale, eps,
+                                                out)) ||
+      !contract::resize_output(ctx, out, hidden.sizes(), kOp, "out") ||
+      !contract::require(ctx, layout_problem(hidden, w, cos, sin, key_cache, value_cache, out))) {
+    return out;
+  }
+  const bool ran = run(hidden, w, f, cos, sin, key_cache, value_cache, start_pos, scale, eps, out);
+  ET_KERNEL_CHECK_MSG(ctx, ran, Internal, out, "%s: the threadpool did not run all of the layer", kOp);
+  return out;
+}
+#endif
+
+} // namespace native
+} // namespace custom
+
+#ifndef USE_ATEN_LIB
+EXECUTORCH_LIBRARY_CHECKED(my_ops, "decoder_layer.out", custom::native::decoder_layer_out_impl);
+#endif
