@@ -21,7 +21,10 @@ on the same fields (the runner reads them through MethodMeta, this through execu
      them. A wrong flatbuffer identifier is refused too: the backend logs it verbatim, and the Python runtime's log,
      decoding those bytes as UTF-8, ends the interpreter; the runner's log hook makes them printable instead;
   8. every item of a list value (IntList, TensorList, OptionalTensorList: indices of other values) names a value of
-     the list's kind: ExecuTorch reads each with an ET_CHECK when a kernel unboxes the list.
+     the list's kind: ExecuTorch reads each with an ET_CHECK when a kernel unboxes the list;
+  9. no input tensor is data the program holds (a constant buffer, external named data): set_input would copy the
+     caller's values over the program's bytes, read-only where the program is mapped from a file (the runner:
+     runner/kernel_calls.cpp).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import os
 from dataclasses import dataclass
 
 from flow import xnnpack_payload
+from flow.xnnpack_layout import TENSOR_DATA_EXTERNAL
 
 DEFAULT_MAX_MEMORY = 1 << 30  # as the runner's --max_memory default
 OPERATOR_NAME_LIMIT = 100  # ExecuTorch's buffer for "name.overload", terminator included (method.cpp)
@@ -45,6 +49,8 @@ class TensorSpec:
     scalar_type: str  # ExecuTorch's name, e.g. "FLOAT"
     sizes: tuple[int, ...]  # the upper bound, for dynamic dimensions
     dim_order: tuple[int, ...]
+    data_buffer: int = 0  # > 0: the program's constant buffer holding its bytes
+    external: bool = False  # its bytes are named data outside the program
 
     @property
     def dtype(self):
@@ -117,7 +123,10 @@ def _value_spec(values, index: int) -> ValueSpec:
     value = values[index].val
     kind = type(value).__name__
     if kind == "Tensor":
-        tensor = TensorSpec(value.scalar_type.name, tuple(value.sizes), tuple(value.dim_order))
+        extra = value.extra_tensor_info
+        tensor = TensorSpec(value.scalar_type.name, tuple(value.sizes), tuple(value.dim_order),
+                            data_buffer=value.data_buffer_idx,
+                            external=extra is not None and int(extra.location) == TENSOR_DATA_EXTERNAL)
         return ValueSpec(index, kind, tensor=tensor)
     scalar = next((getattr(value, f) for f in ("int_val", "double_val", "bool_val", "string_val") if hasattr(value, f)),
                   None)
@@ -274,6 +283,15 @@ def missing_from(source: str | os.PathLike | bytes | ProgramSpec, registered: se
     return sorted(set(needed) - registered)
 
 
+def input_data_problem(input: int, buffer: int) -> str:
+    """An input whose tensor is the program's own data: ExecuTorch's set_input would copy the caller's values over it
+    (read-only where the program is mapped from a file: the process dies). The runner words it the same
+    (runner/kernel_calls.cpp)."""
+    where = f"constant buffer {buffer}" if buffer else "external data"
+    return (f"input {input} is data the program holds ({where}), not planned memory or the caller's: setting it "
+            "would write over the program's own bytes")
+
+
 def _budget(needed: int, max_memory: int) -> str:
     return f"{needed} bytes, more than max_memory={max_memory}; raise max_memory if you trust this program"
 
@@ -311,6 +329,8 @@ def check(source: str | os.PathLike | bytes | ProgramSpec, method: str = "forwar
                 continue
             if (problem := value.tensor.problem()) is not None:
                 raise ProgramError(f"{kind} {i} has invalid tensor metadata: {problem}")
+            if kind == "input" and (value.tensor.data_buffer or value.tensor.external):
+                raise ProgramError(input_data_problem(i, value.tensor.data_buffer))
             if kind == "input":
                 total += value.tensor.nbytes
                 if total > max_memory:

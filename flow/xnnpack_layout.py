@@ -40,10 +40,11 @@ SLOTS = {
     "PerChannelGroupQuant": {"scale": 0, "channel_dim": 1, "group_size": 2, "scale_buffer_idx": 4, "num_scales": 5},
     "ConstantDataOffset": {"offset": 0, "size": 1, "named_key": 2},
     "Program": {"execution_plan": 1, "backend_delegate_data": 3, "segments": 4, "named_data": 7},
-    "ExecutionPlan": {"values": 2, "chains": 5, "operators": 6, "delegates": 7},
+    "ExecutionPlan": {"values": 2, "inputs": 3, "chains": 5, "operators": 6, "delegates": 7},
     "Operator": {"name": 0, "overload": 1},
     "EValue": {"val_type": 0, "val": 1},
-    "Tensor": {"scalar_type": 0},
+    "Tensor": {"scalar_type": 0, "data_buffer_idx": 5, "extra_tensor_info": 9},
+    "ExtraTensorInfo": {"location": 2},
     "ListItems": {"items": 0},  # IntList (int64 items), TensorList and OptionalTensorList (int32 items)
     "Chain": {"instructions": 2},
     "Instruction": {"instr_args_type": 0, "instr_args": 1},
@@ -65,6 +66,7 @@ INSTRUCTION_KERNEL_CALL, INSTRUCTION_DELEGATE_CALL = 1, 2
 KERNEL_TYPES = ("Null", "Int", "Bool", "Double", "Tensor", "String", "IntList", "DoubleList", "BoolList", "TensorList",
                 "OptionalTensorList")
 DATA_INLINE, DATA_SEGMENT = 0, 1
+TENSOR_DATA_EXTERNAL = 1  # TensorDataLocation: a tensor's bytes outside the .pte (a constant, named data)
 
 # Each node table's value ids: the slots XNNPACK's compiler reads as inputs and as outputs, and the vectors XNNPACK
 # reads one entry per dim of the input from (a shorter one is read past its end). An id of NO_VALUE is "none"
@@ -145,7 +147,8 @@ def cpp_header() -> str:
               f"kInstructionDelegateCall = {INSTRUCTION_DELEGATE_CALL};",
               "// KernelTypes (the EValue union) by tag - 1.",
               "constexpr const char* kKernelTypes[] = {" + ", ".join(f'"{k}"' for k in KERNEL_TYPES) + "};",
-              f"constexpr int8_t kDataInline = {DATA_INLINE}, kDataSegment = {DATA_SEGMENT};", "",
+              f"constexpr int8_t kDataInline = {DATA_INLINE}, kDataSegment = {DATA_SEGMENT};",
+              f"constexpr int8_t kTensorDataExternal = {TENSOR_DATA_EXTERNAL};", "",
               "// Bits per element of an XNNDatatype; 0: none (invalid or unknown).",
               "constexpr unsigned element_bits(int datatype) {",
               "  switch (datatype) {"]

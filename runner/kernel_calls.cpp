@@ -41,6 +41,13 @@ bool has_element_size(int8_t dtype) {
 
 constexpr uint8_t kTensorTag = 5;  // KernelTypes: Tensor's tag (its index in kKernelTypes, plus one)
 
+// flow/program.py words it the same.
+std::string input_data_problem(size_t input, uint32_t buffer) {
+  return "input " + std::to_string(input) + " is data the program holds (" +
+      (buffer != 0 ? "constant buffer " + std::to_string(buffer) : std::string("external data")) +
+      "), not planned memory or the caller's: setting it would write over the program's own bytes";
+}
+
 } // namespace
 
 std::optional<std::string> check_tensor_dtypes(const uint8_t* data, size_t size) {
@@ -58,6 +65,30 @@ std::optional<std::string> check_tensor_dtypes(const uint8_t* data, size_t size)
       if (r.ok() && !has_element_size(dtype)) {
         return "value " + std::to_string(i) + " is a tensor of dtype " + std::to_string(dtype) +
             ", which this ExecuTorch does not define; the program is damaged or was written for another version";
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> check_input_data(const uint8_t* data, size_t size) {
+  FlatReader r(data, size);
+  const size_t program = r.target(0);
+  for (size_t plan : r.tables(program, L::Program::kExecutionPlan).value_or(std::vector<size_t>{})) {
+    const auto values = r.tables(plan, L::ExecutionPlan::kValues).value_or(std::vector<size_t>{});
+    const auto inputs = r.scalars<int32_t>(plan, L::ExecutionPlan::kInputs).value_or(std::vector<int32_t>{});
+    for (size_t i = 0; i < inputs.size() && r.ok(); ++i) {
+      const int32_t value = inputs[i];
+      if (value < 0 || static_cast<size_t>(value) >= values.size() ||
+          r.scalar<uint8_t>(values[value], L::EValue::kValType) != kTensorTag) {
+        continue;  // the pre-flight names an input outside the values; other kinds hold no data
+      }
+      const size_t tensor = r.child(values[value], L::EValue::kVal);
+      const uint32_t buffer = tensor == 0 ? 0 : r.scalar<uint32_t>(tensor, L::Tensor::kDataBufferIdx);
+      const size_t extra = tensor == 0 ? 0 : r.child(tensor, L::Tensor::kExtraTensorInfo);
+      const bool external = extra != 0 && r.scalar<int8_t>(extra, L::ExtraTensorInfo::kLocation) == L::kTensorDataExternal;
+      if (r.ok() && (buffer != 0 || external)) {
+        return input_data_problem(i, buffer);
       }
     }
   }

@@ -614,6 +614,9 @@ std::optional<std::string> check_whole_file(const executorch::runtime::DataLoade
   if (auto problem = check_tensor_dtypes(data, file->size())) {
     return "has a value the runtime cannot read safely: " + *problem;
   }
+  if (auto problem = check_input_data(data, file->size())) {
+    return "has an input the runtime cannot set safely: " + *problem;
+  }
   if (auto problem = delegated ? check_delegates(data, file->size()) : std::nullopt) {
     return "has a delegate the runtime cannot read safely: " + *problem;
   }

@@ -76,6 +76,7 @@ constexpr int kNamedData = 7;
 } // namespace Program
 namespace ExecutionPlan {
 constexpr int kValues = 2;
+constexpr int kInputs = 3;
 constexpr int kChains = 5;
 constexpr int kOperators = 6;
 constexpr int kDelegates = 7;
@@ -90,7 +91,12 @@ constexpr int kVal = 1;
 } // namespace EValue
 namespace Tensor {
 constexpr int kScalarType = 0;
+constexpr int kDataBufferIdx = 5;
+constexpr int kExtraTensorInfo = 9;
 } // namespace Tensor
+namespace ExtraTensorInfo {
+constexpr int kLocation = 2;
+} // namespace ExtraTensorInfo
 namespace ListItems {
 constexpr int kItems = 0;
 } // namespace ListItems
@@ -141,6 +147,7 @@ constexpr uint8_t kInstructionKernelCall = 1, kInstructionDelegateCall = 2;
 // KernelTypes (the EValue union) by tag - 1.
 constexpr const char* kKernelTypes[] = {"Null", "Int", "Bool", "Double", "Tensor", "String", "IntList", "DoubleList", "BoolList", "TensorList", "OptionalTensorList"};
 constexpr int8_t kDataInline = 0, kDataSegment = 1;
+constexpr int8_t kTensorDataExternal = 1;
 
 // Bits per element of an XNNDatatype; 0: none (invalid or unknown).
 constexpr unsigned element_bits(int datatype) {
