@@ -86,7 +86,8 @@ std::optional<std::string> check_input_data(const uint8_t* data, size_t size) {
       const size_t tensor = r.child(values[value], L::EValue::kVal);
       const uint32_t buffer = tensor == 0 ? 0 : r.scalar<uint32_t>(tensor, L::Tensor::kDataBufferIdx);
       const size_t extra = tensor == 0 ? 0 : r.child(tensor, L::Tensor::kExtraTensorInfo);
-      const bool external = extra != 0 && r.scalar<int8_t>(extra, L::ExtraTensorInfo::kLocation) == L::kTensorDataExternal;
+      const bool external =
+          extra != 0 && r.scalar<int8_t>(extra, L::ExtraTensorInfo::kLocation) == L::kTensorDataExternal;
       if (r.ok() && (buffer != 0 || external)) {
         return input_data_problem(i, buffer);
       }

@@ -534,9 +534,9 @@ def test_the_fused_program_gives_the_unfused_programs_bits(tiny, load_method, tm
 
 
 def test_a_layer_adds_one_op_to_a_step(tiny):
-    # The ops one decoder layer adds to the program: a program of two layers less one of one. Fused: my_ops::decoder_layer
-    # (was 9 with the layer's fused parts: two residual adds with their norms, four linear layers, attention, the
-    # gate/up split and silu_mul; 34 unfused).
+    # The ops one decoder layer adds to the program: a program of two layers less one of one. Fused:
+    # my_ops::decoder_layer (9 with the layer's parts fused alone: two residual adds with their norms, four linear
+    # layers, attention, the gate/up split and silu_mul; 34 unfused).
     import my_ops.hf
 
     hf_models, root = tiny

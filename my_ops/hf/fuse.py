@@ -243,8 +243,9 @@ def _halves(act):
     split = gate.args[0]
     whole = split.args[0] if split.args else None
     width = _value(whole).shape[-1] if _value(whole) is not None else None
-    equal = (_is(split, aten.split.Tensor) and isinstance(width, int) and split.args[1] * 2 == width) or (
-        _is(split, aten.split_with_sizes.default) and isinstance(width, int) and list(split.args[1]) == [width // 2] * 2)
+    halves = isinstance(width, int) and width % 2 == 0
+    equal = halves and ((_is(split, aten.split.Tensor) and split.args[1] * 2 == width) or (
+        _is(split, aten.split_with_sizes.default) and list(split.args[1]) == [width // 2] * 2))
     dim = split.args[2] if len(split.args) > 2 else split.kwargs.get("dim", 0)
     if not equal or not _last_dim(dim, _value(whole).dim()) or not _only_used_by(split, gate, up):
         return None

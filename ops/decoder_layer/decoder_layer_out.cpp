@@ -253,7 +253,9 @@ bool run(const Tensor& hidden_t, const Weights& w, const Formats& f, const Tenso
   // my_ops::rms_norm's and add_rms_norm's choice for a float32 output of this size.
   const norm::Isa norm_isa = norm::row_isa<float>(static_cast<size_t>(T * M) * sizeof(float));
   const int64_t silu_chunks = (I + kSiluChunk - 1) / kSiluChunk;
-  const auto blocks_of_row = [](const blocks::LinearTasks& p) { return p.quantizes ? p.prepare_blocks() / p.task.tokens : 0; };
+  const auto blocks_of_row = [](const blocks::LinearTasks& p) {
+    return p.quantizes ? p.prepare_blocks() / p.task.tokens : 0;
+  };
 
   enum Step { kNorm, kQkv, kRotate, kAttend, kPrepareO, kO, kPostNorm, kGateUp, kSilu, kDown, kSteps };
   const std::array<int64_t, kSteps> units{T, qkv_proj.count, T, g.tasks(), o_proj.prepare_blocks(), o_proj.count,
@@ -329,7 +331,8 @@ bool run(const Tensor& hidden_t, const Weights& w, const Formats& f, const Tenso
   for (const blocks::LinearTasks* p : {&qkv_proj, &o_proj, &gate_up_proj, &down_proj}) {
     p->count_outputs();
   }
-  elementwise::count(elementwise::kBaselineElements, static_cast<uint64_t>(T * (s.qkv_width() + I)));  // rotations, silu
+  // The rotations and silu_mul, as rope_sdpa_with_cache and silu_mul count theirs.
+  elementwise::count(elementwise::kBaselineElements, static_cast<uint64_t>(T * (s.qkv_width() + I)));
   return ran;
 }
 
@@ -346,8 +349,9 @@ at::Tensor& decoder_layer_out_impl(const at::Tensor& hidden_in, const at::Tensor
                                    at::Tensor& out) {
   // Strided inputs are read as the dense tensors an export would hold; the caches are written in place, so dense.
   const at::Tensor hidden = hidden_in.contiguous(), cos = cos_in.contiguous(), sin = sin_in.contiguous();
-  const at::Tensor in_norm = input_norm.contiguous(), qkv = qkv_weight.contiguous(), o = o_weight.contiguous(),
-                   post = post_norm.contiguous(), gate_up = gate_up_weight.contiguous(), down = down_weight.contiguous();
+  const at::Tensor in_norm = input_norm.contiguous(), qkv = qkv_weight.contiguous(), o = o_weight.contiguous();
+  const at::Tensor post = post_norm.contiguous(), gate_up = gate_up_weight.contiguous();
+  const at::Tensor down = down_weight.contiguous();
   const Weights w{in_norm, qkv, {qkv_format.data(), qkv_format.size()}, o, {o_format.data(), o_format.size()}, post,
                   gate_up, {gate_up_format.data(), gate_up_format.size()}, down,
                   {down_format.data(), down_format.size()}};
