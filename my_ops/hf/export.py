@@ -60,8 +60,8 @@ def export_program(model: torch.nn.Module, *, max_seq_len: int = 256, quantize: 
     exported = torch.export.export(decoder, inputs, dynamic_shapes=dynamic_shapes, strict=True)
     fused = fuse(exported, fusions)
     if fusions is None and (missing := fused.missing(FUSIONS)):
-        warnings.warn(f"my_ops.hf: this model computes no {', '.join(missing)} pattern; those parts stay ATen ops "
-                      "(my_ops/hf/fuse.py lists what each pattern is)")
+        warnings.warn(f"my_ops.hf: this model computes no {', '.join(missing)} pattern; those parts stay the ops "
+                      "they were (my_ops/hf/fuse.py lists what each pattern is)")
     # The methods ExecuTorch's LLM runner (extension/llm/runner, TextLLMRunner) reads before it decodes: with them the
     # program also runs there, as optimum-executorch's do (get_max_seq_len is required; the others have defaults that
     # would prefill token by token).
