@@ -32,6 +32,15 @@ def test_the_pytorch_side_helpers_for_several_inputs_equal_aten_and_refuse_alike
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stdout + proc.stderr
 
 
+def test_the_steps_of_one_region_run_in_order_and_a_failing_unit_reaches_the_caller(combined_build):
+    # kernel_helpers/steps_region.h (my_ops::decoder_layer's region) on ATen's pool at 1 to 4 threads: every unit once,
+    # each step after the whole step before it, an empty step passed, and a unit that throws rethrown to the caller
+    # with the other units run (no thread left waiting for it).
+    proc = subprocess.run([os.path.join(combined_build.build_dir, "steps_region_aten")], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stdout + proc.stderr
+
+
 def test_the_isa_dispatcher_checks_every_feature_a_variant_is_compiled_for():
     with open(os.path.join(REPO_ROOT, "kernel_helpers", "elementwise_loop.h")) as f:
         source = f.read()
