@@ -253,8 +253,21 @@ bool run(const Tensor& hidden_t, const Weights& w, const Formats& f, const Tenso
   // my_ops::rms_norm's and add_rms_norm's choice for a float32 output of this size.
   const norm::Isa norm_isa = norm::row_isa<float>(static_cast<size_t>(T * M) * sizeof(float));
   const int64_t silu_chunks = (I + kSiluChunk - 1) / kSiluChunk;
-  const auto blocks_of_row = [](const blocks::LinearTasks& p) {
-    return p.quantizes ? p.prepare_blocks() / p.task.tokens : 0;
+  // A token's row of `in` normalized into `normed`, then its activation blocks for `next`, the projection that reads it.
+  const auto normalize_row = [&](const float* in, const float* weight, const blocks::LinearTasks& next, int64_t row) {
+    norm::normalize_rows(in, weight, normed, row, row + 1, M, static_cast<float>(eps), norm_isa);
+    const int64_t per_row = next.quantizes ? next.prepare_blocks() / T : 0;
+    next.prepare(row * per_row, (row + 1) * per_row);
+  };
+  // Tasks [unit, unit + 1) of `proj` into `projected`, then out = residual + projected in the columns they wrote.
+  const auto project_and_add = [&](const blocks::LinearTasks& proj, const float* residual, int64_t unit) {
+    proj.run(unit, unit + 1);
+    const auto [first, end] = proj.columns(unit, unit + 1);
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t c = first; c < end; ++c) {
+        out[t * M + c] = residual[t * M + c] + projected[t * M + c];
+      }
+    }
   };
 
   enum Step { kNorm, kQkv, kRotate, kAttend, kPrepareO, kO, kPostNorm, kGateUp, kSilu, kDown, kSteps };
@@ -262,12 +275,9 @@ bool run(const Tensor& hidden_t, const Weights& w, const Formats& f, const Tenso
                                           T, gate_up_proj.count, T * silu_chunks, down_proj.count};
   const auto step = [&](size_t which, int64_t unit) {
     switch (which) {
-      case kNorm: {  // a token's input norm, then its activations for qkv_proj
-        norm::normalize_rows(hidden, input_norm, normed, unit, unit + 1, M, static_cast<float>(eps), norm_isa);
-        const int64_t per_row = blocks_of_row(qkv_proj);
-        qkv_proj.prepare(unit * per_row, (unit + 1) * per_row);
+      case kNorm:
+        normalize_row(hidden, input_norm, qkv_proj, unit);
         break;
-      }
       case kQkv:
         qkv_proj.run(unit, unit + 1);
         break;
@@ -280,23 +290,12 @@ bool run(const Tensor& hidden_t, const Weights& w, const Formats& f, const Tenso
       case kPrepareO:
         o_proj.prepare(unit, unit + 1);
         break;
-      case kO: {  // its columns of o_proj, then h = hidden + o_proj in the same columns
-        o_proj.run(unit, unit + 1);
-        const auto [first, end] = o_proj.columns(unit, unit + 1);
-        for (int64_t t = 0; t < T; ++t) {
-          for (int64_t c = first; c < end; ++c) {
-            out[t * M + c] = hidden[t * M + c] + projected[t * M + c];
-          }
-        }
+      case kO:  // h = hidden + o_proj
+        project_and_add(o_proj, hidden, unit);
         break;
-      }
-      case kPostNorm: {
-        norm::normalize_rows(static_cast<const float*>(out), post_norm, normed, unit, unit + 1, M,
-                             static_cast<float>(eps), norm_isa);
-        const int64_t per_row = blocks_of_row(gate_up_proj);
-        gate_up_proj.prepare(unit * per_row, (unit + 1) * per_row);
+      case kPostNorm:
+        normalize_row(out, post_norm, gate_up_proj, unit);
         break;
-      }
       case kGateUp:
         gate_up_proj.run(unit, unit + 1);
         break;
@@ -310,16 +309,9 @@ bool run(const Tensor& hidden_t, const Weights& w, const Formats& f, const Tenso
         }
         break;
       }
-      case kDown: {  // its columns of down_proj, added to h
-        down_proj.run(unit, unit + 1);
-        const auto [first, end] = down_proj.columns(unit, unit + 1);
-        for (int64_t t = 0; t < T; ++t) {
-          for (int64_t c = first; c < end; ++c) {
-            out[t * M + c] = out[t * M + c] + projected[t * M + c];
-          }
-        }
+      case kDown:  // out = h + down_proj
+        project_and_add(down_proj, out, unit);
         break;
-      }
       default:
         break;
     }
