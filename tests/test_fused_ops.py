@@ -261,6 +261,16 @@ def test_the_decoder_layer_gives_the_bits_of_the_ops_it_replaces_in_one_hand_off
     assert result["layer_work_ns"] > 0
 
 
+def test_the_layers_format_table_is_the_block_formats_own():
+    # decoder_layer.py checks a projection's weight from its own table (it imports only torch): the same formats,
+    # weights and bytes per block as the layouts linear_blocks' reference reads.
+    from ops.blocks.blocks import FORMATS, ROW_FORMATS
+    from ops.decoder_layer import decoder_layer
+
+    assert decoder_layer.BLOCK_FORMATS == {name: (spec.weights, spec.bytes) for name, spec in FORMATS.items()}
+    assert decoder_layer.ROW_FORMATS == ROW_FORMATS
+
+
 class DecoderLayerNearMiss(LayerOps):
     MODEL, HEADS, KV_HEADS, HEAD_DIM, MLP, POSITIONS = 64, 4, 2, 16, 96, 16
 

@@ -24,7 +24,8 @@ import math
 import torch
 
 # A format's (weights, bytes) per block: its weight holds [outputs, inputs / weights * bytes] bytes. Row formats hold
-# their dtype's [outputs, inputs]. (ops/blocks/formats.h is the kernels' list; a test compares the two.)
+# their dtype's [outputs, inputs]. Written out here because this module imports only torch (the wheel carries it
+# alone); tests/test_fused_ops.py holds it to ops/blocks/blocks.py's layouts, which hold to the kernels' list.
 ROW_FORMATS = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
 BLOCK_FORMATS = {"Q8_0": (32, 34), "Q4_0": (32, 18), "Q4_1": (32, 20), "Q5_0": (32, 22), "Q5_1": (32, 24),
                  "Q2_K": (256, 84), "Q3_K": (256, 110), "Q4_K": (256, 144), "Q5_K": (256, 176), "Q6_K": (256, 210)}
