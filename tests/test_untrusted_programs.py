@@ -215,21 +215,34 @@ def test_a_list_item_of_another_kind_is_one_error_line(where, decoder_programs, 
         program.check(bad)
 
 
-def test_an_input_that_is_the_programs_own_data_is_one_error_line(decoder_programs, combined_build, load_method,
-                                                                     tmp_path):
+def input_on_a_constant(plan):
+    constant = next(v.val.data_buffer_idx for v in plan.values
+                    if type(v.val).__name__ == "Tensor" and v.val.data_buffer_idx > 0)
+    tokens = plan.values[plan.inputs[0]].val
+    tokens.data_buffer_idx, tokens.allocation_info = constant, None
+
+
+def input_on_external_data(plan):
+    from executorch.exir.schema import ExtraTensorInfo, TensorDataLocation
+
+    tokens = plan.values[plan.inputs[0]].val
+    tokens.allocation_info = None
+    tokens.extra_tensor_info = ExtraTensorInfo(fully_qualified_name="tokens", location=TensorDataLocation.EXTERNAL)
+
+
+@pytest.mark.parametrize("edit, where", [(input_on_a_constant, r"constant buffer \d+"),
+                                         (input_on_external_data, "external data")],
+                         ids=["a constant buffer", "external named data"])
+def test_an_input_that_is_the_programs_own_data_is_one_error_line(edit, where, decoder_programs, combined_build,
+                                                                     load_method, tmp_path):
     # Found by the structured mutants of my_ops::decoder_layer's example: an input's tensor pointing at a constant
     # buffer. set_input copied the caller's values over the constant: in the runner (its own copy of the file) a wrong
-    # answer, in the Python runtime (the program mapped from a sealed, read-only memfd) a SIGSEGV.
+    # answer, in the Python runtime (the program mapped from a sealed, read-only memfd) a SIGSEGV. Each field the check
+    # reads (Tensor.data_buffer_idx, ExtraTensorInfo.location) is set here through the serializer.
     from flow import program
 
-    def input_on_a_constant(plan):
-        constant = next(v.val.data_buffer_idx for v in plan.values
-                        if type(v.val).__name__ == "Tensor" and v.val.data_buffer_idx > 0)
-        tokens = plan.values[plan.inputs[0]].val
-        tokens.data_buffer_idx, tokens.allocation_info = constant, None
-
-    bad = edit_plan(decoder_programs["decoder"], str(tmp_path / "bad.pte"), input_on_a_constant)
-    words = r"input 0 is data the program holds \(constant buffer \d+\), not planned memory or the caller's"
+    bad = edit_plan(decoder_programs["decoder"], str(tmp_path / "bad.pte"), edit)
+    words = rf"input 0 is data the program holds \({where}\), not planned memory or the caller's"
     proc = run_runner(combined_build.runner, f"--model_path={bad}", "--prompt=1", "--new_tokens=1")
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
     assert proc.returncode == 1 and len(errors) == 1, proc.stderr[-2000:]
