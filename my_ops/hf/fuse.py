@@ -137,6 +137,11 @@ def _swiglu_operands(mul):
     return None
 
 
+def _eps(norm) -> float:
+    """A my_ops::rms_norm node's eps, given or its schema's default."""
+    return norm.args[2] if len(norm.args) > 2 else norm.kwargs.get("eps", 1e-6)
+
+
 def _add_norm_operands(norm):
     """((x, residual, weight, eps), [add, norm], []) when `norm` is my_ops::rms_norm of the sum of two tensors of one
     shape and dtype (the sum may have other users: it is the next residual), else None."""
@@ -148,8 +153,7 @@ def _add_norm_operands(norm):
     x, residual = (_value(a) for a in add.args)
     if x is None or residual is None or x.shape != residual.shape or x.dtype != residual.dtype:
         return None
-    eps = norm.args[2] if len(norm.args) > 2 else norm.kwargs.get("eps", 1e-6)
-    return (*add.args, norm.args[1], eps), [add, norm], []
+    return (*add.args, norm.args[1], _eps(norm)), [add, norm], []
 
 
 def _rotation(node):
@@ -280,8 +284,7 @@ def _layer_operands(out_add):
             norm = qkv_proj and qkv_proj[0]
             if not (qkv_proj and _is(norm, "my_ops.rms_norm.default") and norm.args[0] is hidden):
                 continue
-            eps = [n.args[2] if len(n.args) > 2 else n.kwargs.get("eps", 1e-6) for n in (norm, post)]
-            parts = [norm, attention.args[0], attention, flat, o, h, post, halves[0], *halves[1], down_proj[0], down]
+            eps = [_eps(n) for n in (norm, post)]
             users = {norm: [attention.args[0]], attention.args[0]: [attention], attention: [flat], flat: [o],
                      o: [h], h: [post, out_add], post: [halves[0]], halves[0]: [halves[1][0]],
                      down_proj[0]: [down], down: [out_add]}
