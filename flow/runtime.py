@@ -42,7 +42,7 @@ COUNT_PATHS = {"CUSTOM_OPS_COUNT_PATHS": "1"}
 PATH_COUNTERS = ["serial", "parallel_tasks", "streamed_blocks", "unaligned_heads",
                  "baseline", "avx2", "avx512", "half_arithmetic", "pool_handoffs",
                  "linear_pool_ns", "linear_work_ns", "attention_pool_ns", "attention_work_ns", "other_pool_ns",
-                 "other_work_ns", "layer_pool_ns", "layer_work_ns"]
+                 "other_work_ns", "layer_pool_ns", "layer_work_ns", "row_panel_outputs"]
 POOL_USERS = ("linear", "attention", "other", "layer")
 
 

@@ -24,7 +24,9 @@
 // integer dot products, summed in integers with their integer sub-scales, and the block adds once
 // scale * d_x * (that sum) + min * d_x * (the sum of the sub-mins times x's sums): the op computes the float
 // arithmetic of those quantized activations (its reference does the same with ATen ops). Row formats (F32, F16,
-// BF16) keep plain rows [n, k] of their dtype and multiply in float.
+// BF16) keep plain rows [n, k] of their dtype and multiply in float: at decode a row streams against a token; at
+// prefill (AVX-512) the activations are first transposed into panels of 16 tokens, so that a weight broadcast meets
+// 16 tokens in one FMA and each output is one sum in its own lane (a GEMM's micro-kernel: no horizontal sums).
 #pragma once
 
 #include <algorithm>
@@ -314,11 +316,16 @@ inline void quantize_block(const float* x, int64_t n, int8_t* q, float* d, int32
 
 // Every token's activations, quantized once per call before its tasks run: q in order, d per block of `block` values,
 // the sum of q per 16 (a sub-block's sum is one or two of them).
+// Row formats at prefill keep floats instead, transposed into panels (below).
+constexpr int64_t kPanel = 16;  // tokens a panel: one vector holds one input of all of them
+
 struct Activations {
   int64_t tokens = 0, k = 0, block = 0, blocks = 0;
   std::vector<int8_t> q;       // [tokens][k]
   std::vector<float> d;        // [tokens][blocks]
   std::vector<int32_t> sum16;  // [tokens][k / 16]
+  bool in_panels = false;      // a row format's activations: panels, blocks of kPanel values of one token each
+  std::vector<float> panels;   // [tokens / kPanel, rounded up][k][kPanel]; the last panel's missing tokens zero
 
   CUSTOM_OPS_BLOCKS_INLINE const int8_t* row(int64_t t) const { return q.data() + t * k; }
   CUSTOM_OPS_BLOCKS_INLINE float scale(int64_t t, int64_t b) const { return d[t * blocks + b]; }
@@ -329,11 +336,27 @@ struct Activations {
   }
 
   void resize(int64_t tokens_, int64_t k_, int64_t block_) {
-    tokens = tokens_, k = k_, block = block_, blocks = k_ / block_;
+    tokens = tokens_, k = k_, block = block_, blocks = k_ / block_, in_panels = false;
     q.resize(tokens * k);
     d.resize(tokens * blocks);
     sum16.resize(tokens * k / 16);
   }
+  // k a multiple of kPanel.
+  void resize_panels(int64_t tokens_, int64_t k_) {
+    tokens = tokens_, k = k_, block = kPanel, blocks = k_ / kPanel, in_panels = true;
+    const int64_t count = (tokens + kPanel - 1) / kPanel;
+    panels.resize(static_cast<size_t>(count * k * kPanel));
+    if (tokens % kPanel != 0) {
+      std::fill(panels.begin() + (count - 1) * k * kPanel, panels.end(), 0.0f);
+    }
+  }
+  void unused() { tokens = k = block = blocks = 0, in_panels = false; }
+
+  // Blocks go by groups of tokens (one token; a panel's 16 in panels), k / block blocks a group, so that no two
+  // blocks write one cache line: block g * (k / block) + j / block holds inputs [j, j + block) of group g's tokens.
+  int64_t group_tokens() const { return in_panels ? kPanel : 1; }
+  int64_t groups() const { return (tokens + group_tokens() - 1) / group_tokens(); }
+  int64_t blocks_in_all() const { return groups() * (k / block); }
 };
 
 // Blocks [first, end) of x's tokens * blocks, quantized into `a` (sized already): any thread, each block once.
@@ -344,6 +367,20 @@ inline void prepare_blocks(const float* x, int64_t first, int64_t end, Activatio
   }
 }
 
+// Blocks [first, end) of x's panels (kPanel inputs of a panel's tokens each: whole cache lines) transposed into them.
+inline void prepare_panels(const float* x, int64_t first, int64_t end, Activations& a) {
+  const int64_t per_panel = a.k / kPanel;
+  for (int64_t b = first; b < end; ++b) {
+    const int64_t p = b / per_panel, j = b % per_panel * kPanel;
+    float* to = a.panels.data() + (p * a.k + j) * kPanel;
+    for (int64_t t = p * kPanel; t < std::min(a.tokens, (p + 1) * kPanel); ++t) {
+      const float* from = x + t * a.k + j;
+      for (int64_t i = 0; i < kPanel; ++i) {
+        to[i * kPanel + t % kPanel] = from[i];
+      }
+    }
+  }
+}
 
 // What a task computes: its part of the weight (groups, or rows of a row format) against every token, into
 // out [tokens][n].
@@ -767,6 +804,101 @@ CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_BLOCKS_INLINE void row_decode_avx512(const Tas
       _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3])));
 }
 
+// ---- Row formats at prefill: the activations in panels ----
+// R rows against TP panels from panel p: per input j, TP vectors of x[., j] (16 tokens each) and R weights broadcast,
+// R * TP independent sums each in its own lane, in input order: no horizontal sums, and each weight load feeds 16 * TP
+// tokens. 8 rows x 2 panels: 16 accumulators, 10 loads a 16 FMAs (what the AMD EPYC's two FMA pipes take per cycle).
+constexpr int64_t kPanelRows = 8;
+
+template <int R, int TP>
+CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_BLOCKS_INLINE void panel_tile(const Task& task, const float* w, int64_t r0,
+                                                                int64_t p) {
+  const int64_t k = task.k;
+  const float* x = task.a->panels.data() + p * k * kPanel;
+  __m512 acc[R][TP];
+  CUSTOM_OPS_UNROLL
+  for (int r = 0; r < R; ++r) {
+    CUSTOM_OPS_UNROLL
+    for (int tp = 0; tp < TP; ++tp) {
+      acc[r][tp] = _mm512_setzero_ps();
+    }
+  }
+  for (int64_t j = 0; j < k; ++j) {
+    __m512 xv[TP];
+    CUSTOM_OPS_UNROLL
+    for (int tp = 0; tp < TP; ++tp) {
+      xv[tp] = _mm512_loadu_ps(x + (tp * k + j) * kPanel);
+    }
+    CUSTOM_OPS_UNROLL
+    for (int r = 0; r < R; ++r) {
+      const __m512 wv = _mm512_set1_ps(w[r * k + j]);
+      CUSTOM_OPS_UNROLL
+      for (int tp = 0; tp < TP; ++tp) {
+        acc[r][tp] = _mm512_fmadd_ps(wv, xv[tp], acc[r][tp]);
+      }
+    }
+  }
+  CUSTOM_OPS_UNROLL
+  for (int tp = 0; tp < TP; ++tp) {
+    alignas(64) float lanes[R][kPanel];
+    CUSTOM_OPS_UNROLL
+    for (int r = 0; r < R; ++r) {
+      _mm512_store_ps(lanes[r], acc[r][tp]);
+    }
+    const int64_t t0 = (p + tp) * kPanel, valid = std::min(kPanel, task.tokens - t0);
+    for (int64_t l = 0; l < valid; ++l) {
+      CUSTOM_OPS_UNROLL
+      for (int r = 0; r < R; ++r) {
+        task.out[(t0 + l) * task.n + r0 + r] = lanes[r][l];
+      }
+    }
+  }
+}
+
+// R rows from r0 (their weights as floats at w) against every panel, two at a time.
+template <int R>
+CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_BLOCKS_INLINE void panel_rows(const Task& task, const float* w, int64_t r0) {
+  const int64_t panels = (task.tokens + kPanel - 1) / kPanel;
+  int64_t p = 0;
+  for (; p + 2 <= panels; p += 2) {
+    panel_tile<R, 2>(task, w, r0, p);
+  }
+  if (p < panels) {
+    panel_tile<R, 1>(task, w, r0, p);
+  }
+}
+
+// Rows [first, end) against the panels, kPanelRows at a time (a half-precision weight's rows converted to floats
+// first, each tile once), the rest one by one.
+template <class E>
+CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_BLOCKS_INLINE void rows_in_panels(const Task& task, int64_t first, int64_t end) {
+  const int64_t k = task.k;
+  const E* weight = static_cast<const E*>(task.weight);
+  thread_local std::vector<float> converted;
+  for (int64_t r = first; r < end; r += kPanelRows) {
+    const int64_t rows = std::min(kPanelRows, end - r);
+    const float* w = nullptr;
+    if constexpr (std::is_same_v<E, float>) {
+      w = weight + r * k;
+    } else {
+      converted.resize(static_cast<size_t>(kPanelRows * k));
+      float* to = converted.data();
+      for (int64_t j = 0; j < rows * k; j += 16) {  // k is a multiple of 16
+        _mm512_storeu_ps(to + j, load_weights(weight + r * k + j));
+      }
+      w = to;
+    }
+    if (rows == kPanelRows) {
+      panel_rows<kPanelRows>(task, w, r);
+    } else {
+      for (int64_t i = 0; i < rows; ++i) {
+        panel_rows<1>(task, w + i * k, r + i);
+      }
+    }
+  }
+  elementwise::count(elementwise::kRowPanelOutputs, static_cast<uint64_t>((end - first) * task.tokens));
+}
+
 // Rows one at a time at decode (above), two at a time for more tokens (each weight load feeding T tokens).
 template <class E>
 struct RowTiles {
@@ -885,7 +1017,11 @@ CUSTOM_OPS_AVX2 void rows_avx2(const Task& task, int64_t first, int64_t end) {
 
 template <class E>
 CUSTOM_OPS_AVX512_VNNI void rows_avx512_units(const Task& task, int64_t first, int64_t end) {
-  in_token_runs<RowTiles<E>>(task, first, end);
+  if (task.a->in_panels) {
+    rows_in_panels<E>(task, first, end);
+  } else {
+    in_token_runs<RowTiles<E>>(task, first, end);
+  }
 }
 #endif
 

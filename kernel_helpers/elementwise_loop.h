@@ -141,6 +141,7 @@ enum Path : int {
   kOtherWorkNanos,
   kLayerPoolNanos,
   kLayerWorkNanos,
+  kRowPanelOutputs,        // outputs of the row formats' prefill kernel (activations in panels): block_formats.h
   kPathCount
 };
 

@@ -33,21 +33,28 @@ BLOCK_FORMATS = [f for f in FORMATS if f not in ("F32", "F16", "BF16")]
 def shapes(fmt: str) -> list[tuple[int, int, int]]:
     """(tokens, outputs, inputs) for a format of W weights a block: one block per row, two, an odd count; a group of
     four tokens and one more, one row, a row count no tile divides (a whole group and a short one), SmolLM2's widths
-    where blocks allow, a prefill's worth of tokens. Row formats: widths no vector divides."""
+    where blocks allow, a prefill's worth of tokens. Row formats: widths no vector divides; prefills in panels of 16
+    tokens (a short last panel, rows no tile of 8 divides) from 16 tokens (float32) or 32 (F16, BF16)."""
     if fmt in ("F32", "F16", "BF16"):
-        return [(1, 1, 1), (1, 7, 3), (5, 40, 70), (2, 9, 17), (130, 33, 576)]
+        return [(1, 1, 1), (1, 7, 3), (5, 40, 70), (2, 9, 17), (130, 33, 576), (17, 20, 48), (40, 20, 48),
+                (40, 9, 70)]
     w = blocks_module().FORMATS[fmt].weights
     widths = [w, 2 * w, 3 * w] + ([576, 1536] if w == 32 else [1536])
     return [(1, 1, widths[0]), (1, 7, widths[1]), (3, 40, widths[2]), (5, 33, widths[0]), (9, 17, widths[1]),
             (1, 43, widths[-1]), (130, 70, widths[-2])]
 
 
+def in_panels(fmt: str, tokens: int, inputs: int) -> bool:
+    """Whether a row format's AVX-512 code takes these activations in panels (ops/blocks/block_ops.h)."""
+    return tokens >= (16 if fmt == "F32" else 32) and inputs % 16 == 0
+
+
 def run_cases(seed: int = 0) -> dict[str, int]:
     """Every shape of every format through the op and its reference (raises on a mismatch); the outputs computed per
-    kind of format."""
+    kind of format, and those of the row formats a prefill's panels would take."""
     module = blocks_module()
     generator = torch.Generator().manual_seed(seed)
-    computed = {"blocks": 0, "rows": 0}
+    computed = {"blocks": 0, "rows": 0, "panels": 0}
     for fmt in FORMATS:
         for tokens, outputs, inputs in shapes(fmt):
             weight = module.random_weight(fmt, outputs, inputs, generator)
@@ -56,6 +63,8 @@ def run_cases(seed: int = 0) -> dict[str, int]:
             expected = module.linear_blocks_reference(x, weight, fmt)
             torch.testing.assert_close(actual, expected, **TOLERANCE, msg=f"{fmt} {tokens}x{outputs}x{inputs}")
             computed["rows" if fmt in module.ROW_FORMATS else "blocks"] += actual.numel()
+            if fmt in module.ROW_FORMATS and in_panels(fmt, tokens, inputs):
+                computed["panels"] += actual.numel()
     return computed
 
 
@@ -87,8 +96,10 @@ def test_every_format_equals_its_reference_on_every_vector_isa(isa, combined_bui
     expected = {"baseline": 0, "avx2": 0, "avx512": 0}
     expected[isa] += counts["rows"]
     expected[blocks_isa] += counts["blocks"]
-    assert counts["blocks"] > 0 and counts["rows"] > 0
+    assert counts["blocks"] > 0 and counts["rows"] > 0 and counts["panels"] > 0
     assert {k: counts[k] for k in expected} == expected, counts
+    # The row formats' prefills in panels: AVX-512 code only.
+    assert counts["row_panel_outputs"] == (counts["panels"] if isa == "avx512" else 0), counts
 
 
 # A decode step's cost on a second core is its hand-offs to the pool: counted in the runtime's kernels, where the

@@ -198,9 +198,10 @@ class LayerOps(torch.nn.Module):
 
     @classmethod
     def steps(cls):
-        """A prompt of 5, two decode steps, 3 more: (hidden, cos, sin, position) each."""
+        """A prompt of 5, two decode steps, 3 more, then 20 and 33 (row formats' activations in panels of 16 tokens,
+        a short last one: float32's from 16 tokens, F16's and BF16's from 32): (hidden, cos, sin, position) each."""
         generator, steps = torch.Generator().manual_seed(2), []
-        for start, length in ((0, 5), (5, 1), (6, 1), (7, 3)):
+        for start, length in ((0, 5), (5, 1), (6, 1), (7, 3), (10, 20), (30, 33)):
             cos, sin = angles((length + start, cls.HEAD_DIM))
             steps.append((torch.randn(1, length, cls.MODEL, generator=generator), cos[None, start:],
                           sin[None, start:], torch.tensor([start])))
@@ -208,7 +209,7 @@ class LayerOps(torch.nn.Module):
 
 
 LAYER_FORMATS = {"Q8_0 Q4_1 Q4_K Q6_K": ("Q8_0", "Q4_1", "Q4_K", "Q6_K"),
-                 "F32 BF16 Q4_0 Q8_0": ("F32", "BF16", "Q4_0", "Q8_0"),
+                 "F32 BF16 F16 F32": ("F32", "BF16", "F16", "F32"),
                  "Q5_K Q3_K Q2_K Q5_0": ("Q5_K", "Q3_K", "Q2_K", "Q5_0")}
 
 LAYER_PROBE = """
@@ -226,7 +227,7 @@ length = torch.export.Dim("length", min=1, max=LayerOps.POSITIONS - 1)
 dynamic = ({{1: length}}, {{1: length}}, {{1: length}}, None)
 paths = {{fused: export_to_pte(LayerOps(fused, {formats!r}), steps[0], {out!r} + f"_{{fused}}.pte",
                               dynamic_shapes=dynamic) for fused in (True, False)}}
-result = {{"differ": [], "handoffs": {{}}, "layer_work_ns": 0}}
+result = {{"differ": [], "handoffs": {{}}, "layer_work_ns": 0, "panel_outputs": {{"True": 0, "False": 0}}}}
 for threads in (1, 2, 3):
     portable_lib._unsafe_reset_threadpool(threads)
     methods = {{fused: load_method_checked(path) for fused, path in paths.items()}}  # fresh caches
@@ -236,6 +237,7 @@ for threads in (1, 2, 3):
             before = path_counts({kernel_lib!r})
             outputs[fused] = method.execute(list(step))[0]
             after = path_counts({kernel_lib!r})
+            result["panel_outputs"][str(fused)] += after["row_panel_outputs"] - before["row_panel_outputs"]
             if threads == 2 and step[0].shape[1] == 1:  # a decode step
                 result["handoffs"].setdefault(str(fused), []).append(after["pool_handoffs"] - before["pool_handoffs"])
                 if fused:
@@ -258,6 +260,9 @@ def test_the_decoder_layer_gives_the_bits_of_the_ops_it_replaces_in_one_hand_off
                                                     out=str(tmp_path / "layer")), env=COUNT_PATHS, timeout=600)
     assert result["differ"] == []
     assert result["handoffs"] == {"True": [1, 1], "False": [4, 4]}, result
+    # Row formats' prefills in panels, in the layer as in the ops it replaces (the same outputs).
+    panels = result["panel_outputs"]
+    assert panels["True"] == panels["False"] and (panels["True"] > 0) == ("F32" in formats), result
     assert result["layer_work_ns"] > 0
 
 

@@ -176,20 +176,35 @@ inline const float* line_aligned(const float* x, int64_t count) {
 }
 
 // A linear layer's call as tasks any thread may run (my_ops::decoder_layer runs them in its own region): plan_linear()
-// sizes the activations; prepare(first, end) quantizes blocks [first, end) of them (prepare_blocks() in all, each once;
-// nothing for a row format, whose tasks read x itself); then run(first, end) computes tasks [first, end) of
-// [0, count), each a range of the weight's units against every token.
+// sizes the activations; prepare(first, end) quantizes blocks [first, end) of them, or puts a row format's into panels
+// at prefill (prepare_blocks() in all, each once, after the values it reads are final: prepare_group() names the
+// blocks by token group and inputs; nothing for a row format at decode, whose tasks read x itself); then
+// run(first, end) computes tasks [first, end) of [0, count), each a range of the weight's units against every token.
 struct LinearTasks {
   Task task;
   Activations* activations;
   Units units_of;
   Isa isa;
-  bool quantizes;
+  bool prepares;
   int64_t units, per_task, count, rows_per_unit;
 
-  int64_t prepare_blocks() const { return quantizes ? task.tokens * task.k / activations->block : 0; }
+  int64_t prepare_blocks() const { return prepares ? activations->blocks_in_all() : 0; }
+  // Groups of tokens whose blocks are prepared together (tokens one by one when nothing is prepared).
+  int64_t token_groups() const { return prepares ? activations->groups() : task.tokens; }
+  int64_t group_tokens() const { return prepares ? activations->group_tokens() : 1; }
+  // The blocks of group g's inputs [first, end) (multiples of the block).
+  void prepare_group(int64_t g, int64_t first, int64_t end) const {
+    if (prepares) {
+      const int64_t per_group = task.k / activations->block;
+      prepare(g * per_group + first / activations->block, g * per_group + end / activations->block);
+    }
+  }
   void prepare(int64_t first, int64_t end) const {
-    if (!quantizes) {
+    if (!prepares) {
+      return;
+    }
+    if (activations->in_panels) {
+      prepare_panels(task.x, first, end, *activations);
       return;
     }
 #ifdef CUSTOM_OPS_X86_DISPATCH
@@ -220,26 +235,44 @@ struct LinearTasks {
   }
 };
 
-// x: read by the tasks as it is (a row format's should be line_aligned()).
+// Tokens from which a row format's AVX-512 code takes its activations in panels (block_formats.h): below, a panel's
+// unused lanes, or a half-precision weight's conversion shared by too few tokens, cost more than the tiles'
+// horizontal sums (measured on the AMD EPYC, docs/benchmarks.md: float32 gains from 16 tokens, F16 and BF16 from 32).
+inline int64_t panel_tokens(Storage storage) {
+  return storage == Storage::kFloat32 ? 16 : 32;
+}
+
+// x: read by the tasks as it is at decode (a row format's should be line_aligned()).
 inline LinearTasks plan_linear(const FormatKernels& f, const float* x, int64_t tokens, int64_t k, const void* weight,
                                int64_t n, float* out, Activations& activations, int64_t threads) {
   const Isa which = isa_of(f);
+  const bool panels = !f.quantizes_activations && which == Isa::kAvx512 && tokens >= panel_tokens(f.storage) &&
+                      k % kPanel == 0;
   if (f.quantizes_activations) {
     activations.resize(tokens, k, f.weights_per_block);
+  } else if (panels) {
+    activations.resize_panels(tokens, k);
+  } else {
+    activations.unused();
   }
   const bool blocks = f.storage == Storage::kBytes;
   const int64_t units = blocks ? (n + kGroup - 1) / kGroup : n;
-  const int64_t per_task = std::max<int64_t>(1, units / (4 * std::max<int64_t>(1, threads)));
+  int64_t per_task = std::max<int64_t>(1, units / (4 * std::max<int64_t>(1, threads)));
+  if (panels) {  // whole tiles of rows
+    per_task = (per_task + kPanelRows - 1) / kPanelRows * kPanelRows;
+  }
   return {Task{weight, x, &activations, tokens, n, k, out}, &activations, f.units[static_cast<int>(which)], which,
-          f.quantizes_activations, units, per_task, (units + per_task - 1) / per_task, blocks ? kGroup : 1};
+          f.quantizes_activations || panels, units, per_task, (units + per_task - 1) / per_task, blocks ? kGroup : 1};
 }
 
 // out [tokens, n] = x [tokens, k] . weight^T. False when the pool did not run every task.
 inline bool linear(const FormatKernels& f, const float* x, int64_t tokens, int64_t k, const void* weight, int64_t n,
                    float* out) {
   thread_local Activations activations;  // the calling thread's; its tasks only read it
-  const LinearTasks tasks = plan_linear(f, f.quantizes_activations ? x : line_aligned(x, tokens * k), tokens, k,
-                                        weight, n, out, activations, contract::thread_count());
+  LinearTasks tasks = plan_linear(f, x, tokens, k, weight, n, out, activations, contract::thread_count());
+  if (!tasks.prepares) {  // a row format's tasks read x itself
+    tasks.task.x = line_aligned(x, tokens * k);
+  }
   tasks.prepare(0, tasks.prepare_blocks());
   bool ran = true;
   if (tasks.serial()) {

@@ -253,11 +253,13 @@ bool run(const Tensor& hidden_t, const Weights& w, const Formats& f, const Tenso
   // my_ops::rms_norm's and add_rms_norm's choice for a float32 output of this size.
   const norm::Isa norm_isa = norm::row_isa<float>(static_cast<size_t>(T * M) * sizeof(float));
   const int64_t silu_chunks = (I + kSiluChunk - 1) / kSiluChunk;
-  // A token's row of `in` normalized into `normed`, then its activation blocks for `next`, the projection that reads it.
-  const auto normalize_row = [&](const float* in, const float* weight, const blocks::LinearTasks& next, int64_t row) {
-    norm::normalize_rows(in, weight, normed, row, row + 1, M, static_cast<float>(eps), norm_isa);
-    const int64_t per_row = next.quantizes ? next.prepare_blocks() / T : 0;
-    next.prepare(row * per_row, (row + 1) * per_row);
+  // A group of tokens' rows of `in` normalized into `normed`, then their activation blocks for `next`, the projection
+  // that reads them.
+  const auto normalize_rows = [&](const float* in, const float* weight, const blocks::LinearTasks& next, int64_t g) {
+    const int64_t first = g * next.group_tokens();
+    norm::normalize_rows(in, weight, normed, first, std::min(T, first + next.group_tokens()), M,
+                         static_cast<float>(eps), norm_isa);
+    next.prepare_group(g, 0, M);
   };
   // Tasks [unit, unit + 1) of `proj` into `projected`, then out = residual + projected in the columns they wrote.
   const auto project_and_add = [&](const blocks::LinearTasks& proj, const float* residual, int64_t unit) {
@@ -271,12 +273,13 @@ bool run(const Tensor& hidden_t, const Weights& w, const Formats& f, const Tenso
   };
 
   enum Step { kNorm, kQkv, kRotate, kAttend, kPrepareO, kO, kPostNorm, kGateUp, kSilu, kDown, kSteps };
-  const std::array<int64_t, kSteps> units{T, qkv_proj.count, T, g.tasks(), o_proj.prepare_blocks(), o_proj.count,
-                                          T, gate_up_proj.count, T * silu_chunks, down_proj.count};
+  const std::array<int64_t, kSteps> units{qkv_proj.token_groups(), qkv_proj.count, T, g.tasks(),
+                                          o_proj.prepare_blocks(), o_proj.count, gate_up_proj.token_groups(),
+                                          gate_up_proj.count, down_proj.token_groups() * silu_chunks, down_proj.count};
   const auto step = [&](size_t which, int64_t unit) {
     switch (which) {
       case kNorm:
-        normalize_row(hidden, input_norm, qkv_proj, unit);
+        normalize_rows(hidden, input_norm, qkv_proj, unit);
         break;
       case kQkv:
         qkv_proj.run(unit, unit + 1);
@@ -294,19 +297,18 @@ bool run(const Tensor& hidden_t, const Weights& w, const Formats& f, const Tenso
         project_and_add(o_proj, hidden, unit);
         break;
       case kPostNorm:
-        normalize_row(out, post_norm, gate_up_proj, unit);
+        normalize_rows(out, post_norm, gate_up_proj, unit);
         break;
       case kGateUp:
         gate_up_proj.run(unit, unit + 1);
         break;
-      case kSilu: {  // a chunk of one token's silu(gate) * up, then the activation blocks of down_proj it fills
-        const int64_t t = unit / silu_chunks, first = unit % silu_chunks * kSiluChunk;
-        const int64_t end = std::min(I, first + kSiluChunk);
-        swiglu::silu_mul_range<float>(gate_up + t * 2 * I, gate_up + t * 2 * I + I, activated + t * I, first, end);
-        if (down_proj.quantizes) {
-          const int64_t block = down_proj.activations->block;
-          down_proj.prepare((t * I + first) / block, (t * I + end) / block);
+      case kSilu: {  // a chunk of a group's silu(gate) * up, then the activation blocks of down_proj it fills
+        const int64_t group = unit / silu_chunks, first = unit % silu_chunks * kSiluChunk;
+        const int64_t end = std::min(I, first + kSiluChunk), tokens = down_proj.group_tokens();
+        for (int64_t t = group * tokens; t < std::min(T, (group + 1) * tokens); ++t) {
+          swiglu::silu_mul_range<float>(gate_up + t * 2 * I, gate_up + t * 2 * I + I, activated + t * I, first, end);
         }
+        down_proj.prepare_group(group, first, end);
         break;
       }
       case kDown:  // out = h + down_proj
