@@ -2,8 +2,8 @@
 shipped SmolLM2 file and each llama-quantize preset made from it (flow/presets.py: Q4_K_M, Q5_K_M, Q6_K, Q3_K_M, Q2_K,
 Q5_0), the project's GGUF program (--quantize gguf) in ExecuTorch's Python runtime at 1 thread and at every core
 (ExecuTorch's threadpool reset between them; PyTorch's own threads at one, as my_ops.hf does), beside
-`llama-bench -t 1` and `-t N` on the same file, in interleaved rounds: prefill of a PROMPT_TOKENS-token prompt, decode
-tokens/s over NEW_TOKENS. Ratios are taken within a round; the table gives medians and the min-max across rounds.
+`llama-bench -t 1` and `-t N` on the same file, in interleaved rounds: prefill of a PROMPT_TOKENS-token prompt (warm,
+as llama-bench times it after a warm-up), decode tokens/s over NEW_TOKENS. Ratios are taken within a round; the table gives medians and the min-max across rounds.
 `bash test_custom_ops.sh bench presets` runs this alone; `bench real` runs it after its own tables.
 
     python benchmark/presets.py --build_dir cmake-out/all_ops [--presets Q4_K_M,Q2_K] [--rounds 3]
@@ -33,14 +33,15 @@ def thread_counts() -> list[int]:
 
 
 def time_program(pte: str, ids: list[int], threads: int) -> dict:
-    """The program's prefill and decode tokens/s on `threads` of ExecuTorch's pool (one load, one generation)."""
+    """The program's prefill (warm, as llama-bench's) and decode tokens/s on `threads` of ExecuTorch's pool (one load,
+    one generation)."""
     from executorch.extension.pybindings import portable_lib
 
     from real import time_one  # benchmark/real.py
 
     portable_lib._unsafe_reset_threadpool(threads)
     run = time_one(pte, False, ids, NEW_TOKENS)
-    return {"prefill": run["prefill_tokens_per_s"], "decode": run["decode_tokens_per_s"]}
+    return {"prefill": run["warm_prefill_tokens_per_s"], "decode": run["decode_tokens_per_s"]}
 
 
 def measure(label: str, types: str, pte: str, gguf: str, ids: list[int], rounds: int) -> dict:

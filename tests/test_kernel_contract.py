@@ -6,6 +6,8 @@ import os
 import re
 import subprocess
 
+import pytest
+
 from helpers import REPO_ROOT
 
 
@@ -38,6 +40,16 @@ def test_the_steps_of_one_region_run_in_order_and_a_failing_unit_reaches_the_cal
     # with the other units run (no thread left waiting for it).
     proc = subprocess.run([os.path.join(combined_build.build_dir, "steps_region_aten")], capture_output=True,
                           text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stdout + proc.stderr
+
+
+def test_the_vector_exp_gives_std_exps_bits_and_silu_mul_its_scalar_loops(combined_build):
+    # kernel_helpers/vector_expf.h (silu_mul's float32 vector code) against this libm's std::exp on every 61st float
+    # bit pattern (70M; `vector_expf 1` compares all 2^32), and silu_mul's vector range against its scalar loop.
+    proc = subprocess.run([os.path.join(combined_build.build_dir, "vector_expf"), "61"], capture_output=True,
+                          text=True, timeout=120)
+    if proc.stdout.strip() == "no avx512":
+        pytest.skip("this CPU has no AVX-512: silu_mul runs its scalar loop alone")
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stdout + proc.stderr
 
 

@@ -306,7 +306,9 @@ bool run(const Tensor& hidden_t, const Weights& w, const Formats& f, const Tenso
         const int64_t group = unit / silu_chunks, first = unit % silu_chunks * kSiluChunk;
         const int64_t end = std::min(I, first + kSiluChunk), tokens = down_proj.group_tokens();
         for (int64_t t = group * tokens; t < std::min(T, (group + 1) * tokens); ++t) {
-          swiglu::silu_mul_range<float>(gate_up + t * 2 * I, gate_up + t * 2 * I + I, activated + t * I, first, end);
+          const elementwise::Path path = swiglu::silu_mul_range<float>(gate_up + t * 2 * I, gate_up + t * 2 * I + I,
+                                                                       activated + t * I, first, end);
+          elementwise::count(path, static_cast<uint64_t>(end - first));  // as silu_mul counts its elements
         }
         down_proj.prepare_group(group, first, end);
         break;
@@ -325,8 +327,8 @@ bool run(const Tensor& hidden_t, const Weights& w, const Formats& f, const Tenso
   for (const blocks::LinearTasks* p : {&qkv_proj, &o_proj, &gate_up_proj, &down_proj}) {
     p->count_outputs();
   }
-  // The rotations and silu_mul, as rope_sdpa_with_cache and silu_mul count theirs.
-  elementwise::count(elementwise::kBaselineElements, static_cast<uint64_t>(T * (s.qkv_width() + I)));
+  // The rotations, as rope_sdpa_with_cache counts them.
+  elementwise::count(elementwise::kBaselineElements, static_cast<uint64_t>(T * s.qkv_width()));
   return ran;
 }
 

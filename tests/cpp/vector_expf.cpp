@@ -1,0 +1,125 @@
+// kernel_helpers/vector_expf.h against this process's std::exp, and silu_mul's vector code against its scalar loop
+// (ops/silu_mul/silu_mul_rows.h). tests/test_kernel_contract.py runs it (built with -DCUSTOM_OPS_BUILD_CHECKS=ON):
+// `vector_expf STRIDE` compares every STRIDE-th float bit pattern (1: all 2^32, ~25 s on the AMD EPYC; the suite takes
+// a stride) and prints "ok", or "no avx512" where the vector code cannot run, or one line per failed check.
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "kernel_helpers/vector_expf.h"
+#include "ops/silu_mul/silu_mul_rows.h"
+
+namespace {
+
+using namespace custom::native;
+
+uint32_t bits_of(float x) {
+  uint32_t b;
+  std::memcpy(&b, &x, sizeof(b));
+  return b;
+}
+
+float from_bits(uint32_t b) {
+  float x;
+  std::memcpy(&x, &b, sizeof(x));
+  return x;
+}
+
+#ifdef CUSTOM_OPS_X86_DISPATCH
+// The 64 inputs whose e^x, before its rounding to float, lies closest to a midpoint between two floats (found by a
+// search over all 2^32 with the method's own double arithmetic): where any change to the arithmetic shows first.
+// Computing r without its FMA, for one, changes exactly two results of all 2^32, both in this list.
+constexpr uint32_t kHardest[64] = {
+    0x3e73ade2u, 0xbfde3004u, 0xb3000000u, 0xbbe861b2u, 0x3d8932e8u, 0x400d98c7u, 0x3b37991au, 0xba253b54u,
+    0x337fffffu, 0x33800000u, 0x343fffffu, 0x34dffffdu, 0x37ff7f01u, 0x356ffff9u, 0x3b0b4517u, 0x3fbe11a6u,
+    0x40143eb5u, 0x4202422fu, 0x35f7fff1u, 0xc0d7626bu, 0x367bffe1u, 0x40c12c37u, 0x4197276cu, 0xba921bd7u,
+    0xbeae4609u, 0xc1d2107au, 0x36fdffc1u, 0xbb378639u, 0x387ebe05u, 0xb9fbab76u, 0xbe14c82cu, 0x377eff81u,
+    0x38fddc11u, 0xb2ffffffu, 0xc068da36u, 0xb9a56aaeu, 0xbf0fa174u, 0x3b50125au, 0x337ffffeu, 0x3d103181u,
+    0x40a63bf9u, 0xbc70a558u, 0x3b8f4138u, 0xb3000001u, 0xb3c00001u, 0xb4200001u, 0xbac75bcbu, 0xbc3f2901u,
+    0xb4b00002u, 0xbd3e69a5u, 0x3a29cdebu, 0xb8df930du, 0xb5d4000bu, 0xc27c65d9u, 0xb616000bu, 0xbb57a63bu,
+    0xbeb7bdadu, 0xc2633f4cu, 0x3998e24bu, 0x3df0cb95u, 0xc23dd581u, 0xb6b50020u, 0xbab8080fu, 0xb2fffffeu,
+};
+
+// The hardest inputs, then every stride-th pattern, 16 at a time; the differences, the first few printed.
+CUSTOM_OPS_AVX512 uint64_t exp_differences(uint32_t stride) {
+  alignas(64) float in[16], out[16];
+  uint64_t differ = 0;
+  const uint64_t hardest = 64, patterns = (uint64_t{1} << 32) / stride;
+  for (uint64_t base = 0; base < hardest + patterns; base += 16) {
+    for (uint64_t l = 0; l < 16; ++l) {
+      const uint64_t i = base + l;
+      in[l] = from_bits(i < hardest ? kHardest[i] : static_cast<uint32_t>((i - hardest) * stride));
+    }
+    _mm512_store_ps(out, vector_expf::exp16(_mm512_load_ps(in)));
+    for (int l = 0; l < 16; ++l) {
+      const float expected = std::exp(in[l]);
+      if (bits_of(expected) != bits_of(out[l]) && differ++ < 5) {
+        std::printf("exp(%a): std::exp %a, vector %a\n", in[l], expected, out[l]);
+      }
+    }
+  }
+  return differ;
+}
+#endif
+
+// silu_mul_range's result against the scalar formula (std::exp) on values around the sigmoid's range, its edges
+// (|g| past 88, infinities, NaN) and a length with a tail.
+int silu_differences() {
+  std::mt19937 random(7);
+  std::normal_distribution<float> normal(0.0f, 4.0f);
+  const int64_t n = 16 * 64 + 7;
+  std::vector<float> gate(n), up(n), out(n);
+  for (int64_t i = 0; i < n; ++i) {
+    gate[i] = normal(random) * (i % 5 == 0 ? 30.0f : 1.0f);
+    up[i] = normal(random);
+  }
+  const float edges[] = {INFINITY, -INFINITY, NAN, 88.5f, -88.5f, 104.0f, -104.0f, 0.0f, -0.0f, 1e-40f};
+  for (int i = 0; i < 10; ++i) {
+    gate[3 * i + 1] = edges[i];
+  }
+  const elementwise::Path path = swiglu::silu_mul_range<float>(gate.data(), up.data(), out.data(), 0, n);
+  int differ = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    const float expected = g * (1.0f / (1.0f + std::exp(-g))) * up[i];
+    if (bits_of(expected) != bits_of(out[i]) && !(std::isnan(expected) && std::isnan(out[i])) && differ++ < 5) {
+      std::printf("silu_mul(%a, %a): scalar %a, vector %a\n", g, up[i], expected, out[i]);
+    }
+  }
+  if (path != elementwise::kAvx512Elements) {
+    std::printf("silu_mul's float32 range did not take the vector code\n");
+    ++differ;
+  }
+  return differ;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+#ifdef CUSTOM_OPS_X86_DISPATCH
+  if (elementwise::detected_isa() != elementwise::Isa::kAvx512) {
+    std::printf("no avx512\n");
+    return 0;
+  }
+  if (!vector_expf::available()) {
+    std::printf("the vector exp disagrees with this libm's std::exp: silu_mul keeps std::exp\n");
+    return 1;
+  }
+  const uint32_t stride = argc > 1 ? static_cast<uint32_t>(std::strtoul(argv[1], nullptr, 10)) : 1;
+  const uint64_t exp_differ = exp_differences(stride == 0 ? 1 : stride);
+  const int silu_differ = silu_differences();
+  if (exp_differ == 0 && silu_differ == 0) {
+    std::printf("ok\n");
+    return 0;
+  }
+  std::printf("%llu exp differences, %d silu_mul differences\n", static_cast<unsigned long long>(exp_differ),
+              silu_differ);
+  return 1;
+#else
+  std::printf("no avx512\n");
+  return 0;
+#endif
+}
