@@ -352,11 +352,11 @@ struct Activations {
   }
   void unused() { tokens = k = block = blocks = 0, in_panels = false; }
 
-  // Blocks go by groups of tokens (one token; a panel's 16 in panels), k / block blocks a group, so that no two
-  // blocks write one cache line: block g * (k / block) + j / block holds inputs [j, j + block) of group g's tokens.
-  int64_t group_tokens() const { return in_panels ? kPanel : 1; }
-  int64_t groups() const { return (tokens + group_tokens() - 1) / group_tokens(); }
-  int64_t blocks_in_all() const { return groups() * (k / block); }
+  // Threads that prepare blocks side by side should not share a cache line (a quantized block's scale is 4 bytes):
+  // they take groups of kPanel tokens. In panels, block g * (k / block) + j / block holds inputs [j, j + block) of
+  // group g's tokens; quantized, block t * (k / block) + j / block those of token t.
+  int64_t groups() const { return (tokens + kPanel - 1) / kPanel; }
+  int64_t blocks_in_all() const { return in_panels ? groups() * (k / block) : tokens * blocks; }
 };
 
 // Blocks [first, end) of x's tokens * blocks, quantized into `a` (sized already): any thread, each block once.

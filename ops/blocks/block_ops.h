@@ -189,14 +189,21 @@ struct LinearTasks {
   int64_t units, per_task, count, rows_per_unit;
 
   int64_t prepare_blocks() const { return prepares ? activations->blocks_in_all() : 0; }
-  // Groups of tokens whose blocks are prepared together (tokens one by one when nothing is prepared).
+  // Groups of tokens whose blocks a thread prepares together (tokens one by one when nothing is prepared).
   int64_t token_groups() const { return prepares ? activations->groups() : task.tokens; }
-  int64_t group_tokens() const { return prepares ? activations->group_tokens() : 1; }
+  int64_t group_tokens() const { return prepares ? kPanel : 1; }
   // The blocks of group g's inputs [first, end) (multiples of the block).
   void prepare_group(int64_t g, int64_t first, int64_t end) const {
-    if (prepares) {
-      const int64_t per_group = task.k / activations->block;
-      prepare(g * per_group + first / activations->block, g * per_group + end / activations->block);
+    if (!prepares) {
+      return;
+    }
+    const int64_t block = activations->block, per_token = task.k / block;
+    if (activations->in_panels) {
+      prepare(g * per_token + first / block, g * per_token + end / block);
+      return;
+    }
+    for (int64_t t = g * kPanel; t < std::min(task.tokens, (g + 1) * kPanel); ++t) {
+      prepare(t * per_token + first / block, t * per_token + end / block);
     }
   }
   void prepare(int64_t first, int64_t end) const {

@@ -29,8 +29,9 @@ namespace native {
 namespace {
 
 constexpr const char* kOp = "my_ops::decoder_layer.out";
-// Elements of silu(gate) * up a unit: a multiple of every format's block of activations (32 or 256), so a unit
-// quantizes the blocks it fills, whole.
+// Elements of silu(gate) * up a unit at decode: a multiple of every format's block of activations (32 or 256), so a
+// unit quantizes the blocks it fills, whole. With more tokens a unit is a group's whole rows: chunks of one group's
+// tokens would write side by side in the blocks' scales, one cache line for two threads.
 constexpr int64_t kSiluChunk = 256;
 
 using blocks::FormatKernels;
@@ -252,7 +253,8 @@ bool run(const Tensor& hidden_t, const Weights& w, const Formats& f, const Tenso
   const float* post_norm = w.post_norm.const_data_ptr<float>();
   // my_ops::rms_norm's and add_rms_norm's choice for a float32 output of this size.
   const norm::Isa norm_isa = norm::row_isa<float>(static_cast<size_t>(T * M) * sizeof(float));
-  const int64_t silu_chunks = (I + kSiluChunk - 1) / kSiluChunk;
+  const int64_t silu_chunks = T == 1 ? (I + kSiluChunk - 1) / kSiluChunk : 1;
+  const int64_t silu_chunk = T == 1 ? kSiluChunk : I;
   // A group of tokens' rows of `in` normalized into `normed`, then their activation blocks for `next`, the projection
   // that reads them.
   const auto normalize_rows = [&](const float* in, const float* weight, const blocks::LinearTasks& next, int64_t g) {
@@ -274,7 +276,7 @@ bool run(const Tensor& hidden_t, const Weights& w, const Formats& f, const Tenso
 
   enum Step { kNorm, kQkv, kRotate, kAttend, kPrepareO, kO, kPostNorm, kGateUp, kSilu, kDown, kSteps };
   const std::array<int64_t, kSteps> units{qkv_proj.token_groups(), qkv_proj.count, T, g.tasks(),
-                                          o_proj.prepare_blocks(), o_proj.count, gate_up_proj.token_groups(),
+                                          o_proj.token_groups(), o_proj.count, gate_up_proj.token_groups(),
                                           gate_up_proj.count, down_proj.token_groups() * silu_chunks, down_proj.count};
   const auto step = [&](size_t which, int64_t unit) {
     switch (which) {
@@ -291,7 +293,7 @@ bool run(const Tensor& hidden_t, const Weights& w, const Formats& f, const Tenso
         attention::attend_tasks<float>(g, heads, unit, unit + 1);
         break;
       case kPrepareO:
-        o_proj.prepare(unit, unit + 1);
+        o_proj.prepare_group(unit, 0, s.heads * D);
         break;
       case kO:  // h = hidden + o_proj
         project_and_add(o_proj, hidden, unit);
@@ -303,8 +305,8 @@ bool run(const Tensor& hidden_t, const Weights& w, const Formats& f, const Tenso
         gate_up_proj.run(unit, unit + 1);
         break;
       case kSilu: {  // a chunk of a group's silu(gate) * up, then the activation blocks of down_proj it fills
-        const int64_t group = unit / silu_chunks, first = unit % silu_chunks * kSiluChunk;
-        const int64_t end = std::min(I, first + kSiluChunk), tokens = down_proj.group_tokens();
+        const int64_t group = unit / silu_chunks, first = unit % silu_chunks * silu_chunk;
+        const int64_t end = std::min(I, first + silu_chunk), tokens = down_proj.group_tokens();
         for (int64_t t = group * tokens; t < std::min(T, (group + 1) * tokens); ++t) {
           const elementwise::Path path = swiglu::silu_mul_range<float>(gate_up + t * 2 * I, gate_up + t * 2 * I + I,
                                                                        activated + t * I, first, end);
