@@ -317,7 +317,8 @@ inline void quantize_block(const float* x, int64_t n, int8_t* q, float* d, int32
 // Every token's activations, quantized once per call before its tasks run: q in order, d per block of `block` values,
 // the sum of q per 16 (a sub-block's sum is one or two of them).
 // Row formats at prefill keep floats instead, transposed into panels (below).
-constexpr int64_t kPanel = 16;  // tokens a panel: one vector holds one input of all of them
+constexpr int64_t kPanel = 16;     // tokens a panel: one vector holds one input of all of them
+constexpr int64_t kPanelRows = 8;  // rows a tile of the panels' kernel multiplies at once
 
 struct Activations {
   int64_t tokens = 0, k = 0, block = 0, blocks = 0;
@@ -807,8 +808,8 @@ CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_BLOCKS_INLINE void row_decode_avx512(const Tas
 // ---- Row formats at prefill: the activations in panels ----
 // R rows against TP panels from panel p: per input j, TP vectors of x[., j] (16 tokens each) and R weights broadcast,
 // R * TP independent sums each in its own lane, in input order: no horizontal sums, and each weight load feeds 16 * TP
-// tokens. 8 rows x 2 panels: 16 accumulators, 10 loads a 16 FMAs (what the AMD EPYC's two FMA pipes take per cycle).
-constexpr int64_t kPanelRows = 8;
+// tokens. 8 rows x 2 panels (kPanelRows): 16 accumulators, 10 loads a 16 FMAs (what the AMD EPYC's two FMA pipes take
+// per cycle).
 
 // `ahead`: the next tile's weights, a run of bytes fetched over this tile's inputs (`ahead_step` an input), or null.
 template <int R, int TP>
