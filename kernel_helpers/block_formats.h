@@ -730,6 +730,18 @@ CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_BLOCKS_INLINE __m512 load_weights(const E* w) 
   }
 }
 
+// A tile's R x T accumulators, all zero.
+template <int R, int T>
+CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_BLOCKS_INLINE void zero_accumulators(__m512 (&acc)[R][T]) {
+  CUSTOM_OPS_UNROLL
+  for (int r = 0; r < R; ++r) {
+    CUSTOM_OPS_UNROLL
+    for (int t = 0; t < T; ++t) {
+      acc[r][t] = _mm512_setzero_ps();
+    }
+  }
+}
+
 // R rows' 16 weights against T tokens' 16 activations per step (kFull: all 16, plain loads; else through `mask`).
 template <class E, int R, int T, bool kFull = false>
 CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_BLOCKS_INLINE void row_step(const E* w, const float* x, int64_t k, int64_t j,
@@ -758,13 +770,7 @@ CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_BLOCKS_INLINE void rows_avx512(const Task& tas
   const E* w = static_cast<const E*>(task.weight) + r0 * k;
   const float* x = task.x + t0 * k;
   __m512 acc[R][T];
-  CUSTOM_OPS_UNROLL
-  for (int r = 0; r < R; ++r) {
-    CUSTOM_OPS_UNROLL
-    for (int t = 0; t < T; ++t) {
-      acc[r][t] = _mm512_setzero_ps();
-    }
-  }
+  zero_accumulators(acc);
   int64_t j = 0;
   for (; j + 16 <= k; j += 16) {
     row_step<E, R, T, true>(w, x, k, j, 0xFFFF, acc);
@@ -818,13 +824,7 @@ CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_BLOCKS_INLINE void panel_tile(const Task& task
   const int64_t k = task.k;
   const float* x = task.a->panels.data() + p * k * kPanel;
   __m512 acc[R][TP];
-  CUSTOM_OPS_UNROLL
-  for (int r = 0; r < R; ++r) {
-    CUSTOM_OPS_UNROLL
-    for (int tp = 0; tp < TP; ++tp) {
-      acc[r][tp] = _mm512_setzero_ps();
-    }
-  }
+  zero_accumulators(acc);
   for (int64_t j = 0; j < k; ++j) {
     if (ahead != nullptr) {
       _mm_prefetch(ahead + j * ahead_step, _MM_HINT_T0);

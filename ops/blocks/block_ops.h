@@ -197,13 +197,13 @@ struct LinearTasks {
     if (!prepares) {
       return;
     }
-    const int64_t block = activations->block, per_token = task.k / block;
+    const int64_t block = activations->block, per_row = task.k / block;  // a token's blocks; in panels, a group's
     if (activations->in_panels) {
-      prepare(g * per_token + first / block, g * per_token + end / block);
+      prepare(g * per_row + first / block, g * per_row + end / block);
       return;
     }
     for (int64_t t = g * kPanel; t < std::min(task.tokens, (g + 1) * kPanel); ++t) {
-      prepare(t * per_token + first / block, t * per_token + end / block);
+      prepare(t * per_row + first / block, t * per_row + end / block);
     }
   }
   void prepare(int64_t first, int64_t end) const {
