@@ -354,7 +354,9 @@ models; each program's perplexity (flow/real.py)"
   step "Text in, text out on the file's own Q4_1 blocks: python -m my_ops.hf generate --model ${gguf##*/} \
 --quantize gguf --prompt 'The capital of France is'"
   "${PYTHON}" -m my_ops.hf generate --model "${gguf}" --quantize gguf --prompt "The capital of France is" \
-    --max_new_tokens 32 --build_dir "${build_dir}"
+    --max_new_tokens 32 --build_dir "${build_dir}" | tee "${out}/generate.txt"
+  grep -q "^The capital of France is Paris" "${out}/generate.txt" ||
+    die "generate on the shipped file did not answer Paris (its text: ${out#"${REPO_ROOT}"/}/generate.txt)"
   step "The GGUF files people download: llama-quantize's presets made from the shipped file (llama.cpp built from \
 its pinned source once, ~8 min), each exported on its own tensors; perplexity by llama-perplexity's protocol beside \
 llama-perplexity's own and the file's float32 model's (flow/presets.py)"

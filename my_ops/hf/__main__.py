@@ -44,6 +44,9 @@ def _parser() -> argparse.ArgumentParser:
                               "quantized to 8 bits at run time; gguf: a .gguf file's own blocks as they are "
                               "(Q4_0, Q4_1, Q8_0)")
         sub.add_argument("--max_seq_len", type=int, default=512, help="positions the program holds (default 512)")
+        sub.add_argument("--layers", type=int, default=None,
+                         help="the model's first N blocks only: a quick check of the path through the ops (its text "
+                              "is not the model's)")
         sub.add_argument("--build_dir", default=runtime.default_build_dir(),
                          help="a CMake build of the repository with every op (default: cmake-out/all_ops of this "
                               "checkout, when built)")
@@ -105,7 +108,7 @@ def _run(args) -> int:
     runtime.register_ops(args.build_dir)
     from . import checkpoint as checkpoints
 
-    checkpoint = checkpoints.load(args.model)
+    checkpoint = checkpoints.load(args.model, layers=args.layers)
     if args.command == "export":
         return _export(args, checkpoint, quantize)
     library = args.kernel_library or (os.path.join(args.build_dir, runtime.KERNEL_LIBRARY) if args.build_dir else None)

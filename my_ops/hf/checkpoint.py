@@ -5,6 +5,10 @@ template and the tokens that end a generation.
     checkpoint = my_ops.hf.checkpoint.load("SmolLM2-135M-Instruct.Q4_1.gguf")   # or a folder with config.json
     checkpoint.model, checkpoint.tokenizer, checkpoint.stop_ids
 
+`layers=N` keeps the model's first N blocks (transformers builds it with num_hidden_layers=N and reads those blocks'
+weights from the file): every path of the full model through export and the runtimes at a fraction of the cost, for
+checks of the machinery; its text is not the model's.
+
 transformers 5.0.0rc1 fails on two steps of the GGUF path, both worked around here: its model loader needs a
 generation_config.json beside the file (a TypeError in adjust_generation_fn otherwise), so the file is loaded from a
 temporary folder holding a link to it and one; and its tokenizer loader raises UnboundLocalError for a GGUF file, so
@@ -32,6 +36,7 @@ class Checkpoint:
     path: str  # the folder or the .gguf file it came from
     stop_ids: list[int] = field(default_factory=list)  # the tokens that end a generation (eos)
     add_bos: bool = False  # whether the model's text starts with its BOS token (a GGUF file's add_bos_token)
+    layers: int | None = None  # the first N blocks only (load(layers=N)); None: all of the file's
 
     def files(self) -> list[str]:
         """The files the model is made from (what a cached export is keyed by)."""
@@ -42,6 +47,8 @@ class Checkpoint:
     def digest(self) -> str:
         """A hash of the model's files: the same checkpoint anywhere gives the same one."""
         h = hashlib.sha256()
+        if self.layers is not None:
+            h.update(f"first {self.layers} layers\0".encode())
         for path in self.files():
             h.update(os.path.basename(path).encode() + b"\0")
             with open(path, "rb") as f:
@@ -58,32 +65,48 @@ def gguf_file(path: str) -> str | None:
     return found[0] if len(found) == 1 and not os.path.isfile(os.path.join(path, "config.json")) else None
 
 
-def load(path: str) -> Checkpoint:
-    """The model and tokenizer at `path` (a folder transformers' from_pretrained reads, or a .gguf file)."""
+def load(path: str, layers: int | None = None) -> Checkpoint:
+    """The model and tokenizer at `path` (a folder transformers' from_pretrained reads, or a .gguf file); with
+    `layers`, the model's first `layers` blocks only."""
     from transformers.utils import logging
 
     logging.disable_progress_bar()
     if not os.path.exists(path):
         raise UnsupportedModelError(f"{path}: no such file or folder; give a model folder (config.json, weights, "
                                     "tokenizer) or a llama.cpp .gguf file")
+    if layers is not None and (not isinstance(layers, int) or layers < 1):
+        raise UnsupportedModelError(f"layers={layers!r}: keep at least one layer (a whole number >= 1)")
     gguf = gguf_file(path)
-    checkpoint = _load_gguf(gguf) if gguf else _load_folder(path)
+    checkpoint = _load_gguf(gguf, layers) if gguf else _load_folder(path, layers)
+    checkpoint.layers = layers
     checkpoint.model.eval()
     return checkpoint
 
 
-def _load_folder(path: str) -> Checkpoint:
+def _first_layers(path: str, layers: int | None, in_file: int | None) -> dict:
+    """from_pretrained's override for `layers` (none for all), refused past the count the model has."""
+    if layers is None:
+        return {}
+    if in_file is not None and layers > in_file:
+        raise UnsupportedModelError(f"{path}: layers={layers}, but the model has {in_file}; keep at most {in_file}")
+    return {"num_hidden_layers": layers}
+
+
+def _load_folder(path: str, layers: int | None) -> Checkpoint:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    if not os.path.isfile(os.path.join(path, "config.json")):
+    config = os.path.join(path, "config.json")
+    if not os.path.isfile(config):
         raise UnsupportedModelError(f"{path}: a model folder holds config.json (or a single .gguf file)")
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    with open(config, encoding="utf-8") as f:
+        in_file = json.load(f).get("num_hidden_layers")
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, **_first_layers(path, layers, in_file))
     tokenizer = AutoTokenizer.from_pretrained(path)
     return Checkpoint(model, tokenizer, path, _stop_ids(model.generation_config.eos_token_id, tokenizer),
                       bool(getattr(tokenizer, "add_bos_token", False)))
 
 
-def _load_gguf(path: str) -> Checkpoint:
+def _load_gguf(path: str, layers: int | None) -> Checkpoint:
     from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
     from transformers.integrations.ggml import convert_gguf_tokenizer
     from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
@@ -99,7 +122,9 @@ def _load_gguf(path: str) -> Checkpoint:
         os.symlink(path, os.path.join(folder, os.path.basename(path)))
         with open(os.path.join(folder, "generation_config.json"), "w") as f:
             json.dump({k: vocabulary[k] for k in ("bos_token_id", "eos_token_id") if k in vocabulary}, f)
-        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=os.path.basename(path), dtype=torch.float32)
+        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=os.path.basename(path), dtype=torch.float32,
+                                                     **_first_layers(path, layers,
+                                                                     parsed["config"].get("num_hidden_layers")))
     backend, extra = convert_gguf_tokenizer(architecture, vocabulary)
     tokens = vocabulary["tokens"]
     # The converter names the beginning-of-text token as the end one; the file says which is which.
