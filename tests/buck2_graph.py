@@ -15,7 +15,7 @@
             built here, and verified against its declared reference (flow/verify.py); the all-ops runner runs them
             all.
 
-    python tests/buck2_graph.py [--repo DIR] [--stage evaluate|check|build|run]
+    python tests/buck2_graph.py [--repo DIR] [--stage evaluate|check|build|run] [--ops mul4,rms_norm]
 Exit 0 when every stage up to --stage passed; 1 otherwise, with one `error:` line per problem on stderr.
 """
 
@@ -631,13 +631,30 @@ class Executor:
 
 
 # ---- the examples: selection against CMake's, then run and verify --------------------------------------------------
-def examples(repo: str):
-    """(suffix, [declared ops]) per example: each op alone, then all together, as targets.bzl defines them."""
+PER_OP_TARGETS = ("select", "custom_ops_kernels", "custom_ops_lib", "custom_ops_executor_runner", "custom_ops_aot_lib")
+
+
+def examples(repo: str, only: set[str] | None = None):
+    """(suffix, [declared ops]) per example: each op alone (those of `only`, short names, when given), then all
+    together, as targets.bzl defines them."""
     sys.path.insert(0, repo)
     from flow import declarations
 
     ops = list(declarations.load(os.path.join(repo, "custom_ops.bzl")).values())
-    return [(f"_{op.short_name}", [op]) for op in ops] + [("", ops)]
+    alone = [op for op in ops if only is None or op.short_name in only]
+    return [(f"_{op.short_name}", [op]) for op in alone] + [("", ops)]
+
+
+def left_out(repo: str, only: set[str] | None) -> set[str]:
+    """The labels of the per-op targets of the ops `only` leaves out."""
+    if only is None:
+        return set()
+    _, everything = examples(repo)[-1]
+    if unknown := only - {op.short_name for op in everything}:
+        raise GraphError(f"--ops names {', '.join(sorted(unknown))}, which custom_ops.bzl does not declare")
+    chosen = {op.short_name for _, ops in examples(repo, only)[:-1] for op in ops}
+    return {f"root//:{base}_{op.short_name}{combined}" for op in everything if op.short_name not in chosen
+            for base in PER_OP_TARGETS for combined in ("", "_combined")}
 
 
 def cmake_plan(repo: str, ops) -> tuple[set[str], list[str], list[str]]:
@@ -691,7 +708,8 @@ def check_against_cmake(repo: str, targets, executor: Executor) -> list[str]:
     return problems
 
 
-def build_and_run(repo: str, executor: Executor, log=print, fail_fast: bool = False) -> list[str]:
+def build_and_run(repo: str, executor: Executor, log=print, fail_fast: bool = False,
+                  only: set[str] | None = None) -> list[str]:
     """Each op's example exported (with its own AOT library for a C++ op) and verified in its own runner, then every
     example in the all-ops runner. One process per AOT library (PyTorch takes one per process), not two per example:
     the Python ops' examples and the all-ops runner's share one."""
@@ -699,7 +717,7 @@ def build_and_run(repo: str, executor: Executor, log=print, fail_fast: bool = Fa
     os.makedirs(programs, exist_ok=True)
     groups: dict[str | None, list[dict]] = {}
     combined = []
-    for suffix, ops in examples(repo):
+    for suffix, ops in examples(repo, only):
         runner = executor.build(f"root//:custom_ops_executor_runner{suffix}").default[0]
         aot_label = f"root//:custom_ops_aot_lib{suffix}"
         aot = executor.build(aot_label).shared_library if aot_label in executor.targets else None
@@ -766,6 +784,9 @@ def main() -> int:
     parser.add_argument("--stage", choices=("evaluate", "check", "build", "run"), default="run")
     parser.add_argument("--quiet", action="store_true")
     parser.add_argument("--fail_fast", action="store_true", help="stop running examples at the first failure")
+    parser.add_argument("--ops", default=None,
+                        help="build and run the per-op targets of these ops only (short names, comma-separated; "
+                             "the all-ops targets always): the test suite's one op of each kind (flow/op_kinds.py)")
     parser.add_argument("--examples", help=argparse.SUPPRESS)  # the run stage's child: a JSON spec of its jobs
     args = parser.parse_args()
     if args.examples:
@@ -783,12 +804,16 @@ def main() -> int:
             if not problems:
                 log("every file and label resolves; each example selects and compiles what CMake does")
             if not problems and "build" in stages:
+                only = set(args.ops.split(",")) if args.ops else None
+                skipped = left_out(repo, only)
                 for label, target in targets.items():
-                    if target.cell == "root" and target.kind in ("cxx_binary", "cxx_library", "genrule"):
+                    if (target.cell == "root" and target.kind in ("cxx_binary", "cxx_library", "genrule")
+                            and label not in skipped):
                         executor.build(label)
-                log("built every target")
+                log("built every target" if only is None else
+                    f"built every target but the per-op ones of the ops --ops leaves out ({len(skipped)})")
                 if "run" in stages:
-                    problems = build_and_run(repo, executor, log, fail_fast=args.fail_fast)
+                    problems = build_and_run(repo, executor, log, fail_fast=args.fail_fast, only=only)
     except GraphError as err:
         problems = [str(err)]
     for problem in problems:

@@ -80,6 +80,14 @@ def declared():
 
 
 @pytest.fixture(scope="session")
+def representatives(declared, aot_ops, python_ops) -> list:
+    """One op of each kind (flow/op_kinds.py): what the checks that build a whole configuration per op run."""
+    from flow import op_kinds
+
+    return op_kinds.representatives(declared, {name: op_kinds.schema_of(op) for name, op in declared.items()})
+
+
+@pytest.fixture(scope="session")
 def mul3_build(declared) -> CMakeBuild:
     return op_build(declared["my_ops::mul3"])
 

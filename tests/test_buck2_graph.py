@@ -15,8 +15,9 @@ GRAPH_CHECK = os.path.join(REPO_ROOT, "tests", "buck2_graph.py")
 CACHE = {"BUCK2_GRAPH_CACHE": os.path.join(REPO_ROOT, "buck-out", "graph", "cache")}
 
 
-def run_graph_check(repo, stage="run"):
-    return subprocess.run([sys.executable, GRAPH_CHECK, "--repo", repo, "--stage", stage, "--fail_fast"],
+def run_graph_check(repo, stage="run", ops=()):
+    return subprocess.run([sys.executable, GRAPH_CHECK, "--repo", repo, "--stage", stage, "--fail_fast",
+                           *(("--ops", ",".join(ops)) if ops else ())],
                           capture_output=True, text=True, timeout=1800, env=dict(os.environ, **CACHE))
 
 
@@ -28,19 +29,28 @@ def run_script_buck2(path_prefix="", *ops):
 
 
 @pytest.fixture(scope="module")
-def graph_check():
-    """`bash test_custom_ops.sh buck2` without buck2 on PATH: the graph check of the real tree, run once."""
-    return run_script_buck2()
+def graph_check(representatives):
+    """`bash test_custom_ops.sh buck2 <one op of each kind>` without buck2 on PATH: the graph check of the real tree,
+    run once: every target evaluated and checked against CMake's plan, the all-ops targets built and every example
+    verified in their runner, the per-op targets of one op of each kind (flow/op_kinds.py) built and run."""
+    return run_script_buck2("", *(op.short_name for op in representatives))
 
 
-def test_the_graph_evaluates_builds_and_runs_every_example(graph_check, declared):
+def test_the_graph_evaluates_builds_and_runs_every_example(graph_check, declared, representatives):
     assert "[buck2 graph] passed: evaluate, check, build, run" in graph_check.stdout, graph_check.stderr[-4000:]
     out = graph_check.stdout
     assert "every attribute known to the prelude" in out
     assert "each example selects and compiles what CMake does" in out
     for op in declared.values():
-        assert f"custom_ops_executor_runner_{op.short_name} on {op.example_program}.pte: match" in out
         assert f"custom_ops_executor_runner on {op.example_program}.pte: match" in out
+        alone = f"custom_ops_executor_runner_{op.short_name} on {op.example_program}.pte: match"
+        assert (alone in out) == (op in representatives), op.name
+
+
+def test_the_graph_check_refuses_an_op_it_does_not_know():
+    proc = subprocess.run([sys.executable, GRAPH_CHECK, "--repo", REPO_ROOT, "--stage", "build", "--ops", "mul5"],
+                          capture_output=True, text=True, timeout=600, env=dict(os.environ, **CACHE))
+    assert proc.returncode == 1 and "error: --ops names mul5, which custom_ops.bzl does not declare" in proc.stderr
 
 
 MUTATIONS = {
@@ -72,7 +82,7 @@ MUTATIONS = {
 
 
 @pytest.mark.parametrize("mutation", MUTATIONS)
-def test_a_broken_copy_of_the_buck2_files_fails_the_check(mutation, graph_check, tmp_path):
+def test_a_broken_copy_of_the_buck2_files_fails_the_check(mutation, graph_check, representatives, tmp_path):
     path, old, new, stage, message = MUTATIONS[mutation]
     repo = copy_repository(tmp_path / "repo")
     write_buckconfig_local(repo)
@@ -81,7 +91,8 @@ def test_a_broken_copy_of_the_buck2_files_fails_the_check(mutation, graph_check,
     assert old in text, f"the mutation's anchor is gone from {path}"
     with open(os.path.join(repo, path), "w") as f:
         f.write(text.replace(old, new, 1))
-    proc = run_graph_check(repo, stage)
+    # The run stage builds every target first: the per-op ones of one op of each kind, as the graph check above.
+    proc = run_graph_check(repo, stage, [op.short_name for op in representatives] if stage == "run" else ())
     assert proc.returncode == 1, proc.stdout[-3000:]
     assert message in proc.stderr, proc.stderr[-3000:]
 

@@ -18,22 +18,53 @@ def run_verifier(pte, build, *extra):
                     *extra)
 
 
-def test_every_declared_op_passes_in_the_runner_and_the_python_runtime(declared, combined_build, tmp_path):
-    # One export process for every example (importing torch and executorch is most of an export's 6 s); each is then
-    # verified against its own flow's build: the runner and kernel library that select that op alone.
-    names = [arg for op in declared.values() for arg in ("--op", op.name)]
-    proc = run_flow("export", *names, "--output_dir", str(tmp_path), "--aot_library", combined_build.aot_lib)
+def verified_programs(programs, build) -> dict[str, str]:
+    """Each program's report from one verifier run (one process) in `build`'s runner and kernel library."""
+    proc = run_verifier(programs[0], build, *(arg for pte in programs[1:] for arg in ("--pte", str(pte))))
     assert proc.returncode == 0, proc.stderr[-3000:]
-    for op in declared.values():
-        proc = run_verifier(tmp_path / f"{op.example_program}.pte", op_build(op))
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        assert "outputs match the reference" in proc.stdout
-        # bit for bit exactly when every op the program calls is a custom op declared bit_exact (update_cache's
-        # example also sums the cache with ATen)
-        calls = proc.stdout.split(" calls ")[1].split(";")[0].split(", ")
-        assert ("comparing bit for bit" in proc.stdout) == (op.bit_exact and calls == [op.out_name])
-        # a stateful example runs its sequence of executions in order
-        assert ("3 execution(s) in each runtime" in proc.stdout) != ("executions in order" in proc.stdout)
+    reports = {}
+    for line in proc.stdout.splitlines():
+        if line.startswith("program "):
+            name = line.split()[1].rstrip(":")
+            reports[name] = line
+        elif line.endswith("outputs match the reference"):
+            reports[line.split(":")[0] if len(programs) > 1 else name] += "\n" + line
+    return reports
+
+
+@pytest.fixture(scope="module")
+def examples(declared, combined_build, tmp_path_factory):
+    # One export process for every example (importing torch and executorch is most of an export's 6 s).
+    directory = tmp_path_factory.mktemp("examples")
+    names = [arg for op in declared.values() for arg in ("--op", op.name)]
+    proc = run_flow("export", *names, "--output_dir", str(directory), "--aot_library", combined_build.aot_lib)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return {op.name: directory / f"{op.example_program}.pte" for op in declared.values()}
+
+
+def check_report(op, report):
+    assert "outputs match the reference" in report, report
+    # bit for bit exactly when every op the program calls is a custom op declared bit_exact (update_cache's example
+    # also sums the cache with ATen)
+    calls = report.split(" calls ")[1].split(";")[0].split(", ")
+    assert ("comparing bit for bit" in report) == (op.bit_exact and calls == [op.out_name]), report
+    # a stateful example runs its sequence of executions in order
+    assert ("3 execution(s) in each runtime" in report) != ("executions in order" in report), report
+
+
+def test_every_declared_op_passes_in_the_runner_and_the_python_runtime(declared, examples, combined_build):
+    # Every example in one verifier run, in the build with every op (its runner and kernel library).
+    reports = verified_programs([examples[name] for name in declared], combined_build)
+    for name, op in declared.items():
+        check_report(op, reports[f"{op.example_program}.pte"])
+
+
+def test_one_op_of_each_kind_passes_in_its_own_flows_build(representatives, examples):
+    # The flow's own build of an op selects it alone (codegen, selective build, the AOT library): one op of each kind
+    # (flow/op_kinds.py) through it.
+    for op in representatives:
+        (report,) = verified_programs([examples[op.name]], op_build(op)).values()
+        check_report(op, report)
 
 
 @pytest.fixture
