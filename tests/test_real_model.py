@@ -162,3 +162,12 @@ def test_generate_prints_the_programs_text_from_the_command_line(real, programs,
     assert proc.stdout == prompt + checkpoint.tokenizer.decode(tokens) + "\n", proc.stdout
     (line,) = proc.stderr.splitlines()
     assert line.startswith("Prefill: ") and "tokens/s" in line, proc.stderr[-2000:]
+
+
+def test_a_cut_outside_the_models_layers_is_refused(real):
+    from my_ops.hf.swap import UnsupportedModelError
+
+    with pytest.raises(UnsupportedModelError, match="layers=31, but the model has 30; keep at most 30"):
+        real.load(layers=31)
+    with pytest.raises(UnsupportedModelError, match="layers=0: keep at least one layer"):
+        real.load(layers=0)
