@@ -13,7 +13,7 @@
             toolchain's compiler and flags. Outputs go to buck-out/graph/.
   run       every declared op's example exported (its AOT library from this build for C++ ops), run in the runner
             built here, and verified against its declared reference (flow/verify.py); the all-ops runner runs them
-            all.
+            all. With --ops, the build and run stages take those ops' own targets only.
 
     python tests/buck2_graph.py [--repo DIR] [--stage evaluate|check|build|run] [--ops mul4,rms_norm]
 Exit 0 when every stage up to --stage passed; 1 otherwise, with one `error:` line per problem on stderr.
@@ -635,26 +635,28 @@ PER_OP_TARGETS = ("select", "custom_ops_kernels", "custom_ops_lib", "custom_ops_
 
 
 def examples(repo: str, only: set[str] | None = None):
-    """(suffix, [declared ops]) per example: each op alone (those of `only`, short names, when given), then all
-    together, as targets.bzl defines them."""
+    """(suffix, [declared ops]) per example: each op alone, then all together, as targets.bzl defines them; with
+    `only` (short names), those ops alone."""
     sys.path.insert(0, repo)
     from flow import declarations
 
     ops = list(declarations.load(os.path.join(repo, "custom_ops.bzl")).values())
-    alone = [op for op in ops if only is None or op.short_name in only]
-    return [(f"_{op.short_name}", [op]) for op in alone] + [("", ops)]
+    if only is not None:
+        return [(f"_{op.short_name}", [op]) for op in ops if op.short_name in only]
+    return [(f"_{op.short_name}", [op]) for op in ops] + [("", ops)]
 
 
 def left_out(repo: str, only: set[str] | None) -> set[str]:
-    """The labels of the per-op targets of the ops `only` leaves out."""
+    """The labels `only` leaves out of the build: the per-op targets of the other ops, and the all-ops targets (whose
+    sources and selection the check stage compares with CMake's plan all the same)."""
     if only is None:
         return set()
     _, everything = examples(repo)[-1]
     if unknown := only - {op.short_name for op in everything}:
         raise GraphError(f"--ops names {', '.join(sorted(unknown))}, which custom_ops.bzl does not declare")
-    chosen = {op.short_name for _, ops in examples(repo, only)[:-1] for op in ops}
-    return {f"root//:{base}_{op.short_name}{combined}" for op in everything if op.short_name not in chosen
-            for base in PER_OP_TARGETS for combined in ("", "_combined")}
+    others = [f"_{op.short_name}" for op in everything if op.short_name not in only]
+    return {f"root//:{base}{suffix}{combined}" for suffix in others + [""] for base in PER_OP_TARGETS
+            for combined in ("", "_combined")}
 
 
 def cmake_plan(repo: str, ops) -> tuple[set[str], list[str], list[str]]:
@@ -785,8 +787,9 @@ def main() -> int:
     parser.add_argument("--quiet", action="store_true")
     parser.add_argument("--fail_fast", action="store_true", help="stop running examples at the first failure")
     parser.add_argument("--ops", default=None,
-                        help="build and run the per-op targets of these ops only (short names, comma-separated; "
-                             "the all-ops targets always): the test suite's one op of each kind (flow/op_kinds.py)")
+                        help="build and run the per-op targets of these ops only (short names, comma-separated), "
+                             "not the all-ops ones; every target is still evaluated and checked against CMake's plan. "
+                             "The test suite passes one op of each kind (flow/op_kinds.py)")
     parser.add_argument("--examples", help=argparse.SUPPRESS)  # the run stage's child: a JSON spec of its jobs
     args = parser.parse_args()
     if args.examples:
@@ -811,7 +814,7 @@ def main() -> int:
                             and label not in skipped):
                         executor.build(label)
                 log("built every target" if only is None else
-                    f"built every target but the per-op ones of the ops --ops leaves out ({len(skipped)})")
+                    f"built every target but the all-ops ones and the per-op ones of the ops --ops leaves out")
                 if "run" in stages:
                     problems = build_and_run(repo, executor, log, fail_fast=args.fail_fast, only=only)
     except GraphError as err:

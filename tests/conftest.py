@@ -245,11 +245,10 @@ def dynamic_programs(mul4_aot, declared, tmp_path_factory) -> DynamicPrograms:
 # The files that take longest first (their times: docs/tests.md). pytest-xdist hands whole files to the workers in
 # collection order, so the long ones start at once and no long file starts last. Any file not named runs after them.
 HEAVIEST_FIRST = [
-    "test_real_model.py", "test_buck2_graph.py", "test_own_op.py", "test_mul4_aot.py", "test_references.py",
-    "test_bad_input.py",
-    "test_wheel.py", "test_op_contracts.py", "test_selective_build.py", "test_hf.py", "test_compile.py",
-    "test_verifier.py",
-    "test_decoder.py", "test_aot_build.py", "test_fuzz.py", "test_untrusted_programs.py", "test_command_line.py",
+    "test_real_model.py", "test_own_op.py", "test_buck2_graph.py", "test_wheel.py", "test_untrusted_programs.py",
+    "test_bad_input.py", "test_references.py", "test_mul4_aot.py",
+    "test_compile.py", "test_op_contracts.py", "test_selective_build.py", "test_hf.py", "test_verifier.py",
+    "test_decoder.py", "test_aot_build.py", "test_fuzz.py", "test_command_line.py",
     "test_xnnpack_payload.py", "test_aarch64.py", "test_profiling.py", "test_torch_compat.py",
 ]
 # `bash test_custom_ops.sh test quick`: the PyTorch side of both registrations (mul3 from Python, rms_norm from C++),

@@ -31,12 +31,12 @@ def test_our_ops_report_no_out_variant_only_while_the_bug_is_present(monkeypatch
     assert to_out_variant(torch.ops.my_ops.mul3.default) is torch.ops.my_ops.mul3.out
 
 
-def test_our_single_output_ops_compile_with_dynamic_shapes():
+def test_our_single_output_ops_compile_with_dynamic_shapes(combined_build):
     """Bug 2 on a real op of ours: rms_norm under torch.compile(dynamic=True), two sequence lengths."""
-    result = run_in_fresh_python("""
+    result = run_in_fresh_python(f"""
         import torch
         from flow import declarations, registration
-        registration.register_with_pytorch([declarations.find("rms_norm")])
+        registration.register_with_pytorch([declarations.find("rms_norm")], aot_library={combined_build.aot_lib!r})
         from ops.rms_norm.rms_norm import rms_norm_reference
         weight = torch.rand(8)
         f = torch.compile(lambda x: torch.ops.my_ops.rms_norm(x + 1, weight, 1e-6), fullgraph=True, dynamic=True)
