@@ -245,7 +245,9 @@ def dynamic_programs(mul4_aot, declared, tmp_path_factory) -> DynamicPrograms:
 # The files that take longest first (their times: docs/tests.md). pytest-xdist hands whole files to the workers in
 # collection order, so the long ones start at once and no long file starts last. Any file not named runs after them.
 HEAVIEST_FIRST = [
-    "test_real_model.py", "test_own_op.py", "test_buck2_graph.py", "test_wheel.py", "test_untrusted_programs.py",
+    # The first two start together: the second compiles with the Buck2 graph's own commands while the first builds the
+    # combined tree, and the recipe's copy (third) then finds that tree's objects in the compiler cache.
+    "test_real_model.py", "test_buck2_graph.py", "test_own_op.py", "test_wheel.py", "test_untrusted_programs.py",
     "test_bad_input.py", "test_references.py", "test_mul4_aot.py",
     "test_compile.py", "test_op_contracts.py", "test_selective_build.py", "test_hf.py", "test_verifier.py",
     "test_decoder.py", "test_aot_build.py", "test_fuzz.py", "test_command_line.py",

@@ -201,18 +201,38 @@ def test_the_program_cache_makes_once_per_identity_and_keeps_only_the_newest_of_
 
 
 def test_the_program_identity_is_the_schemas_not_the_kernels(hf):
-    # A rebuilt kernel keeps the programs; a changed schema (here: one more op registered) makes them anew.
-    from my_ops.hf.runtime import schema_hash
+    # A rebuilt kernel keeps the programs; a changed schema of an op programs use (here: one more overload of a probe
+    # taken for one) makes them anew; an op declared beside them, which no program uses, keeps them.
+    from my_ops.hf.runtime import PROGRAM_OPS, schema_hash
 
     before = schema_hash()
     assert schema_hash() == before
     library = torch.library.Library("my_ops", "FRAGMENT")
     library.define("cache_identity_probe(Tensor x) -> Tensor")
     try:
-        assert schema_hash() != before
+        assert schema_hash() == before
+        assert schema_hash(PROGRAM_OPS + ("cache_identity_probe",)) != schema_hash(PROGRAM_OPS)
     finally:
         library._destroy()
     assert schema_hash() == before
+
+
+def test_the_program_identity_names_every_op_my_ops_hf_uses():
+    # Every my_ops op a my_ops.hf module names (torch.ops.my_ops.X, "my_ops::X") is in PROGRAM_OPS, or a program using
+    # it would outlive a change of its schema.
+    import glob
+    import re
+
+    from helpers import REPO_ROOT
+    from my_ops.hf.runtime import PROGRAM_OPS
+
+    named = set()
+    for path in glob.glob(os.path.join(REPO_ROOT, "my_ops", "hf", "*.py")):
+        with open(path) as f:
+            text = f.read()
+        named |= set(re.findall(r"(?:torch\.ops\.my_ops\.|my_ops::)([a-z_0-9]+)", text))
+        named |= set(re.findall(r"\"my_ops\.([a-z_0-9]+)\.default\"", text))  # the fusion pass's node targets
+    assert named and named <= set(PROGRAM_OPS), sorted(named - set(PROGRAM_OPS))
 
 
 def test_the_program_identity_covers_every_module_an_export_runs(hf):

@@ -168,13 +168,21 @@ def cached(cache_dir: str, name: str, key: str, make: Callable[[str], None]) -> 
     return path, True
 
 
-def schema_hash() -> str:
-    """The registered my_ops schemas' identity: what a program takes from the op library (a kernel's body is the
-    runtime's business, so rebuilding a kernel keeps the programs)."""
+# The ops my_ops.hf puts into programs (the swap, the quantizers, the fusion passes): a program's identity takes their
+# schemas, so an op declared beside them keeps every cached program. tests/test_hf.py checks this list against the
+# ops the my_ops.hf modules name.
+PROGRAM_OPS = ("rms_norm", "add_rms_norm", "sdpa_with_cache", "update_cache", "rope", "rope_sdpa_with_cache",
+               "silu_mul", "linear_blocks", "embedding_blocks", "decoder_layer")
+
+
+def schema_hash(ops: tuple[str, ...] = PROGRAM_OPS) -> str:
+    """The registered schemas of `ops` (my_ops' names, every overload): what a program takes from the op library (a
+    kernel's body is the runtime's business, so rebuilding a kernel keeps the programs)."""
     import torch
 
     schemas = sorted(str(torch._C._get_schema(*(name.split(".", 1) + [""])[:2]))
-                     for name in torch._C._dispatch_get_all_op_names() if name.startswith("my_ops::"))
+                     for name in torch._C._dispatch_get_all_op_names()
+                     if name.startswith("my_ops::") and name[len("my_ops::"):].split(".")[0] in ops)
     return hashlib.sha256("\n".join(schemas).encode()).hexdigest()[:16]
 
 
