@@ -208,7 +208,7 @@ mode_buck2() {
   cd "${REPO_ROOT}"
   if ! command -v buck2 >/dev/null 2>&1; then
     step "buck2 is not on PATH: checking the Buck2 graph without it (tests/buck2_graph.py)"
-    # Ops named on the command line: only their per-op targets built and run (the all-ops targets always).
+    # Ops named on the command line: only their own targets built and run (every target still checked).
     "${PYTHON}" "${REPO_ROOT}/tests/buck2_graph.py" ${1:+--ops "$(IFS=,; echo "$*")"} ||
       die "the Buck2 graph check failed (see above)"
     echo "error: buck2 itself was NOT run: it is not on PATH. The check above evaluated TARGETS with starlark-rust," \

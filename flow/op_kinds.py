@@ -62,6 +62,11 @@ def schema_of(op: DeclaredOp) -> str:
     return str(op.packet().out._schema)
 
 
+def registered_schemas(declared: dict[str, DeclaredOp]) -> dict[str, str]:
+    """schema_of() for every op of `declared`, by name: what traits() and representatives() read."""
+    return {name: schema_of(op) for name, op in declared.items()}
+
+
 def traits(op: DeclaredOp, schema: str, declared: dict[str, DeclaredOp]) -> set[str]:
     """What the machinery does for `op` (its out variant's `schema`), among the ops of `declared`."""
     found = {f"registered from {op.registered_from}, in the runtime by {op.runtime_registration}",
@@ -71,11 +76,13 @@ def traits(op: DeclaredOp, schema: str, declared: dict[str, DeclaredOp]) -> set[
                          ("bit_exact", "compared bit for bit")):
         if getattr(op, field):
             found.add(trait)
-    inputs, outputs = [], []  # (type, name) before and after the schema's "*"
-    for type_, name in schema_arguments(schema):
-        (outputs if outputs or "!" in type_ and _keyword_only(schema, name) else inputs).append((type_, name))
-    found |= {f"argument {base_type(t)}" for t, _ in inputs}
-    if any("!" in t for t, _ in inputs):
+    import torch
+
+    inputs, outputs = [], []  # the schema's types: its arguments, and the out arguments written after its "*"
+    for (type_, _), argument in zip(schema_arguments(schema), torch._C.parse_schema(schema).arguments):
+        (outputs if argument.kwarg_only and "!" in type_ else inputs).append(type_)
+    found |= {f"argument {base_type(t)}" for t in inputs}
+    if any("!" in t for t in inputs):
         found.add("an input written in place")
     if len(outputs) > 1:
         found.add("several outputs")
@@ -83,12 +90,6 @@ def traits(op: DeclaredOp, schema: str, declared: dict[str, DeclaredOp]) -> set[
     if others & set(op.kernel_sources):
         found.add("kernel sources shared with another op")
     return found
-
-
-def _keyword_only(schema: str, name: str) -> bool:
-    arguments = schema[schema.index("(") + 1:schema.rindex(") ->") if ") ->" in schema else len(schema)]
-    star = arguments.find("*")
-    return star >= 0 and arguments.find(f" {name}", star) >= 0
 
 
 def uncovered(op: DeclaredOp, schema: str, declared: dict[str, DeclaredOp]) -> list[str]:
@@ -129,7 +130,7 @@ def main() -> int:
     declared = declarations.load()
     registration.register_with_pytorch(list(declared.values()),
                                        aot_library=os.path.join(args.build_dir, "libcustom_ops_aot_lib.so"))
-    schemas = {name: schema_of(op) for name, op in declared.items()}
+    schemas = registered_schemas(declared)
     for name, op in declared.items():
         print(f"{name}: {', '.join(sorted(traits(op, schemas[name], declared)))}")
     print("representatives:", ", ".join(op.name for op in representatives(declared, schemas)))

@@ -712,8 +712,8 @@ def check_against_cmake(repo: str, targets, executor: Executor) -> list[str]:
 
 def build_and_run(repo: str, executor: Executor, log=print, fail_fast: bool = False,
                   only: set[str] | None = None) -> list[str]:
-    """Each op's example exported (with its own AOT library for a C++ op) and verified in its own runner, then every
-    example in the all-ops runner. One process per AOT library (PyTorch takes one per process), not two per example:
+    """Each op's example exported (with its own AOT library for a C++ op) and verified in its own runner, then (without
+    `only`) every example in the all-ops runner. One process per AOT library (PyTorch takes one per process), not two per example:
     the Python ops' examples and the all-ops runner's share one."""
     programs = os.path.join(executor.out, "programs")
     os.makedirs(programs, exist_ok=True)
@@ -814,7 +814,7 @@ def main() -> int:
                             and label not in skipped):
                         executor.build(label)
                 log("built every target" if only is None else
-                    f"built every target but the all-ops ones and the per-op ones of the ops --ops leaves out")
+                    "built every target but the all-ops ones and the per-op ones of the ops --ops leaves out")
                 if "run" in stages:
                     problems = build_and_run(repo, executor, log, fail_fast=args.fail_fast, only=only)
     except GraphError as err:

@@ -84,7 +84,7 @@ def representatives(declared, aot_ops, python_ops) -> list:
     """One op of each kind (flow/op_kinds.py): what the checks that build a whole configuration per op run."""
     from flow import op_kinds
 
-    return op_kinds.representatives(declared, {name: op_kinds.schema_of(op) for name, op in declared.items()})
+    return op_kinds.representatives(declared, op_kinds.registered_schemas(declared))
 
 
 @pytest.fixture(scope="session")

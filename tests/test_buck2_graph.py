@@ -48,8 +48,7 @@ def test_the_graph_checks_every_target_and_builds_and_runs_one_op_of_each_kind(g
 
 
 def test_the_graph_check_refuses_an_op_it_does_not_know():
-    proc = subprocess.run([sys.executable, GRAPH_CHECK, "--repo", REPO_ROOT, "--stage", "build",
-                           "--ops", "no-such-op"], capture_output=True, text=True, timeout=600, env=dict(os.environ, **CACHE))
+    proc = run_graph_check(REPO_ROOT, "build", ["no-such-op"])
     assert proc.returncode == 1 and "error: --ops names no-such-op, which custom_ops.bzl does not declare" in proc.stderr
 
 

@@ -11,7 +11,7 @@ from flow import op_kinds
 
 @pytest.fixture(scope="module")
 def schemas(declared, aot_ops, python_ops):
-    return {name: op_kinds.schema_of(op) for name, op in declared.items()}
+    return op_kinds.registered_schemas(declared)
 
 
 def test_every_declared_op_is_of_a_covered_kind(declared, schemas):

@@ -7,11 +7,8 @@ import sys
 
 import pytest
 
-from flow import declarations
 from helpers import REPO_ROOT, registered_operators, run_runner
 from tests.conftest import cmake_build, op_build
-
-DECLARED = declarations.load()
 
 
 def custom_ops(kernel_lib):

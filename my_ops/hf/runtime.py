@@ -207,7 +207,7 @@ def export_cached(checkpoint, quantize: str | None, max_seq_len: int, cache_dir:
             program.write_to_file(f)
 
     # A model cut to its first layers is a program of its own name: the cache keeps the newest of each name.
-    cut = f"_{checkpoint.layers}layers" if getattr(checkpoint, "layers", None) is not None else ""
+    cut = f"_{checkpoint.layers}layers" if checkpoint.layers is not None else ""
     name = f"{os.path.splitext(os.path.basename(checkpoint.path.rstrip('/')))[0]}{cut}_{quantize or 'float32'}.pte"
     identity = " ".join([checkpoint.digest(), str(quantize), str(max_seq_len), versions(), package_hash(),
                          schema_hash()])
