@@ -1,89 +1,73 @@
-"""Builds the my_ops wheel: the C++ AOT ops compiled with torch.utils.cpp_extension (setuptools), and the Python
-registrations, as one package that `import my_ops` registers. The metadata is in pyproject.toml.
+"""Builds the my_ops wheel: the C++ AOT ops compiled by CMakeLists.txt (the AOT library every CMake build makes), and
+the Python registrations, as one package that `import my_ops` registers. The metadata is in pyproject.toml.
 
     pip wheel --no-build-isolation --no-deps . -w dist/     (bash test_custom_ops.sh wheel)
     pip install --no-build-isolation [-e] .
 
-Every op declared `registered_from: "cpp"` in custom_ops.bzl goes into my_ops/_C.abi3.so: its registration sources,
-its kernels in ATen mode, and the schemas and CPU registration of its out variants written by the project's codegen
-entry point (codegen/run_codegen.py, as CMake and the JIT build do); CUDA sources only when torch has CUDA. The
-library uses no Python C API, so it is built for the stable ABI (py_limited_api): one wheel for every Python 3.10+.
+Every op declared `registered_from: "cpp"` in custom_ops.bzl goes into my_ops/_C.abi3.so: CMake's
+libcustom_ops_aot_lib.so (its registration sources, its kernels in ATen mode, the schemas and CPU registration of its
+out variants from codegen/run_codegen.py; CUDA sources when torch has CUDA), stripped. One build definition for the
+wheel and the flows, so their flags cannot drift, and through ccache the wheel reuses the objects of any CMake tree
+that selected every op. The library uses no Python C API, so the wheel is for the stable ABI: one for Python 3.10+.
 """
 
 import os
 import shutil
+import subprocess
 import sys
 
-from setuptools import setup
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
 from setuptools.command.build_py import build_py
-from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CppExtension, CUDAExtension
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:0] = [HERE, os.path.join(HERE, "codegen")]
+sys.path.insert(0, HERE)
 
-import run_codegen  # noqa: E402
-from flow import compiler_flags, declarations  # noqa: E402
+from flow import declarations  # noqa: E402
 
-CODEGEN_DIR = os.path.join("build", "my_ops_codegen")  # relative: setuptools wants sources under setup.py's directory
+# Two levels under the checkout, like cmake-out/<tree>: ccache hashes paths relative to the build directory, so the
+# same source compiled here and in cmake-out/all_ops is one cache entry.
+CMAKE_BUILD_DIR = os.path.join(HERE, "build", "aot_library")
 # The ops' shared Python side, which the package carries a copy of (my_ops.<module>); each imports only torch.
 SHARED_MODULES = ["flow/torch_compat.py", "flow/vmap_rules.py"]
-
-
-def compile_through_ccache():
-    """The wheel's compiles through ccache when it is found, as CMake's are (cmake/CompilerCache.cmake): the same AOT
-    sources build again after a clean and in copies of the repository (an editable install compiles elsewhere,
-    against its own venv's include directory, and misses). ccache stands in for c++ (a link named c++ ahead on PATH);
-    paths under this directory are hashed relative to the build directory. CUSTOM_OPS_CCACHE=OFF compiles directly."""
-    ccache = shutil.which("ccache") or shutil.which("ccache", path=os.path.dirname(sys.executable))  # the venv's
-    if ccache is None or os.environ.get("CUSTOM_OPS_CCACHE", "ON").upper() in ("OFF", "0", "NO", "FALSE"):
-        return
-    links = os.path.join(HERE, "build", "ccache-bin")
-    os.makedirs(links, exist_ok=True)
-    for name in ("c++", "cc"):
-        if not os.path.lexists(os.path.join(links, name)):
-            os.symlink(ccache, os.path.join(links, name))
-    os.environ["PATH"] = links + os.pathsep + os.environ.get("PATH", "")
-    os.environ.setdefault("CCACHE_DIR", os.path.join(HERE, "cmake-out", "ccache"))
-    os.environ["CCACHE_BASEDIR"] = HERE
 
 
 def cpp_ops():
     return [op for op in declarations.load().values() if op.from_cpp]
 
 
-def aot_extension():
-    import torch
-
-    ops = cpp_ops()
-    selection = os.path.join(CODEGEN_DIR, "aot_selected_operators.yaml")
-    run_codegen.write_selection(selection, [op.out_name for op in ops])
-    sources = list(dict.fromkeys(s for op in ops for s in (*op.aot_sources, *op.kernel_sources)))  # shared ones once
-    sources += [os.path.relpath(s, HERE) for s in run_codegen.generate(selection, CODEGEN_DIR, aten=True)]
-    # -g0 and a stripped link: Python's own flags add -g, which made the library 14 MB instead of under 1 MB.
-    flags = ["-O3", "-g0", *compiler_flags.ATEN_MODE]  # BuildExtension adds -DPy_LIMITED_API (its minimum, Python 3.10)
-    kwargs = dict(include_dirs=[HERE], py_limited_api=True, extra_link_args=["-Wl,--strip-all"])
-    if torch.version.cuda and CUDA_HOME:
-        flags.append("-DCUSTOM_OPS_WITH_CUDA")
-        sources += [s for op in ops for s in op.cuda_sources]
-        return CUDAExtension("my_ops._C", sources, extra_compile_args={"cxx": flags + compiler_flags.CXX,
-                                                                       "nvcc": flags + compiler_flags.NVCC}, **kwargs)
-    return CppExtension("my_ops._C", sources, extra_compile_args={"cxx": flags + compiler_flags.CXX}, **kwargs)
+def build_tool(name: str) -> str:
+    """cmake or ninja: on PATH, else from its PyPI package in this interpreter (a venv's bin/ may not be on PATH)."""
+    found = shutil.which(name) or shutil.which(name, path=os.path.dirname(sys.executable))
+    if found is None:
+        try:
+            module = __import__(name)
+            found = shutil.which(name, path=getattr(module, "BIN_DIR", None) or getattr(module, "CMAKE_BIN_DIR", None))
+        except ImportError:
+            pass
+    if found is None:
+        sys.exit(f"error: building my_ops' C++ library needs {name}; install it (pip install {name})")
+    return found
 
 
-class BuildExtensionWithoutPythonAPI(BuildExtension):
-    """BuildExtension minus TORCH_API_INCLUDE_EXTENSION_H: with it, torch/torch.h (which the generated headers include)
-    pulls in pybind11 and Python's full C API, which the limited API lacks and this library does not use."""
+class BuildAotLibraryWithCMake(build_ext):
+    """my_ops._C is CMake's custom_ops_aot_lib (every op selected), configured and built in CMAKE_BUILD_DIR."""
 
-    def finalize_options(self):
-        # Objects always under the checkout's build/, also for an editable install (setuptools would compile in a
-        # fresh /tmp directory): the paths ccache hashes relative to this directory are then the same in every build
-        # of these sources, so the wheel's objects serve `pip install -e` and copies of the repository.
-        super().finalize_options()
-        self.build_temp = os.path.join(HERE, "build", "temp.aot")
-
-    def _add_compile_flag(self, extension, flag):
-        if flag != "-DTORCH_API_INCLUDE_EXTENSION_H":
-            super()._add_compile_flag(extension, flag)
+    def build_extension(self, extension):
+        configure = [build_tool("cmake"), "-S", HERE, "-B", CMAKE_BUILD_DIR, "-G", "Ninja",
+                     f"-DCMAKE_MAKE_PROGRAM={build_tool('ninja')}", f"-DPython3_EXECUTABLE={sys.executable}",
+                     "-DCMAKE_BUILD_TYPE=Release",
+                     # A wheel's library carries no path of this machine and no symbols (-g0 is Release's default).
+                     "-DCMAKE_SKIP_BUILD_RPATH=ON", "-DCMAKE_SHARED_LINKER_FLAGS=-Wl,--strip-all"]
+        if "CUSTOM_OPS_CCACHE" in os.environ:
+            configure.append(f"-DCUSTOM_OPS_CCACHE={os.environ['CUSTOM_OPS_CCACHE']}")
+        build = [build_tool("cmake"), "--build", CMAKE_BUILD_DIR, "--target", "custom_ops_aot_lib",
+                 "-j", str(os.cpu_count() or 1)]
+        for command in (configure, build):
+            subprocess.run(command, check=True)
+        target = self.get_ext_fullpath(extension.name)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        shutil.copyfile(os.path.join(CMAKE_BUILD_DIR, "libcustom_ops_aot_lib.so"), target)
 
 
 class BuildPyWithRegistrations(build_py):
@@ -101,11 +85,11 @@ class BuildPyWithRegistrations(build_py):
             f.write(f"OPS = {[op.as_manifest() for op in ops]!r}\n")
 
 
-compile_through_ccache()
 setup(
     packages=["my_ops", "my_ops.hf"],
     py_modules=[],
-    ext_modules=[aot_extension()] if cpp_ops() else [],
-    cmdclass={"build_ext": BuildExtensionWithoutPythonAPI, "build_py": BuildPyWithRegistrations},
+    # No sources of its own: BuildAotLibraryWithCMake makes it; py_limited_api names it _C.abi3.so.
+    ext_modules=[Extension("my_ops._C", sources=[], py_limited_api=True)] if cpp_ops() else [],
+    cmdclass={"build_ext": BuildAotLibraryWithCMake, "build_py": BuildPyWithRegistrations},
     options={"bdist_wheel": {"py_limited_api": "cp310"}},
 )

@@ -389,7 +389,7 @@ custom_ops_aoti_runner without Python, compare with eager; then without the op l
 mode_wheel() {
   ensure_venv
   use_venv
-  step "Build the my_ops wheel into dist/ (setup.py: torch.utils.cpp_extension, codegen through codegen/run_codegen.py)"
+  step "Build the my_ops wheel into dist/ (setup.py: the AOT library built by CMakeLists.txt in build/aot_library, and the Python registrations)"
   local log="${BUILD_ROOT}/wheel.log"
   mkdir -p "${BUILD_ROOT}"
   if ! "${PYTHON}" -m pip wheel --no-build-isolation --no-deps "${REPO_ROOT}" -w "${REPO_ROOT}/dist" >"${log}" 2>&1; then

@@ -59,7 +59,7 @@ function(generate_kernel_bindings)
   cmake_parse_arguments(ARG "ATEN" "OUTPUT_DIR;SELECTION;SOURCES_VAR" "" ${ARGN})
   if(ARG_ATEN)
     set(mode --aten)
-    set(outputs "${ARG_OUTPUT_DIR}/RegisterCPUCustomOps.cpp" "${ARG_OUTPUT_DIR}/RegisterSchema.cpp")
+    set(outputs "${ARG_OUTPUT_DIR}/RegisterSchema.cpp")  # the schemas and their CPU registration, one file
     set(headers "${ARG_OUTPUT_DIR}/CustomOpsNativeFunctions.h")
   else()
     set(mode)

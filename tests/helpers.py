@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -113,6 +114,14 @@ def run_flow(module: str, *args: str, repo: str = REPO_ROOT, timeout: int = 600,
 
 # The kernels' path counters (flow/runtime.py reads them), counted only in a process started with COUNT_PATHS.
 from flow.runtime import COUNT_PATHS, PATH_COUNTERS, path_counts  # noqa: E402,F401
+
+
+def compile_commands(build_dir: str) -> list[list[str]]:
+    """The compiler command lines of a CMake (Ninja) build tree, each split into its arguments."""
+    out = subprocess.run(["ninja", "-C", build_dir, "-t", "commands"], capture_output=True, text=True, check=True,
+                         env=dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]))
+    commands = [shlex.split(line) for line in out.stdout.splitlines()]
+    return [c for c in commands if "-c" in c and any(a.endswith((".cpp", ".cu", ".cc")) for a in c)]
 
 
 def run_in_fresh_python(code: str, timeout: int = 300, env: dict[str, str] | None = None) -> dict:

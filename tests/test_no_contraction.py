@@ -1,23 +1,15 @@
 """No kernel build contracts floating-point expressions (flow/compiler_flags.py says why): every compile command of the
 CMake builds (the combined one, and the ARM64 cross-build when it exists), every compiled target of the Buck2 graph,
-and the extension the wheel and the JIT build make carry -ffp-contract=off (nvcc: --fmad=false). What it guards is
+and the extension the JIT build makes carry -ffp-contract=off (nvcc: --fmad=false); the wheel's library is the combined
+build's AOT library, built by CMake with its commands (tests/test_wheel.py). What it guards is
 tested by running: the recipe's scaled_add (x + alpha * y, an alpha whose product rounds) equals ATen bit for bit on
 x86 (the AVX2+FMA variant) and on ARM64 under qemu (tests/test_own_op.py)."""
 
 import os
-import shlex
-import subprocess
 
 import buck2_graph
 from flow import compiler_flags
-from helpers import REPO_ROOT, copy_repository, run_in_fresh_python, write_buckconfig_local
-
-
-def compile_commands(build_dir: str) -> list[list[str]]:
-    out = subprocess.run(["ninja", "-C", build_dir, "-t", "commands"], capture_output=True, text=True, check=True,
-                         env=dict(os.environ, PATH=os.path.dirname(os.sys.executable) + os.pathsep + os.environ["PATH"]))
-    commands = [shlex.split(line) for line in out.stdout.splitlines()]
-    return [c for c in commands if "-c" in c and any(a.endswith((".cpp", ".cu", ".cc")) for a in c)]
+from helpers import REPO_ROOT, compile_commands, copy_repository, run_in_fresh_python, write_buckconfig_local
 
 
 def builds() -> list[str]:
@@ -48,15 +40,11 @@ def test_every_compiled_target_of_the_buck2_graph_turns_contraction_off(tmp_path
     assert missing == []
 
 
-def test_the_wheel_and_the_jit_build_pass_the_flags():
-    """The extension setup.py hands setuptools, and the arguments the JIT build hands cpp_extension.load."""
-    result = run_in_fresh_python(f"""
-import os, runpy, sys
-import setuptools, torch.utils.cpp_extension as cpp_extension
-os.chdir({REPO_ROOT!r})
-setuptools.setup = lambda **kwargs: None  # setup.py calls it when run; only its extension is wanted here
-wheel = runpy.run_path("setup.py")["aot_extension"]().extra_compile_args
-captured = {{}}
+def test_the_jit_build_passes_the_flags():
+    """The arguments the JIT build hands cpp_extension.load."""
+    result = run_in_fresh_python("""
+import torch.utils.cpp_extension as cpp_extension
+captured = {}
 class Stop(Exception):
     pass
 def load(**kwargs):
@@ -68,8 +56,8 @@ try:
     registration.build_jit_library()
 except Stop:
     pass
-result = [wheel["cxx"], captured["extra_cflags"], captured["extra_cuda_cflags"]]
+result = [captured["extra_cflags"], captured["extra_cuda_cflags"]]
 """)
-    wheel, jit, jit_cuda = result
-    assert set(compiler_flags.CXX) <= set(wheel) and set(compiler_flags.CXX) <= set(jit)
+    jit, jit_cuda = result
+    assert set(compiler_flags.CXX) <= set(jit)
     assert set(compiler_flags.NVCC) <= set(jit_cuda)

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from helpers import REPO_ROOT, registered_operators, run_runner
+from helpers import REPO_ROOT, copy_repository, registered_operators, run_runner
 from tests.conftest import cmake_build, op_build
 
 
@@ -146,6 +146,38 @@ def test_the_codegen_cache_gives_what_codegen_writes_and_keys_on_the_selection(a
              cache=cache)
     assert len(os.listdir(cache)) == 2 and marker not in b"".join(_files(other).values())
     assert _files(other) != _files(plain)
+
+
+def test_an_op_bound_beside_the_selection_leaves_its_generated_code_untouched(tmp_path):
+    # Codegen reads custom_ops.yaml cut to the selected entries: binding one more op regenerates nothing for the build
+    # trees that do not select it (their sources keep their time stamps, so nothing recompiles or relinks, and the
+    # cache key is the same); a change to a selected entry regenerates.
+    repo = copy_repository(tmp_path / "repo")
+    run_codegen = os.path.join(repo, "codegen", "run_codegen.py")
+    selection, out, cache = str(tmp_path / "selection.yaml"), tmp_path / "out", tmp_path / "cache"
+    env = dict(os.environ, CUSTOM_OPS_CODEGEN_CACHE=str(cache))
+
+    def generate():
+        subprocess.run([sys.executable, run_codegen, "generate", "--selection", selection, "--output_dir", str(out),
+                        "--aten"], capture_output=True, text=True, env=env, check=True)
+        return {name: ((out / name).stat().st_mtime_ns, (out / name).read_bytes()) for name in sorted(os.listdir(out))}
+
+    subprocess.run([sys.executable, run_codegen, "select", "--output", selection, "--root_ops", "my_ops::mul4.out"],
+                   capture_output=True, text=True, env=env, check=True)
+    before = generate()
+    bindings = os.path.join(repo, "custom_ops.yaml")
+    with open(bindings) as f:
+        text = f.read()
+    with open(bindings, "a") as f:
+        f.write("\n- func: my_ops::mul5.out(Tensor input, *, Tensor(a!) output) -> Tensor(a!)\n"
+                "  kernels:\n    - arg_meta: null\n      kernel_name: custom::mul5_out_impl\n")
+    assert generate() == before
+    assert len(os.listdir(cache)) == 1
+    with open(bindings, "w") as f:
+        f.write(text.replace("custom::mul4_out_impl", "custom::mul4_out_renamed"))
+    after = generate()
+    assert b"mul4_out_renamed" in b"".join(data for _, data in after.values())
+    assert len(os.listdir(cache)) == 2
 
 
 def test_reading_the_declarations_imports_no_torch():

@@ -11,14 +11,15 @@ import zipfile
 import pytest
 import torch
 
-from helpers import REPO_ROOT, run_in_fresh_python
+from helpers import REPO_ROOT, compile_commands, run_in_fresh_python
 from flow import declarations
 from flow.compare import mismatches
 from flow.runner import run_pte
 
 
 @pytest.fixture(scope="module")
-def wheel():
+def wheel(combined_build):
+    # After the combined build: setup.py compiles its AOT library with the same commands, so ccache serves every object.
     proc = subprocess.run(["bash", os.path.join(REPO_ROOT, "test_custom_ops.sh"), "wheel"], capture_output=True,
                           text=True, timeout=1800)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -53,6 +54,19 @@ def test_the_wheel_holds_the_package_and_nothing_else(wheel):
     # Stripped: no debug info, no build outputs (with debug info it is tens of MiB). The project's ops make ~450 KiB,
     # each C++ op ~30-60 KiB more (the recipe's copy, with relu6 and scaled_add: 550 KiB).
     assert os.path.getsize(wheel) < 1024 * 1024
+
+
+def test_the_wheels_library_is_compiled_by_the_combined_builds_commands(wheel, combined_build):
+    """setup.py builds my_ops._C with CMakeLists.txt: the AOT library's compile commands are the combined build's (the
+    build directory aside), so the flags cannot drift from the flows' and ccache serves the wheel that tree's objects."""
+    def aot_library_commands(build_dir):
+        return sorted(" ".join(c).replace(build_dir, "<build>") for c in compile_commands(build_dir)
+                      if any("custom_ops_aot_lib.dir" in a for a in c))
+
+    wheel_commands = aot_library_commands(os.path.join(REPO_ROOT, "build", "aot_library"))
+    cpp_ops = [op for op in DECLARED.values() if op.from_cpp]
+    assert len(wheel_commands) >= len(cpp_ops) + 2  # each op's sources and the two generated registrations
+    assert wheel_commands == aot_library_commands(combined_build.build_dir)
 
 
 OUTSIDE = """
