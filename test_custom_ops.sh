@@ -363,8 +363,11 @@ models; each program's perplexity (flow/real.py)"
 its pinned source once, ~8 min), each exported on its own tensors; perplexity by llama-perplexity's protocol beside \
 llama-perplexity's own and the file's float32 model's (flow/presets.py)"
   "${PYTHON}" -m flow.presets --build_dir "${build_dir}"
+  step "The tokenizers my_ops.hf builds from the GGUF files (SmolLM2's, Gemma 3's) give llama-tokenize's ids on the \
+examples' texts, whole and line by line (flow/tokens.py)"
+  "${PYTHON}" -m flow.tokens
   step "The real model's programs match their references; every preset within 0.5% of llama-perplexity; text in, \
-text out: python -m my_ops.hf generate"
+text out: python -m my_ops.hf generate; the tokenizers equal llama.cpp's"
 }
 
 # AOTInductor's side, in the build with every op (the ExecuTorch runner it is compared with is there): that build plus

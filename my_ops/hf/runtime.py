@@ -128,6 +128,8 @@ def versions() -> str:
 # line, the tokenizer and perplexity code can change without making the programs again.
 EXPORT_SOURCES = ("__init__.py", "hf/__init__.py", "hf/checkpoint.py", "hf/gguf_file.py", "hf/gguf_blocks.py",
                   "hf/swap.py", "hf/quantize.py", "hf/fuse.py", "hf/export.py")
+# Reached from checkpoint.py, but what they make is no part of a program (a checkpoint's tokenizer).
+NOT_IN_PROGRAMS = ("hf/gguf_tokenizer.py",)
 
 
 def package_hash() -> str:

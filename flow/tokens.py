@@ -1,0 +1,68 @@
+"""The tokenizer my_ops.hf builds for each real model's GGUF file against llama.cpp's own on the same file
+(`llama-tokenize`, built from the pinned source by flow/llama_cpp.py): the ids of examples/alice_chapter1.txt and
+examples/varied_text.txt (prose in twenty languages, numbers, code, markup, whitespace runs, emoji), whole and line
+by line, must be equal. The `real` mode runs it; the suite checks the same tokenizers against llama.cpp's algorithm
+written out in Python (tests/test_gguf_tokenizer.py).
+
+    python -m flow.tokens [--models smollm2,gemma3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from flow import REPO_ROOT
+
+TEXTS = [os.path.join(REPO_ROOT, "examples", name) for name in ("alice_chapter1.txt", "varied_text.txt")]
+
+
+def model_files() -> dict:
+    from flow.real import gemma3_path, gguf_path
+
+    return {"smollm2": gguf_path, "gemma3": gemma3_path}
+
+
+def differences(path: str) -> tuple[int, list[str]]:
+    """(texts compared, one line per text whose ids differ from llama-tokenize's)."""
+    from flow.llama_cpp import tokenize
+    from my_ops.hf import gguf_tokenizer
+
+    tokenizer, add_bos = gguf_tokenizer.load(path)
+    bos = [tokenizer.bos_token_id] if add_bos else []
+    texts = []
+    for name in TEXTS:
+        with open(name, encoding="utf-8") as f:
+            text = f.read()
+        texts += [text] + [line for line in text.splitlines() if line]
+    wrong = []
+    for text in texts:
+        ours = bos + tokenizer.encode(text, add_special_tokens=False)
+        theirs = tokenize(path, text)
+        if ours != theirs:
+            at = next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b), min(len(ours), len(theirs)))
+            wrong.append(f"{text[:60]!r}...: from token {at}, ours {ours[at:at + 5]}, llama.cpp's {theirs[at:at + 5]}")
+    return len(texts), wrong
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", default=",".join(model_files()), help=f"of {', '.join(model_files())}")
+    args = parser.parse_args()
+    failed = False
+    for name in args.models.split(","):
+        if name not in model_files():
+            print(f"error: no model {name!r}; choose of {', '.join(model_files())}", file=sys.stderr)
+            return 2
+        path = model_files()[name]()
+        count, wrong = differences(path)
+        print(f"{os.path.basename(path)}: {count - len(wrong)} of {count} texts give llama-tokenize's ids")
+        for line in wrong:
+            print(f"  {line}")
+        failed |= bool(wrong)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
