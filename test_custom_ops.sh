@@ -327,8 +327,8 @@ mode_hf() {
   local build_dir="${BUILD_ROOT}/all_ops" out="${BUILD_ROOT}/hf"
   step "Build every declared op's AOT library (the export registers the ops from it) (${build_dir#"${REPO_ROOT}"/})"
   cmake_build "${build_dir}" >/dev/null
-  step "Make tiny Llama and Qwen3 checkpoints (examples/hf_models.py), load them with from_pretrained, put them on \
-my_ops and export float32 and 8-bit programs (my_ops/hf/) into ${out#"${REPO_ROOT}"/}"
+  step "Make tiny Llama, Qwen3 and Gemma 3 checkpoints (examples/hf_models.py), load them with from_pretrained, put \
+them on my_ops and export float32 and 8-bit programs (my_ops/hf/) into ${out#"${REPO_ROOT}"/}"
   "${PYTHON}" -m flow.hf export --build_dir "${build_dir}" --output_dir "${out}" "$@"
   local programs
   programs=$(ls "${out}"/*.pte | paste -sd, -)

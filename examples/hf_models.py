@@ -1,8 +1,8 @@
-"""Tiny Hugging Face checkpoints for `test_custom_ops.sh hf`: architectures this project did not write (Llama, Qwen3),
-each a small config with seeded random weights made here and saved with save_pretrained, so the flow loads them back
-with from_pretrained from a directory, the path a downloaded checkpoint takes. Nothing is downloaded.
+"""Tiny Hugging Face checkpoints for `test_custom_ops.sh hf`: architectures this project did not write (Llama, Qwen3,
+Gemma 3), each a small config with seeded random weights made here and saved with save_pretrained, so the flow loads
+them back with from_pretrained from a directory, the path a downloaded checkpoint takes. Nothing is downloaded.
 
-Both use grouped-query attention (4 query heads over 2 kv heads), so a kv head mapped wrongly changes the tokens.
+Each uses grouped-query attention (4 query heads over 2 kv heads), so a kv head mapped wrongly changes the tokens.
 """
 
 from __future__ import annotations
@@ -24,12 +24,21 @@ _COMMON = dict(vocab_size=VOCAB, hidden_size=128, intermediate_size=352, num_hid
 
 def configs() -> dict:
     """name -> a transformers config of a tiny decoder."""
-    from transformers import LlamaConfig, Qwen3Config
+    from transformers import Gemma3TextConfig, LlamaConfig, Qwen3Config
 
     return {
         "llama": LlamaConfig(**_COMMON, rms_norm_eps=1e-5, tie_word_embeddings=False),
         # Qwen3 adds RMSNorms on each head's queries and keys (q_norm, k_norm) and ties the embeddings.
         "qwen3": Qwen3Config(**_COMMON, head_dim=32, rms_norm_eps=1e-6, tie_word_embeddings=True),
+        # Gemma 3: norms that scale by (1 + weight), four a layer, and on each head's queries and keys; GELU-tanh in the
+        # MLP; the embedding scaled by sqrt(hidden size); a local layer (its own rotary base) and a global one. Its
+        # window holds every position here (sliding, it is refused).
+        "gemma3": Gemma3TextConfig(**_COMMON, head_dim=32, rms_norm_eps=1e-6, tie_word_embeddings=True,
+                                   query_pre_attn_scalar=32, sliding_window=MAX_POSITIONS,
+                                   layer_types=["sliding_attention", "full_attention"],
+                                   rope_parameters={
+                                       "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
+                                       "full_attention": {"rope_type": "default", "rope_theta": 1e6}}),
     }
 
 
@@ -44,13 +53,19 @@ def make_checkpoint(name: str, directory: str, seed: int = 0, **overrides) -> st
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config)
     generator = torch.Generator().manual_seed(seed)
+    # Norm scales near 1: Gemma's norms scale by (1 + weight), so its weights are near 0.
+    norm_offset = 0.0 if config.model_type.startswith("gemma") else 1.0
     with torch.no_grad():
         for parameter_name, parameter in model.named_parameters():
             if parameter_name.endswith("norm.weight"):
-                parameter.copy_(1 + 0.1 * torch.randn(parameter.shape, generator=generator))
+                parameter.copy_(norm_offset + 0.1 * torch.randn(parameter.shape, generator=generator))
             else:  # wider than transformers' init (std 0.02): logits far enough apart that greedy decoding does not
                 # hinge on the last bit of a float
                 parameter.copy_(torch.randn(parameter.shape, generator=generator) / math.sqrt(parameter.shape[-1]))
+        # Gemma scales its embedding by sqrt(hidden size): without this, the (tied) token's own row would outweigh
+        # every layer's output and the model would repeat its last token.
+        embedding = model.get_input_embeddings()
+        embedding.weight /= float(getattr(embedding, "embed_scale", 1.0))
     os.makedirs(directory, exist_ok=True)
     model.save_pretrained(directory)
     return directory

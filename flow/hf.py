@@ -2,7 +2,7 @@
 (examples/hf_models.py) loaded with from_pretrained, put on my_ops and exported by my_ops/hf.py, then decoded greedily
 in the project's C++ runner and in ExecuTorch's Python runtime and compared with transformers itself:
 
-    python -m flow.hf export --build_dir cmake-out/all_ops --output_dir cmake-out/hf [--models llama,qwen3]
+    python -m flow.hf export --build_dir cmake-out/all_ops --output_dir cmake-out/hf [--models llama,qwen3,gemma3]
     python -m flow.hf check --build_dir cmake-out/all_ops --runner_dir cmake-out/hf/runner --output_dir cmake-out/hf
 
 export makes each checkpoint and writes <model>.pte (float32) and <model>_8da8w.pte; check decodes each program twice
@@ -21,7 +21,7 @@ import torch
 
 from flow.model import Decoded, decode_runner, decode_runtime, difference, greedy_decode
 
-MODELS = ("llama", "qwen3")
+MODELS = ("llama", "qwen3", "gemma3")
 QUANTIZED = "8da8w"
 FLOAT32_TOLERANCE = dict(atol=1e-3, rtol=1e-4)
 QUANTIZED_TOLERANCE = dict(atol=0.3, rtol=0.0)

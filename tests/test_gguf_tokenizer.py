@@ -10,11 +10,18 @@ import random
 import pytest
 
 from flow import REPO_ROOT
-from my_ops.hf import gguf_tokenizer
 from spm_reference import SpmReference
 
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, BYTE = 1, 2, 3, 4, 6
 TEXTS = [os.path.join(REPO_ROOT, "examples", name) for name in ("alice_chapter1.txt", "varied_text.txt")]
+
+
+@pytest.fixture(scope="module")
+def gguf_tokenizer(aot_ops, python_ops):
+    """my_ops.hf.gguf_tokenizer: importing the my_ops package registers the ops, so once they are built and loaded."""
+    from my_ops.hf import gguf_tokenizer
+
+    return gguf_tokenizer
 
 
 def random_vocabulary(rng: random.Random, space_prefix: bool) -> dict:
@@ -43,7 +50,7 @@ def reference(metadata: dict) -> SpmReference:
 
 @pytest.mark.parametrize("space_prefix", [False, True], ids=["no space prefix", "space prefix"])
 @pytest.mark.parametrize("seed", range(4))
-def test_random_vocabularies_split_random_text_as_llama_cpp_does(seed, space_prefix):
+def test_random_vocabularies_split_random_text_as_llama_cpp_does(seed, space_prefix, gguf_tokenizer):
     rng = random.Random(seed)
     metadata = random_vocabulary(rng, space_prefix)
     tokenizer, expected = gguf_tokenizer.build(metadata), reference(metadata)
@@ -53,7 +60,7 @@ def test_random_vocabularies_split_random_text_as_llama_cpp_does(seed, space_pre
         assert tokenizer.encode(text).ids == expected.encode(text), repr(text)
 
 
-def test_a_vocabulary_with_tied_normal_scores_is_refused_by_name():
+def test_a_vocabulary_with_tied_normal_scores_is_refused_by_name(gguf_tokenizer):
     metadata = random_vocabulary(random.Random(0), False)
     scores = metadata["tokenizer.ggml.scores"]
     scores[-1] = scores[-2]
@@ -62,7 +69,7 @@ def test_a_vocabulary_with_tied_normal_scores_is_refused_by_name():
 
 
 @pytest.fixture(scope="module")
-def gemma3():
+def gemma3(gguf_tokenizer):
     """The file's header, and the tokenizer my_ops.hf loads with the model (its `tokenizers` backend)."""
     from flow.real import gemma3_path
     from my_ops.hf.gguf_file import check
@@ -124,7 +131,7 @@ def byte_level(piece: str) -> str:
     return "".join(table[b] for b in piece.encode())
 
 
-def test_smollm2s_pre_tokenizer_splits_as_llama_cpps_smollm_type():
+def test_smollm2s_pre_tokenizer_splits_as_llama_cpps_smollm_type(gguf_tokenizer):
     # transformers' converter applies GPT-2's regex alone: " ¼" stayed one piece, and the ids differed from
     # llama-tokenize's wherever a number character that is not a digit followed a space.
     from flow.real import gguf_path

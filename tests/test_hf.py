@@ -1,7 +1,7 @@
-"""my_ops/hf.py on Hugging Face decoders no one here wrote (examples/hf_models.py: tiny Llama and Qwen3 checkpoints
-saved and loaded with from_pretrained): the swap in eager against transformers' own generate(), the swaps a mistake
-would break (each must change the tokens), the refusals, and the `hf` mode's flow end to end (export, a runner
-selected from the program, 200 tokens decoded twice in the runner and the Python runtime)."""
+"""my_ops/hf.py on Hugging Face decoders no one here wrote (examples/hf_models.py: tiny Llama, Qwen3 and Gemma 3
+checkpoints saved and loaded with from_pretrained): the swap in eager against transformers' own generate(), the swaps
+a mistake would break (each must change the tokens), the refusals, and the `hf` mode's flow end to end (export, a
+runner selected from the program, 200 tokens decoded twice in the runner and the Python runtime)."""
 
 import os
 import time
@@ -39,7 +39,7 @@ def decode_swapped(directory: str, new_tokens: int = EAGER_TOKENS):
     from examples import hf_models
     from flow.model import decode_eager
 
-    model = my_ops.hf.swap_ops(hf_models.load(directory))
+    model = my_ops.hf.swap_ops(hf_models.load(directory), max_seq_len=hf_models.MAX_POSITIONS)
     return decode_eager(my_ops.hf.ExportableDecoder(model, hf_models.MAX_POSITIONS).eval(), hf_models.PROMPT,
                         new_tokens)
 
@@ -48,17 +48,18 @@ def reference(hf, directory: str, new_tokens: int = EAGER_TOKENS):
     return hf.generate_eager(directory, hf.hf_models().PROMPT, new_tokens)
 
 
-@pytest.mark.parametrize("name", ["llama", "qwen3"])
+@pytest.mark.parametrize("name", ["llama", "qwen3", "gemma3"])
 def test_a_swapped_model_decodes_like_transformers_in_eager(name, hf, checkpoints):
     import my_ops.hf
     from examples import hf_models
     from flow.model import difference
 
-    model = my_ops.hf.swap_ops(hf_models.load(checkpoints[name]))
+    model = my_ops.hf.swap_ops(hf_models.load(checkpoints[name]), max_seq_len=hf_models.MAX_POSITIONS)
     norms = [n for n, module in model.named_modules() if isinstance(module, my_ops.hf.RMSNorm)]
     layers = hf_models.configs()[name].num_hidden_layers
-    # Two per layer and the final one; Qwen3 also normalizes each head's queries and keys.
-    assert len(norms) == 2 * layers + 1 + (2 * layers if name == "qwen3" else 0)
+    # Two per layer (Gemma 3: four) and the final one; Qwen3 and Gemma 3 also normalize each head's queries and keys.
+    per_layer = {"llama": 2, "qwen3": 4, "gemma3": 6}[name]
+    assert len(norms) == per_layer * layers + 1
     for swapped in (my_ops.hf.Attention, my_ops.hf.MLP):
         assert sum(isinstance(module, swapped) for module in model.modules()) == layers
     assert not [n for n, module in model.named_modules() if type(module).__name__.endswith("RMSNorm")
@@ -68,6 +69,10 @@ def test_a_swapped_model_decodes_like_transformers_in_eager(name, hf, checkpoint
 
 def _dropped_epsilon(monkeypatch, hf_module):
     monkeypatch.setitem(hf_module.NORMS, "LlamaRMSNorm", lambda module: (module.weight, 0.0))
+
+
+def _gemma_norm_without_one(monkeypatch, hf_module):
+    monkeypatch.setitem(hf_module.NORMS, "Gemma3RMSNorm", lambda module: (module.weight, float(module.eps)))
 
 
 def _cache_one_position_off(monkeypatch, hf_module):
@@ -90,23 +95,41 @@ def _kv_heads_swapped(monkeypatch, hf_module):
     monkeypatch.setattr(hf_module.swap, "_cache_class", swapped)
 
 
-@pytest.mark.parametrize("mistake", [_dropped_epsilon, _cache_one_position_off, _kv_heads_swapped],
-                         ids=["the norm's epsilon dropped", "the cache written one position off",
-                              "the kv heads mapped to the wrong query heads"])
+@pytest.mark.parametrize("mistake", [_dropped_epsilon, _gemma_norm_without_one, _cache_one_position_off,
+                                     _kv_heads_swapped],
+                         ids=["the norm's epsilon dropped", "Gemma's norm scaling by its weight, not 1 + weight",
+                              "the cache written one position off", "the kv heads mapped to the wrong query heads"])
 def test_a_wrong_swap_decodes_other_tokens(mistake, hf, checkpoints, monkeypatch):
     import my_ops.hf
     from flow.model import difference
 
-    directory = checkpoints["llama_large_eps" if mistake is _dropped_epsilon else "llama"]
+    directory = checkpoints[{_dropped_epsilon: "llama_large_eps", _gemma_norm_without_one: "gemma3"}.get(mistake,
+                                                                                                           "llama")]
     expected = reference(hf, directory)
     assert difference(decode_swapped(directory), expected, hf.FLOAT32_TOLERANCE) is None  # the right swap first
     mistake(monkeypatch, my_ops.hf)
     assert difference(decode_swapped(directory), expected, hf.FLOAT32_TOLERANCE) is not None
 
 
+def test_a_scaled_embedding_keeps_its_scale_on_the_block_ops(hf, checkpoints):
+    # Gemma's embedding multiplies its rows by sqrt(hidden size); put on my_ops::embedding_blocks (8-bit), it still
+    # does. (The 8-bit program's own check compares with the same quantized model in eager, which would share a lost
+    # scale; this compares with transformers' own embedding.)
+    import my_ops.hf.quantize
+    from examples import hf_models
+
+    model = hf_models.load(checkpoints["gemma3"])
+    tokens = torch.tensor([hf_models.PROMPT])
+    expected = model.get_input_embeddings()(tokens)
+    my_ops.hf.quantize.put_linears_on_ops(model, "8da8w")
+    embedding = model.get_input_embeddings()
+    assert isinstance(embedding, my_ops.hf.quantize.Embedding)
+    torch.testing.assert_close(embedding(tokens), expected, rtol=0.0, atol=float(expected.abs().max()) / 100)
+
+
 def test_unsupported_models_are_refused_by_name_before_export(hf):
     import my_ops.hf
-    from transformers import AutoModelForCausalLM, GPT2Config, MistralConfig
+    from transformers import AutoModelForCausalLM, Gemma3TextConfig, GPT2Config, MistralConfig
 
     tiny = dict(vocab_size=64, num_hidden_layers=1)
     cases = {
@@ -116,6 +139,11 @@ def test_unsupported_models_are_refused_by_name_before_export(hf):
             AutoModelForCausalLM.from_config(MistralConfig(**tiny, hidden_size=32, intermediate_size=64,
                                                            num_attention_heads=2, num_key_value_heads=1,
                                                            sliding_window=8)),
+        # Gemma 3's local layers: accepted only where the window holds every position of the program.
+        "sliding-window attention (window 12) is not supported: my_ops::sdpa_with_cache attends to every earlier":
+            AutoModelForCausalLM.from_config(Gemma3TextConfig(**tiny, hidden_size=32, intermediate_size=64,
+                                                              num_attention_heads=2, num_key_value_heads=1, head_dim=16,
+                                                              sliding_window=12, layer_types=["sliding_attention"])),
     }
     for message, model in cases.items():
         with pytest.raises(my_ops.hf.UnsupportedModelError, match=message.replace("(", r"\(").replace(")", r"\)")):
@@ -133,22 +161,26 @@ def test_a_missing_op_is_named_with_the_way_to_register_it(hf, checkpoints, monk
     assert len(found) == 1 and found[0].startswith("my_ops::not_built not registered with PyTorch: `import my_ops`")
 
 
-def test_the_hf_flow_decodes_both_architectures_in_the_runner_and_the_python_runtime(hf, load_method, tmp_path,
-                                                                                        capsys):
+def test_the_hf_flow_decodes_every_architecture_in_the_runner_and_the_python_runtime(hf, load_method, tmp_path,
+                                                                                         capsys):
     # The `hf` mode's steps in this process (its imports and registrations are made): export, a runner selected from
-    # both programs (linear_blocks on F32 weights in one, on Q8_0 blocks in the other), then 200 tokens twice in the
-    # runner and twice in the Python runtime per program. One program per architecture, float32 for one and 8-bit for
-    # the other (the mode makes all four): each comparison and each architecture runs. `load_method` is asked for its side effect: the
-    # combined kernel library loaded into this process, which check_all's Python-runtime decode needs.
+    # the programs (linear_blocks on F32 weights, or on Q8_0 blocks), then 200 tokens twice in the runner and twice in
+    # the Python runtime per program. Llama float32, Qwen3 8-bit, Gemma 3 both (its scaled embedding on the block ops):
+    # each comparison and each architecture runs (the mode makes all six). `load_method` is asked for its side effect:
+    # the combined kernel library loaded into this process, which check_all's Python-runtime decode needs.
     out = str(tmp_path)
-    programs = [("llama", False), ("qwen3", True)]
+    programs = [("llama", False), ("qwen3", True), ("gemma3", False), ("gemma3", True)]
     exported = hf.export_all(programs, out)
     runner = cmake_build("hf_runner", f"CUSTOM_OPS_MODEL_FILE={','.join(exported)}",
                          "CUSTOM_OPS_BUILD_AOT_LIBRARY=OFF")
     assert hf.check_all(programs, out, runner.runner) == 0, capsys.readouterr().err[-4000:]
     lines = [line for line in capsys.readouterr().out.splitlines() if not line.startswith(("Exported", "Reused"))]
-    assert len(lines) == 2 and lines[0].startswith("llama.pte: 200 tokens equal transformers' generate()"), lines
-    assert lines[1].startswith("qwen3_8da8w.pte: runner = Python runtime; fed eager's 200 tokens"), lines
+    assert len(lines) == 4, lines
+    for line, (name, quantized) in zip(lines, programs):
+        if quantized:
+            assert line.startswith(f"{name}_8da8w.pte: runner = Python runtime; fed eager's 200 tokens"), line
+        else:
+            assert line.startswith(f"{name}.pte: 200 tokens equal transformers' generate()"), line
 
 
 def test_executorchs_own_llm_runner_decodes_the_program_to_generates_tokens(hf, load_method, tmp_path):

@@ -157,18 +157,21 @@ class Linears(torch.nn.Module):
 
 
 class Embedding(torch.nn.Module):
-    """my_ops::embedding_blocks(table, tokens, format) in place of a torch.nn.Embedding."""
+    """my_ops::embedding_blocks(table, tokens, format) in place of a torch.nn.Embedding; times the original's
+    embed_scale where it has one (Gemma's embedding, scaled by sqrt(hidden size))."""
 
-    def __init__(self, table: torch.Tensor, fmt: str):
+    def __init__(self, table: torch.Tensor, fmt: str, scale: torch.Tensor | None = None):
         super().__init__()
         self.fmt = fmt
         self.register_buffer("table", table)
+        self.register_buffer("scale", None if scale is None else scale.detach().clone(), persistent=False)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        return torch.ops.my_ops.embedding_blocks(self.table, tokens, self.fmt)
+        rows = torch.ops.my_ops.embedding_blocks(self.table, tokens, self.fmt)
+        return rows if self.scale is None else rows * self.scale.to(rows.dtype)
 
     def extra_repr(self) -> str:
-        return f"{self.fmt}, {list(self.table.shape)}"
+        return f"{self.fmt}, {list(self.table.shape)}" + ("" if self.scale is None else f", scale={float(self.scale)}")
 
 
 def _replace(model: torch.nn.Module, name: str, module: torch.nn.Module) -> None:
@@ -227,7 +230,8 @@ def _put_on_ops(model: torch.nn.Module, packed) -> torch.nn.Module:
     embedding = model.get_input_embeddings()
     table = packed(embedding) if isinstance(embedding, torch.nn.Embedding) else None
     if table is not None:
-        _replace(model, next(n for n, m in model.named_modules() if m is embedding), Embedding(*table))
+        _replace(model, next(n for n, m in model.named_modules() if m is embedding),
+                 Embedding(*table, getattr(embedding, "embed_scale", None)))
     for name, linear in linears.items():
         tied = embedding is not None and linear.weight is getattr(embedding, "weight", None)
         found = table if tied and table is not None else packed(linear)

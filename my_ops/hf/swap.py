@@ -21,14 +21,22 @@ class UnsupportedModelError(ValueError):
 
 
 # Norm classes whose forward is weight * (x / sqrt(mean(x^2, -1) + eps)) computed in float: my_ops::rms_norm's math.
-# Each maps a module to (weight, eps). Gemma's norm scales by (1 + weight): it would need its own entry, not this one.
+# Each maps a module to (weight, eps).
 def _weight_and_variance_epsilon(module: torch.nn.Module) -> tuple[torch.nn.Parameter, float]:
     return module.weight, float(module.variance_epsilon)
 
 
+def _one_plus_weight_and_eps(module: torch.nn.Module) -> tuple[torch.nn.Parameter, float]:
+    """Gemma's norm scales by (1 + weight), added in float32: the same float32 scale, stored."""
+    with torch.no_grad():
+        scale = 1.0 + module.weight.float()
+    return torch.nn.Parameter(scale, requires_grad=False), float(module.eps)
+
+
 NORMS: dict[str, Callable[[torch.nn.Module], tuple[torch.nn.Parameter, float]]] = {
-    name: _weight_and_variance_epsilon
-    for name in ("LlamaRMSNorm", "MistralRMSNorm", "Qwen2RMSNorm", "Qwen3RMSNorm")
+    **{name: _weight_and_variance_epsilon
+       for name in ("LlamaRMSNorm", "MistralRMSNorm", "Qwen2RMSNorm", "Qwen3RMSNorm")},
+    "Gemma3RMSNorm": _one_plus_weight_and_eps,
 }
 
 
@@ -94,9 +102,10 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
 
 
 # Attention modules that compute Llama's attention: q, k and v projections, the rotary embedding from the decoder's
-# position_embeddings, grouped-query heads (Qwen3 adds per-head RMSNorms on q and k).
-ATTENTIONS = ("LlamaAttention", "MistralAttention", "Qwen2Attention", "Qwen3Attention")
-MLPS = ("LlamaMLP", "MistralMLP", "Qwen2MLP", "Qwen3MLP")  # down(act(gate(x)) * up(x))
+# position_embeddings, grouped-query heads (Qwen3 and Gemma 3 add per-head RMSNorms on q and k; Gemma 3's layers take
+# the local or the global rotary embedding, as its decoder hands them).
+ATTENTIONS = ("LlamaAttention", "MistralAttention", "Qwen2Attention", "Qwen3Attention", "Gemma3Attention")
+MLPS = ("LlamaMLP", "MistralMLP", "Qwen2MLP", "Qwen3MLP", "Gemma3MLP")  # down(act(gate(x)) * up(x)); Gemma: GELU-tanh
 
 
 class Attention(torch.nn.Module):
@@ -216,10 +225,12 @@ def problems(model: torch.nn.Module, *, keep_unknown_norms: bool = False, max_se
     if slides and getattr(text, "use_sliding_window", True):
         found.append(f"sliding-window attention (window {window}) is not supported: my_ops::sdpa_with_cache attends to "
                      f"every earlier position; export with max_seq_len <= {window}, where the window never slides")
-    kinds = set(getattr(text, "layer_types", None) or ())
-    if kinds - {"full_attention"}:
-        found.append(f"layer types {sorted(kinds - {'full_attention'})}: sliding-window and chunked attention are not "
-                     "supported (my_ops::sdpa_with_cache attends to every earlier position)")
+    kinds = set(getattr(text, "layer_types", None) or ()) - {"full_attention"}
+    if window is not None:
+        kinds.discard("sliding_attention")  # the window's own line above, when it slides
+    if kinds:
+        found.append(f"layer types {sorted(kinds)}: sliding-window and chunked attention are not supported "
+                     "(my_ops::sdpa_with_cache attends to every earlier position)")
     for name, module in model.named_modules():
         cls = type(module).__name__
         if cls in NORMS or isinstance(module, RMSNorm):
