@@ -38,12 +38,12 @@ def random_kquant(shape, kind: str, generator: np.random.Generator) -> np.ndarra
     return data
 
 
-def write_gguf(path, tensors: dict) -> None:
+def write_gguf(path, tensors: dict, architecture: str = "llama") -> None:
     """A GGUF file of `tensors` ({name: (float32 array, GGUF type name)}), written by the gguf package: its quantizers'
     blocks, random K-quant blocks of the array's shape, or zero bytes of a type it does not write (IQ4_NL)."""
     import gguf
 
-    writer = gguf.GGUFWriter(str(path), "llama")
+    writer = gguf.GGUFWriter(str(path), architecture)
     generator = np.random.default_rng(7)
     for name, (values, kind) in tensors.items():
         qtype = gguf.GGMLQuantizationType[kind]
@@ -113,9 +113,11 @@ def llama_cpp_permute(weight: np.ndarray, heads: int) -> np.ndarray:
         weight.shape)
 
 
-def write_model_gguf(model, path, kind: str = "Q4_1", overrides: dict | None = None) -> dict:
-    """The model's tensors as llama.cpp's converter names and orders them, its matrices quantized to `kind`
-    (`overrides`: {GGUF name: type}), the norms float32; returns {GGUF name: transformers parameter}."""
+def write_model_gguf(model, path, kind: str = "Q4_1", overrides: dict | None = None,
+                     architecture: str = "llama") -> dict:
+    """The model's tensors as llama.cpp's converter names and orders them (Q and K rows interleaved for the llama
+    architecture, as they are for Gemma 3), its matrices quantized to `kind` (`overrides`: {GGUF name: type}), the
+    norms float32; returns {GGUF name: transformers parameter}."""
     from transformers.modeling_gguf_pytorch_utils import get_gguf_hf_weights_map
 
     names = get_gguf_hf_weights_map(model)
@@ -126,11 +128,11 @@ def write_model_gguf(model, path, kind: str = "Q4_1", overrides: dict | None = N
         if hf_name not in parameters or gguf_name in tensors:
             continue
         weight = parameters[hf_name].detach().numpy()
-        if ".attn_q." in gguf_name or ".attn_k." in gguf_name:
+        if architecture == "llama" and (".attn_q." in gguf_name or ".attn_k." in gguf_name):
             heads = config.num_attention_heads if ".attn_q." in gguf_name else config.num_key_value_heads
             weight = llama_cpp_permute(weight, heads)
         tensors[gguf_name] = (weight, (overrides or {}).get(gguf_name, kind if weight.ndim == 2 else "F32"))
-    write_gguf(path, tensors)
+    write_gguf(path, tensors, architecture)
     return {n: h for n, h in names.items() if n in tensors}
 
 
@@ -161,6 +163,30 @@ def test_attached_blocks_are_the_files_in_transformers_row_order(gguf_module, tm
         assert fmt == "Q4_1"
         got = reference.dequantize(interleave(codes, records, fmt), fmt).numpy()
         np.testing.assert_array_equal(got, expected, err_msg=name)
+
+
+def test_gemma3s_blocks_keep_the_files_row_order(gguf_module, tmp_path):
+    # llama.cpp's converter leaves Gemma 3's Q and K rows as they are (and transformers does not reorder them): the
+    # blocks attached from a gemma3 file are the file's rows, not the llama order's (seen: "is is is is" from the real
+    # Gemma 3 file's own blocks while its Q and K rows were reordered).
+    from flow.declarations import import_repository_module
+    from my_ops.hf.quantize import interleave
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    reference = import_repository_module("ops.blocks.blocks")
+    torch.manual_seed(0)
+    model = Gemma3ForCausalLM(Gemma3TextConfig(vocab_size=64, hidden_size=64, intermediate_size=256,
+                                               num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2,
+                                               head_dim=16)).eval()
+    names = write_model_gguf(model, tmp_path / "gemma3.gguf", architecture="gemma3")
+    attached = gguf_module.attach_blocks(model, str(tmp_path / "gemma3.gguf"))
+    assert {"blk.0.attn_q.weight", "blk.0.attn_k.weight"} <= set(attached)
+    modules = dict(model.named_modules())
+    tensors = file_tensors(tmp_path / "gemma3.gguf")
+    for name in sorted(attached):
+        codes, records, fmt = modules[names[name].rsplit(".", 1)[0]].gguf_blocks
+        got = reference.dequantize(interleave(codes, records, fmt), fmt).numpy()
+        np.testing.assert_array_equal(got, gguf_dequantized(tensors[name]), err_msg=name)
 
 
 def test_a_type_the_ops_do_not_take_is_refused_by_name_before_anything_is_attached(gguf_module, tmp_path):

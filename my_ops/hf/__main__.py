@@ -135,8 +135,8 @@ def _export(args, checkpoint, quantize) -> int:
 
 def _program(args, checkpoint, quantize, *, announce_reuse: bool = True) -> str:
     def exporting() -> None:
-        runtime.say(f"Exporting the {args.quantize} program of {os.path.basename(checkpoint.path.rstrip('/'))} (once: "
-                    f"it is kept in {args.cache_dir})")
+        model = os.path.basename(checkpoint.path.rstrip("/"))
+        runtime.say(f"Exporting the {quantize or 'float32'} program of {model} (once: it is kept in {args.cache_dir})")
 
     pte, made = runtime.export_cached(checkpoint, quantize, args.max_seq_len, args.cache_dir, on_export=exporting)
     if made or announce_reuse:

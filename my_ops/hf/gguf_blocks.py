@@ -132,13 +132,17 @@ def attach_blocks(model, path: str) -> dict[str, str]:
     of a type the ops do not take, before anything is attached."""
     import gguf
     import torch
-    from transformers.modeling_gguf_pytorch_utils import get_gguf_hf_weights_map
+    from transformers.modeling_gguf_pytorch_utils import (TENSOR_PROCESSORS, LlamaTensorProcessor, TensorProcessor,
+                                                          get_gguf_hf_weights_map)
 
     from .gguf_file import check
 
     config = model.config.get_text_config(decoder=True)
     names = get_gguf_hf_weights_map(model)  # GGUF tensor -> transformers parameter
-    check(path)  # whole and well-formed before the gguf package reads it
+    architecture = check(path).metadata.get("general.architecture")  # whole and well-formed before gguf reads it
+    # llama.cpp's converter interleaves Q and K rows for the llama architecture only (not Gemma's, for one), and
+    # transformers puts them back for those: the blocks follow the rows exactly where its float weights do.
+    interleaved = issubclass(TENSOR_PROCESSORS.get(architecture, TensorProcessor), LlamaTensorProcessor)
     reader = gguf.GGUFReader(path)
     refused = [f"{t.name} ({t.tensor_type.name})" for t in reader.tensors if t.tensor_type.name not in FORMATS]
     if refused:
@@ -160,7 +164,7 @@ def attach_blocks(model, path: str) -> dict[str, str]:
         else:
             codes, records = (torch.from_numpy(np.ascontiguousarray(a))
                               for a in codes_and_records(np.asarray(tensor.data), kind))
-        if ".attn_q." in tensor.name or ".attn_k." in tensor.name:
+        if interleaved and (".attn_q." in tensor.name or ".attn_k." in tensor.name):
             heads = config.num_attention_heads if ".attn_q." in tensor.name else config.num_key_value_heads
             order = torch.from_numpy(rope_row_order(codes.shape[0], heads))
             codes, records = codes[order], None if records is None else records[order]
