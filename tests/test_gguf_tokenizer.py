@@ -68,6 +68,18 @@ def test_a_vocabulary_with_tied_normal_scores_is_refused_by_name(gguf_tokenizer)
         gguf_tokenizer.build(metadata)
 
 
+def test_a_damaged_vocabulary_is_refused_by_name(gguf_tokenizer):
+    metadata = random_vocabulary(random.Random(0), False)
+    for key, value, message in (("tokenizer.ggml.bos_token_id", 10**6, "bos_token_id is 1000000, outside"),
+                                ("tokenizer.ggml.scores", None, "the file has no tokenizer.ggml.scores"),
+                                ("tokenizer.ggml.token_type", [1], "323 tokens, 323 scores and 1 types")):
+        damaged = {k: v for k, v in metadata.items() if not (k == key and value is None)}
+        if value is not None:
+            damaged[key] = value
+        with pytest.raises(ValueError, match=message):
+            gguf_tokenizer.build(damaged)
+
+
 @pytest.fixture(scope="module")
 def gemma3(gguf_tokenizer):
     """The file's header, and the tokenizer my_ops.hf loads with the model (its `tokenizers` backend)."""

@@ -50,11 +50,19 @@ def build(metadata: dict):
     from tokenizers import AddedToken, Tokenizer, decoders, normalizers, processors
     from tokenizers.models import BPE
 
+    missing = [key for key in ("tokens", "scores", "token_type") if f"tokenizer.ggml.{key}" not in metadata]
+    if missing:
+        raise ValueError(f"the file has no {', '.join('tokenizer.ggml.' + key for key in missing)}: a SentencePiece "
+                         "vocabulary needs its tokens, scores and token types")
     tokens = list(metadata["tokenizer.ggml.tokens"])
     scores = list(metadata["tokenizer.ggml.scores"])
     types = list(metadata["tokenizer.ggml.token_type"])
     if not len(tokens) == len(scores) == len(types):
         raise ValueError(f"the vocabulary has {len(tokens)} tokens, {len(scores)} scores and {len(types)} types")
+    for key in ("unknown_token_id", "bos_token_id"):
+        index = metadata.get(f"tokenizer.ggml.{key}")
+        if index is not None and not 0 <= index < len(tokens):
+            raise ValueError(f"tokenizer.ggml.{key} is {index}, outside the vocabulary's {len(tokens)} tokens")
     normal_scores = [score for score, kind in zip(scores, types) if kind == NORMAL]
     if len(set(normal_scores)) != len(normal_scores):
         # llama.cpp merges the leftmost of two equally scored pairs; a ranked merge list cannot say "leftmost".
