@@ -48,6 +48,11 @@ def yaml_ops(path: str = CUSTOM_OPS_YAML) -> list[str]:
 
 def yaml_schemas(path: str = CUSTOM_OPS_YAML) -> dict[str, str]:
     """Each out variant custom_ops.yaml binds, with its schema: {"my_ops::mul3.out": "my_ops::mul3.out(...) -> ..."}."""
+    return {e["func"].split("(")[0].strip(): e["func"] for e in yaml_entries(path)}
+
+
+def yaml_entries(path: str = CUSTOM_OPS_YAML) -> list[dict]:
+    """custom_ops.yaml's entries, each checked to have `func: <schema>`; a mistake is a SelectionError naming it."""
     import yaml
 
     try:
@@ -59,7 +64,7 @@ def yaml_schemas(path: str = CUSTOM_OPS_YAML) -> dict[str, str]:
     if not isinstance(entries, list) or not all(isinstance(e, dict) and isinstance(e.get("func"), str)
                                                 for e in entries):
         raise SelectionError(f"{path}: expected a list of entries, each with `func: <schema>` and `kernels:`")
-    return {e["func"].split("(")[0].strip(): e["func"] for e in entries}
+    return entries
 
 
 def checked_declarations(check_sources: bool = True) -> dict[str, declarations.DeclaredOp]:
@@ -223,12 +228,11 @@ def selected_bindings(selection: str) -> str:
 
     with open(selection) as f:
         selected = yaml.safe_load(f) or {}
-    with open(CUSTOM_OPS_YAML) as f:
-        text = f.read()
     if selected.get("include_all_operators"):
-        return text
+        with open(CUSTOM_OPS_YAML) as f:
+            return f.read()
     operators = set(selected.get("operators") or {})
-    entries = [e for e in yaml.safe_load(text) or [] if e["func"].split("(")[0].strip() in operators]
+    entries = [e for e in yaml_entries() if e["func"].split("(")[0].strip() in operators]
     return yaml.safe_dump(entries, sort_keys=False)
 
 

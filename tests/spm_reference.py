@@ -17,14 +17,14 @@ class SpmReference:
             self.index[token] = i
         self.special = [i for i, k in enumerate(types) if k in (CONTROL, UNKNOWN, USER_DEFINED)]
         self.special.sort(key=lambda i: -len(self.tokens[i].encode()))  # longest (in bytes) first
-        self.parse_only_user_defined = {i for i in self.special if types[i] == USER_DEFINED}
+        self.user_defined = {i for i in self.special if types[i] == USER_DEFINED}
         self.bos, self.add_bos, self.add_space_prefix = bos, add_bos, add_space_prefix
 
     def partition(self, text: str, parse_special: bool):
         """tokenizer_st_partition: each special token, longest first, cut out of every raw fragment, left to right."""
         fragments = [text] if text else []
         for token_id in self.special:
-            if not parse_special and token_id not in self.parse_only_user_defined:
+            if not parse_special and token_id not in self.user_defined:
                 continue
             needle = self.tokens[token_id]
             if not needle:
