@@ -50,11 +50,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", default=",".join(model_files()), help=f"of {', '.join(model_files())}")
     args = parser.parse_args()
+    from flow.model import chosen
+
+    if (names := chosen(args.models, model_files(), "model")) is None:
+        return 2
     failed = False
-    for name in args.models.split(","):
-        if name not in model_files():
-            print(f"error: no model {name!r}; choose of {', '.join(model_files())}", file=sys.stderr)
-            return 2
+    for name in names:
         path = model_files()[name]()
         count, wrong = differences(path)
         print(f"{os.path.basename(path)}: {count - len(wrong)} of {count} texts give llama-tokenize's ids")

@@ -112,7 +112,9 @@ def _load_gguf(path: str, layers: int | None) -> Checkpoint:
 
     from .gguf_tokenizer import from_file
 
-    path, header, parsed = _read_gguf(path)
+    from .gguf_file import check_and_parse
+
+    path, header, parsed = check_and_parse(path)
     vocabulary = parsed["tokenizer"]
     with tempfile.TemporaryDirectory() as folder:
         os.symlink(path, os.path.join(folder, os.path.basename(path)))
@@ -123,16 +125,6 @@ def _load_gguf(path: str, layers: int | None) -> Checkpoint:
                                                                      parsed["config"].get("num_hidden_layers")))
     tokenizer, add_bos = from_file(path, header, parsed)
     return Checkpoint(model, tokenizer, path, _stop_ids(vocabulary.get("eos_token_id"), tokenizer), add_bos)
-
-
-def _read_gguf(path: str):
-    from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
-
-    from .gguf_file import check
-
-    path = os.path.abspath(path)
-    header = check(path)  # a damaged file is one sentence here, not a numpy error or a traceback from the readers below
-    return path, header, load_gguf_checkpoint(path, return_tensors=False)
 
 
 def _stop_ids(eos, tokenizer) -> list[int]:

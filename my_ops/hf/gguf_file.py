@@ -175,3 +175,14 @@ def check(path: str) -> GGUFFile:
             raise DamagedFileError(f"{path}: tensor '{tensor.name}' ({type_name} {list(tensor.shape)}, "
                                    f"{tensor.nbytes} bytes) {problem}; download it again")
     return found
+
+
+def check_and_parse(path: str, header: GGUFFile | None = None) -> tuple[str, GGUFFile, dict]:
+    """(the absolute path, check(path) or the `header` it gave already, transformers' reading of the file without its
+    tensors): the file is checked whole first, so a damaged one is one sentence, not a numpy error or a traceback from
+    transformers' reader."""
+    from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
+
+    path = os.path.abspath(path)
+    header = header or check(path)
+    return path, header, load_gguf_checkpoint(path, return_tensors=False)

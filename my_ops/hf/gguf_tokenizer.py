@@ -93,15 +93,13 @@ def load(path: str) -> tuple[object, bool]:
     """A GGUF file's tokenizer alone (no model), as load() builds it, and whether its text starts with BOS. A
     SentencePiece-style vocabulary is read from the header alone (transformers' reader takes tens of seconds on
     Gemma's 262k tokens)."""
-    from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
-
-    from .gguf_file import check
+    from .gguf_file import check, check_and_parse
 
     path = os.path.abspath(path)
     header = check(path)
     if is_sentencepiece(header.metadata):
         return from_file(path, header, None)
-    return from_file(path, header, load_gguf_checkpoint(path, return_tensors=False))
+    return from_file(*check_and_parse(path, header))
 
 
 def from_file(path: str, header, parsed: dict | None) -> tuple[object, bool]:
