@@ -16,6 +16,7 @@ VOCAB = 256
 MAX_POSITIONS = 256
 PROMPT = (1, 17, 42, 99, 7, 3, 250, 64)  # token ids
 NEW_TOKENS = 200
+SLIDING_WINDOW = 16  # Gemma 3's local layers: slides from the 9th new token, far before a decode ends
 
 _COMMON = dict(vocab_size=VOCAB, hidden_size=128, intermediate_size=352, num_hidden_layers=2, num_attention_heads=4,
                num_key_value_heads=2, max_position_embeddings=MAX_POSITIONS,
@@ -24,17 +25,20 @@ _COMMON = dict(vocab_size=VOCAB, hidden_size=128, intermediate_size=352, num_hid
 
 def configs() -> dict:
     """name -> a transformers config of a tiny decoder."""
-    from transformers import Gemma3TextConfig, LlamaConfig, Qwen3Config
+    from transformers import Gemma3TextConfig, LlamaConfig, MistralConfig, Qwen3Config
 
     return {
         "llama": LlamaConfig(**_COMMON, rms_norm_eps=1e-5, tie_word_embeddings=False),
+        # Mistral: Llama's layers, every one attending within a sliding window (its config's, not its modules').
+        "mistral": MistralConfig(**_COMMON, rms_norm_eps=1e-5, tie_word_embeddings=False, head_dim=32,
+                                 sliding_window=SLIDING_WINDOW),
         # Qwen3 adds RMSNorms on each head's queries and keys (q_norm, k_norm) and ties the embeddings.
         "qwen3": Qwen3Config(**_COMMON, head_dim=32, rms_norm_eps=1e-6, tie_word_embeddings=True),
         # Gemma 3: norms that scale by (1 + weight), four a layer, and on each head's queries and keys; GELU-tanh in the
-        # MLP; the embedding scaled by sqrt(hidden size); a local layer (its own rotary base) and a global one. Its
-        # window holds every position here (sliding, it is refused).
+        # MLP; the embedding scaled by sqrt(hidden size); a local layer (its own rotary base and a window of
+        # SLIDING_WINDOW positions) and a global one.
         "gemma3": Gemma3TextConfig(**_COMMON, head_dim=32, rms_norm_eps=1e-6, tie_word_embeddings=True,
-                                   query_pre_attn_scalar=32, sliding_window=MAX_POSITIONS,
+                                   query_pre_attn_scalar=32, sliding_window=SLIDING_WINDOW,
                                    layer_types=["sliding_attention", "full_attention"],
                                    rope_parameters={
                                        "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},

@@ -119,9 +119,9 @@ class LayerAttention(torch.nn.Module):
     """A layer's attention after its fused projection, as the unfused program runs it (a split, rope on q and k,
     update_cache on k and v, sdpa_with_cache) or as one my_ops::rope_sdpa_with_cache."""
 
-    def __init__(self, fused: bool, dtype, heads=16, kv_heads=4, head_dim=64, positions=32):
+    def __init__(self, fused: bool, dtype, heads=16, kv_heads=4, head_dim=64, positions=32, window=0):
         super().__init__()
-        self.fused, self.heads, self.kv_heads, self.head_dim = fused, heads, kv_heads, head_dim
+        self.fused, self.heads, self.kv_heads, self.head_dim, self.window = fused, heads, kv_heads, head_dim, window
         for name in ("k_cache", "v_cache"):
             self.register_buffer(name, torch.zeros(1, positions, kv_heads, head_dim, dtype=dtype))
 
@@ -130,17 +130,20 @@ class LayerAttention(torch.nn.Module):
         torch._check(start >= 0)
         torch._check(start + qkv.shape[1] <= self.k_cache.shape[1])
         if self.fused:
-            return torch.ops.my_ops.rope_sdpa_with_cache(qkv, cos, sin, self.k_cache, self.v_cache, start, 0.1)
+            return torch.ops.my_ops.rope_sdpa_with_cache(qkv, cos, sin, self.k_cache, self.v_cache, start, 0.1,
+                                                         self.window)
         batch, length, d = qkv.shape[0], qkv.shape[1], self.head_dim
         q, k, v = qkv.split([self.heads * d, self.kv_heads * d, self.kv_heads * d], dim=-1)
         q, k = (torch.ops.my_ops.rope(x.view(batch, length, -1, d), cos[:, :, None], sin[:, :, None]) for x in (q, k))
         torch.ops.my_ops.update_cache(k, self.k_cache, start)
         torch.ops.my_ops.update_cache(v.view(batch, length, -1, d), self.v_cache, start)
-        return torch.ops.my_ops.sdpa_with_cache(q, self.k_cache, self.v_cache, start, 0.1)
+        return torch.ops.my_ops.sdpa_with_cache(q, self.k_cache, self.v_cache, start, 0.1, self.window)
 
 
+@pytest.mark.parametrize("window", [0, 5], ids=["every position", "a sliding window"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
-def test_the_fused_attention_gives_the_bits_of_rope_update_cache_and_sdpa_with_cache(dtype, load_method, tmp_path):
+def test_the_fused_attention_gives_the_bits_of_rope_update_cache_and_sdpa_with_cache(dtype, window, load_method,
+                                                                                     tmp_path):
     # Three steps of 8 positions, the last two large enough for the pool; both caches, then the outputs, equal.
     generator = torch.Generator().manual_seed(7)
     steps = []
@@ -150,7 +153,7 @@ def test_the_fused_attention_gives_the_bits_of_rope_update_cache_and_sdpa_with_c
                       torch.tensor([start])))
     methods = {}
     for fused in (True, False):
-        pte = export_to_pte(LayerAttention(fused, dtype), steps[0], tmp_path / f"attention_{fused}.pte")
+        pte = export_to_pte(LayerAttention(fused, dtype, window=window), steps[0], tmp_path / f"attention_{fused}.pte")
         methods[fused] = load_method(pte)
     for step in steps:
         fused, unfused = (methods[f].execute(list(step))[0] for f in (True, False))
@@ -164,11 +167,11 @@ class LayerOps(torch.nn.Module):
 
     MODEL, HEADS, KV_HEADS, HEAD_DIM, MLP, POSITIONS = 512, 8, 2, 64, 1024, 64
 
-    def __init__(self, fused: bool, formats, extra_output: bool = False, eps=(1e-5, 1e-5)):
+    def __init__(self, fused: bool, formats, extra_output: bool = False, eps=(1e-5, 1e-5), window=0):
         from ops.blocks.blocks import random_weight
 
         super().__init__()
-        self.fused, self.formats, self.extra_output, self.eps = fused, formats, extra_output, eps
+        self.fused, self.formats, self.extra_output, self.eps, self.window = fused, formats, extra_output, eps, window
         generator = torch.Generator().manual_seed(1)
         m, h, kv, d, i = self.MODEL, self.HEADS, self.KV_HEADS, self.HEAD_DIM, self.MLP
         for name in ("input_norm", "post_norm"):
@@ -189,7 +192,7 @@ class LayerOps(torch.nn.Module):
                                      start, None, self.o, f[1], self.post_norm, self.gate_up, f[2], self.down, f[3],
                                      self.eps[0])
         qkv = ops.linear_blocks(ops.rms_norm(hidden, self.input_norm, self.eps[0]), self.qkv, f[0])
-        attended = ops.rope_sdpa_with_cache(qkv, cos, sin, self.k_cache, self.v_cache, start, None)
+        attended = ops.rope_sdpa_with_cache(qkv, cos, sin, self.k_cache, self.v_cache, start, None, self.window)
         h = hidden + ops.linear_blocks(attended.reshape(*hidden.shape[:2], -1), self.o, f[1])
         gate, up = ops.linear_blocks(ops.rms_norm(h, self.post_norm, self.eps[1]), self.gate_up, f[2]).split(
             self.MLP, dim=-1)
@@ -281,8 +284,10 @@ class DecoderLayerNearMiss(LayerOps):
 
 
 @pytest.mark.parametrize("model", [DecoderLayerNearMiss(False, ("F32",) * 4, extra_output=True),
-                                   DecoderLayerNearMiss(False, ("F32",) * 4, eps=(1e-5, 1e-6))],
-                         ids=["the residual read elsewhere", "two norms' eps differ"])
+                                   DecoderLayerNearMiss(False, ("F32",) * 4, eps=(1e-5, 1e-6)),
+                                   DecoderLayerNearMiss(False, ("F32",) * 4, window=3)],
+                         ids=["the residual read elsewhere", "two norms' eps differ",
+                              "a sliding window (decoder_layer attends to every position)"])
 def test_a_near_miss_of_a_layer_keeps_its_ops(model):
     inputs = DecoderLayerNearMiss.steps()[0]
     report, program = assert_same_bits(model, inputs)
@@ -423,11 +428,12 @@ def test_the_pass_finds_a_residual_add_and_its_norm_and_keeps_the_sum():
 class SplitAttention(torch.nn.Module):
     """my_ops.hf's attention after its projection, in ATen's rotation: split, view, rotate, write, attend. `peek` also
     reads the key cache after the write (a program that uses it elsewhere), `value_first` splits v before k,
-    `query_from_value` (every part 2 heads wide) attends with the rotated v part as the query."""
+    `query_from_value` (every part 2 heads wide) attends with the rotated v part as the query; `window` > 0 attends
+    within a sliding window."""
 
-    def __init__(self, peek=False, value_first=False, query_from_value=False):
+    def __init__(self, peek=False, value_first=False, query_from_value=False, window=0):
         super().__init__()
-        self.peek, self.value_first, self.query_from_value = peek, value_first, query_from_value
+        self.peek, self.value_first, self.query_from_value, self.window = peek, value_first, query_from_value, window
         for name in ("k_cache", "v_cache"):
             self.register_buffer(name, torch.zeros(1, 16, 2, 8))
 
@@ -446,7 +452,7 @@ class SplitAttention(torch.nn.Module):
         rotated = [x * cos + torch.cat((-x[..., 4:], x[..., :4]), dim=-1) * sin for x in (q, k)]
         torch.ops.my_ops.update_cache(rotated[1], self.k_cache, start)
         torch.ops.my_ops.update_cache(v, self.v_cache, start)
-        out = torch.ops.my_ops.sdpa_with_cache(rotated[0], self.k_cache, self.v_cache, start, 0.3)
+        out = torch.ops.my_ops.sdpa_with_cache(rotated[0], self.k_cache, self.v_cache, start, 0.3, self.window)
         return (out, self.k_cache.sum()) if self.peek else (out,)
 
 
@@ -455,10 +461,13 @@ def attention_inputs(length=3, width=64):
     return torch.randn(1, length, width, generator=torch.Generator().manual_seed(2)), cos, sin, torch.tensor([1])
 
 
-def test_the_pass_fuses_attention_from_atens_rotation_alone_with_the_same_bits():
-    report, program = assert_same_bits(SplitAttention(), attention_inputs(), fusions=["attention"])
+@pytest.mark.parametrize("window", [0, 2])
+def test_the_pass_fuses_attention_from_atens_rotation_alone_with_the_same_bits(window):
+    # Three positions from 1: a window of 2 slides for each of them, so a window dropped by the pass changes bits.
+    report, program = assert_same_bits(SplitAttention(window=window), attention_inputs(), fusions=["attention"])
     assert report.counts == {"attention": 1}
-    assert targets(program).count("my_ops.rope_sdpa_with_cache.default") == 1
+    (fused,) = [n for n in program.graph.nodes if str(n.target) == "my_ops.rope_sdpa_with_cache.default"]
+    assert fused.args[7] == window
     assert not {"my_ops.update_cache.default", "my_ops.sdpa_with_cache.default", "aten.split_with_sizes.default",
                 "aten.cat.default"} & set(targets(program))
 

@@ -4,6 +4,7 @@ a mistake would break (each must change the tokens), the refusals, and the `hf` 
 runner selected from the program, 200 tokens decoded twice in the runner and the Python runtime)."""
 
 import os
+import re
 import time
 
 import pytest
@@ -26,7 +27,7 @@ def hf(aot_ops, python_ops):
 def checkpoints(hf, tmp_path_factory):
     m = hf.hf_models()
     root = tmp_path_factory.mktemp("checkpoints")
-    made = {name: m.make_checkpoint(name, str(root / name)) for name in hf.MODELS}
+    made = {name: m.make_checkpoint(name, str(root / name)) for name in (*hf.MODELS, "mistral")}
     # A large epsilon, so that a norm which drops it decodes other tokens.
     made["llama_large_eps"] = m.make_checkpoint("llama", str(root / "llama_large_eps"), rms_norm_eps=0.5)
     return made
@@ -39,7 +40,7 @@ def decode_swapped(directory: str, new_tokens: int = EAGER_TOKENS):
     from examples import hf_models
     from flow.model import decode_eager
 
-    model = my_ops.hf.swap_ops(hf_models.load(directory), max_seq_len=hf_models.MAX_POSITIONS)
+    model = my_ops.hf.swap_ops(hf_models.load(directory))
     return decode_eager(my_ops.hf.ExportableDecoder(model, hf_models.MAX_POSITIONS).eval(), hf_models.PROMPT,
                         new_tokens)
 
@@ -48,20 +49,23 @@ def reference(hf, directory: str, new_tokens: int = EAGER_TOKENS):
     return hf.generate_eager(directory, hf.hf_models().PROMPT, new_tokens)
 
 
-@pytest.mark.parametrize("name", ["llama", "qwen3", "gemma3"])
+@pytest.mark.parametrize("name", ["llama", "qwen3", "gemma3", "mistral"])
 def test_a_swapped_model_decodes_like_transformers_in_eager(name, hf, checkpoints):
     import my_ops.hf
     from examples import hf_models
     from flow.model import difference
 
-    model = my_ops.hf.swap_ops(hf_models.load(checkpoints[name]), max_seq_len=hf_models.MAX_POSITIONS)
+    model = my_ops.hf.swap_ops(hf_models.load(checkpoints[name]))
     norms = [n for n, module in model.named_modules() if isinstance(module, my_ops.hf.RMSNorm)]
     layers = hf_models.configs()[name].num_hidden_layers
     # Two per layer (Gemma 3: four) and the final one; Qwen3 and Gemma 3 also normalize each head's queries and keys.
-    per_layer = {"llama": 2, "qwen3": 4, "gemma3": 6}[name]
+    per_layer = {"llama": 2, "qwen3": 4, "gemma3": 6, "mistral": 2}[name]
     assert len(norms) == per_layer * layers + 1
     for swapped in (my_ops.hf.Attention, my_ops.hf.MLP):
         assert sum(isinstance(module, swapped) for module in model.modules()) == layers
+    windows = [module.window for module in model.modules() if isinstance(module, my_ops.hf.Attention)]
+    assert windows == {"gemma3": [hf_models.SLIDING_WINDOW, 0], "mistral": [hf_models.SLIDING_WINDOW] * 2}.get(
+        name, [0] * layers)
     assert not [n for n, module in model.named_modules() if type(module).__name__.endswith("RMSNorm")
                 and not isinstance(module, my_ops.hf.RMSNorm)]
     assert difference(decode_swapped(checkpoints[name]), reference(hf, checkpoints[name]), hf.FLOAT32_TOLERANCE) is None
@@ -95,16 +99,28 @@ def _kv_heads_swapped(monkeypatch, hf_module):
     monkeypatch.setattr(hf_module.swap, "_cache_class", swapped)
 
 
+def _window_ignored(monkeypatch, hf_module):
+    monkeypatch.setattr(hf_module.swap, "_window", lambda attention: 0)
+
+
+def _window_one_longer(monkeypatch, hf_module):
+    # transformers' rule is q - k < window; q - k <= window sees one position more.
+    window = hf_module.swap._window
+    monkeypatch.setattr(hf_module.swap, "_window", lambda attention: window(attention) and window(attention) + 1)
+
+
 @pytest.mark.parametrize("mistake", [_dropped_epsilon, _gemma_norm_without_one, _cache_one_position_off,
-                                     _kv_heads_swapped],
+                                     _kv_heads_swapped, _window_ignored, _window_one_longer],
                          ids=["the norm's epsilon dropped", "Gemma's norm scaling by its weight, not 1 + weight",
-                              "the cache written one position off", "the kv heads mapped to the wrong query heads"])
+                              "the cache written one position off", "the kv heads mapped to the wrong query heads",
+                              "Gemma's local layer attending to every position", "the window one position longer"])
 def test_a_wrong_swap_decodes_other_tokens(mistake, hf, checkpoints, monkeypatch):
     import my_ops.hf
     from flow.model import difference
 
-    directory = checkpoints[{_dropped_epsilon: "llama_large_eps", _gemma_norm_without_one: "gemma3"}.get(mistake,
-                                                                                                           "llama")]
+    gemma = (_gemma_norm_without_one, _window_ignored, _window_one_longer)
+    directory = checkpoints["llama_large_eps" if mistake is _dropped_epsilon else "gemma3" if mistake in gemma
+                            else "llama"]
     expected = reference(hf, directory)
     assert difference(decode_swapped(directory), expected, hf.FLOAT32_TOLERANCE) is None  # the right swap first
     mistake(monkeypatch, my_ops.hf)
@@ -129,24 +145,19 @@ def test_a_scaled_embedding_keeps_its_scale_on_the_block_ops(hf, checkpoints):
 
 def test_unsupported_models_are_refused_by_name_before_export(hf):
     import my_ops.hf
-    from transformers import AutoModelForCausalLM, Gemma3TextConfig, GPT2Config, MistralConfig
+    from transformers import AutoModelForCausalLM, GPT2Config, Qwen3Config
 
     tiny = dict(vocab_size=64, num_hidden_layers=1)
     cases = {
         "transformer.h.0.ln_1 (LayerNorm): no my_ops mapping":
             AutoModelForCausalLM.from_config(GPT2Config(**tiny, n_embd=32, n_head=2, n_positions=32)),
-        "sliding-window attention (window 8) is not supported: my_ops::sdpa_with_cache attends to every earlier":
-            AutoModelForCausalLM.from_config(MistralConfig(**tiny, hidden_size=32, intermediate_size=64,
-                                                           num_attention_heads=2, num_key_value_heads=1,
-                                                           sliding_window=8)),
-        # Gemma 3's local layers: accepted only where the window holds every position of the program.
-        "sliding-window attention (window 12) is not supported: my_ops::sdpa_with_cache attends to every earlier":
-            AutoModelForCausalLM.from_config(Gemma3TextConfig(**tiny, hidden_size=32, intermediate_size=64,
-                                                              num_attention_heads=2, num_key_value_heads=1, head_dim=16,
-                                                              sliding_window=12, layer_types=["sliding_attention"])),
+        "layer types ['chunked_attention']: only full and sliding-window attention are supported":
+            AutoModelForCausalLM.from_config(Qwen3Config(**tiny, hidden_size=32, intermediate_size=64,
+                                                         num_attention_heads=2, num_key_value_heads=1, head_dim=16,
+                                                         layer_types=["chunked_attention"])),
     }
     for message, model in cases.items():
-        with pytest.raises(my_ops.hf.UnsupportedModelError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        with pytest.raises(my_ops.hf.UnsupportedModelError, match=re.escape(message)):
             my_ops.hf.export_program(model, max_seq_len=16)
     with pytest.raises(my_ops.hf.UnsupportedModelError, match="quantize='int4': choose None"):
         my_ops.hf.export_program(cases["transformer.h.0.ln_1 (LayerNorm): no my_ops mapping"], quantize="int4")

@@ -1,8 +1,9 @@
 """my_ops::sdpa_with_cache, registered from C++: its kernel against ATen's scaled_dot_product_attention on the filled,
 causally masked positions (sdpa_with_cache_reference) in float32 and bfloat16, at decode and prefill shapes, with
-grouped heads and head sizes off every vector width; the cache past the filled positions holds NaN, so a kernel that
-reads one fails; logits near float's maximum; every vector ISA the CPU has; bad arguments refused with one message in
-PyTorch (CPU, Meta under export) and in the runtime; and the runtime kernel in the runner and the Python runtime."""
+grouped heads and head sizes off every vector width, with and without a sliding window; the cache past the filled
+positions (and before the first query's window) holds NaN, so a kernel that reads one fails; logits near float's
+maximum; every vector ISA the CPU has; bad arguments refused with one message in PyTorch (CPU, Meta under export) and
+in the runtime; and the runtime kernel in the runner and the Python runtime."""
 
 import pytest
 import torch
@@ -30,26 +31,42 @@ SHAPES = {
     "decode, SmolLM2's 9 heads over 3, 200 filled": (1, 1, 9, 3, 64, 256, 199),
 }
 
+# (shape, window): a sliding window shorter than the filled positions, at decode and prefill, one position, one
+# block boundary (64 positions) inside the window, a prefill longer than the window, a window longer than the cache.
+WINDOWED = {
+    "decode at 77, window 16": ((1, 1, 4, 4, 64, 128, 77), 16),
+    "decode at 199, window 70 (two blocks), SmolLM2's heads": ((1, 1, 9, 3, 64, 256, 199), 70),
+    "decode at 200, window 1": ((2, 1, 8, 2, 128, 300, 200), 1),
+    "prefill of 70 from 30, window 24, several query blocks": ((1, 70, 2, 1, 24, 200, 30), 24),
+    "prefill of 5 from 7, window 3, grouped 6 over 3": ((2, 5, 6, 3, 100, 40, 7), 3),
+    "prefill of 16 from 0, window 100 (never slides)": ((1, 16, 4, 4, 64, 64, 0), 100),
+    "Gemma 3's local layer: decode at 600, window 512, 4 heads over 1, head_dim 256": ((1, 1, 4, 1, 256, 640, 600),
+                                                                                       512),
+}
 
-def make(shape, dtype, seed=0, scale_values=1.0):
-    """query, key_cache, value_cache; every position past the filled ones (start_pos + length) is NaN."""
+
+def make(shape, dtype, seed=0, scale_values=1.0, window=0):
+    """query, key_cache, value_cache; every position past the filled ones (start_pos + length), and before the first
+    query's window when there is one, is NaN."""
     batch, length, heads, kv_heads, head_dim, positions, start = shape
     generator = torch.Generator().manual_seed(seed)
     q = torch.randn(batch, length, heads, head_dim, generator=generator) * scale_values
     k = torch.randn(batch, positions, kv_heads, head_dim, generator=generator) * scale_values
     v = torch.randn(batch, positions, kv_heads, head_dim, generator=generator)
-    k[:, start + length:] = float("nan")
-    v[:, start + length:] = float("nan")
+    for cache in (k, v):
+        cache[:, start + length:] = float("nan")
+        if window:
+            cache[:, :max(0, start - window + 1)] = float("nan")
     return q.to(dtype), k.to(dtype), v.to(dtype), start
 
 
 def test_schema_is_as_documented():
     assert str(torch.ops.my_ops.sdpa_with_cache.default._schema) == (
         "my_ops::sdpa_with_cache(Tensor query, Tensor key_cache, Tensor value_cache, SymInt start_pos, "
-        "float? scale=None) -> Tensor")
+        "float? scale=None, int window=0) -> Tensor")
     assert str(torch.ops.my_ops.sdpa_with_cache.out._schema) == (
         "my_ops::sdpa_with_cache.out(Tensor query, Tensor key_cache, Tensor value_cache, SymInt start_pos, "
-        "float? scale=None, *, Tensor(a!) out) -> Tensor(a!)")
+        "float? scale=None, int window=0, *, Tensor(a!) out) -> Tensor(a!)")
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -62,6 +79,20 @@ def test_eager_equals_atens_sdpa_on_the_filled_positions(shape, dtype):
     torch.testing.assert_close(actual, expected, **TOLERANCE[dtype])
     out = torch.empty(0, dtype=dtype)
     assert torch.ops.my_ops.sdpa_with_cache.out(q, k, v, start, out=out).data_ptr() == out.data_ptr()
+    torch.testing.assert_close(out, expected, **TOLERANCE[dtype])
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("case", WINDOWED.values(), ids=WINDOWED.keys())
+def test_a_sliding_window_equals_atens_sdpa_masked_to_it(case, dtype):
+    shape, window = case
+    q, k, v, start = make(shape, dtype, window=window)
+    expected = sdpa_with_cache_reference(q, k, v, start, None, window)
+    actual = torch.ops.my_ops.sdpa_with_cache(q, k, v, start, None, window)
+    assert not actual.isnan().any()  # nothing before the first query's window was read
+    torch.testing.assert_close(actual, expected, **TOLERANCE[dtype])
+    out = torch.empty(0, dtype=dtype)
+    torch.ops.my_ops.sdpa_with_cache.out(q, k, v, start, window=window, out=out)
     torch.testing.assert_close(out, expected, **TOLERANCE[dtype])
 
 
@@ -100,6 +131,18 @@ def test_each_query_sees_exactly_the_positions_up_to_its_own():
     v = torch.arange(positions, dtype=torch.float32).view(1, positions, 1, 1).expand(1, positions, 1, 4).clone()
     out = torch.ops.my_ops.sdpa_with_cache(q, k, v, start)
     torch.testing.assert_close(out[0, :, 0, 0], torch.tensor([(start + t) / 2 for t in range(length)]))
+
+
+@pytest.mark.parametrize("window", [1, 3, 7])
+def test_each_query_sees_exactly_the_last_window_positions_up_to_its_own(window):
+    # As above, within the window: query t mixes positions max(0, q - window + 1) .. q, q = start + t, equally.
+    start, length, positions = 5, 4, 12
+    q = torch.zeros(1, length, 1, 4)
+    k = torch.zeros(1, positions, 1, 4)
+    v = torch.arange(positions, dtype=torch.float32).view(1, positions, 1, 1).expand(1, positions, 1, 4).clone()
+    out = torch.ops.my_ops.sdpa_with_cache(q, k, v, start, None, window)
+    means = [(max(0, start + t - window + 1) + start + t) / 2 for t in range(length)]
+    torch.testing.assert_close(out[0, :, 0, 0], torch.tensor(means))
 
 
 def test_each_query_head_reads_its_own_kv_head():
@@ -142,6 +185,7 @@ def test_opcheck(dtype):
     k, v = k.nan_to_num(), v.nan_to_num()  # opcheck compares outputs with NaN-unequal semantics elsewhere
     torch.library.opcheck(torch.ops.my_ops.sdpa_with_cache.default, (q, k, v, start))
     torch.library.opcheck(torch.ops.my_ops.sdpa_with_cache.default, (q, k, v, 0, 0.3))
+    torch.library.opcheck(torch.ops.my_ops.sdpa_with_cache.default, (q, k, v, start, None, 2))
     torch.library.opcheck(torch.ops.my_ops.sdpa_with_cache.out, (q, k, v, start), {"out": torch.empty(0, dtype=dtype)})
 
 
@@ -191,6 +235,14 @@ def test_bad_arguments_are_one_message_naming_the_problem(case, device):
     assert message in str(info.value)
 
 
+@pytest.mark.parametrize("device", ["cpu", "meta"])
+def test_a_negative_window_is_refused(device):
+    q, k, v, start = (t.to(device) if isinstance(t, torch.Tensor) else t for t in make((1, 1, 2, 2, 8, 4, 0),
+                                                                                         torch.float32))
+    with pytest.raises(RuntimeError, match=f"{OP}: window -1 is negative; pass the sliding window's length"):
+        torch.ops.my_ops.sdpa_with_cache(q, k, v, start, None, -1)
+
+
 def test_a_non_finite_scale_is_refused():
     q, k, v, start = make((1, 1, 2, 2, 8, 4, 0), torch.float32)
     with pytest.raises(RuntimeError, match="scale inf is not finite"):
@@ -204,7 +256,7 @@ import torch
 from helpers import path_counts
 from flow import registration
 registration.load_aot_library({aot!r})
-from test_sdpa_with_cache import SHAPES, TOLERANCE, make
+from test_sdpa_with_cache import SHAPES, TOLERANCE, WINDOWED, make
 from ops.sdpa_with_cache.sdpa_with_cache import sdpa_with_cache_reference
 elements = 0
 for shape in SHAPES.values():
@@ -212,6 +264,12 @@ for shape in SHAPES.values():
         q, k, v, start = make(shape, dtype, seed=1)
         actual = torch.ops.my_ops.sdpa_with_cache(q, k, v, start)
         torch.testing.assert_close(actual, sdpa_with_cache_reference(q, k, v, start), **TOLERANCE[dtype])
+        elements += actual.numel()
+for shape, window in WINDOWED.values():
+    for dtype in TOLERANCE:
+        q, k, v, start = make(shape, dtype, seed=1, window=window)
+        actual = torch.ops.my_ops.sdpa_with_cache(q, k, v, start, None, window)
+        torch.testing.assert_close(actual, sdpa_with_cache_reference(q, k, v, start, None, window), **TOLERANCE[dtype])
         elements += actual.numel()
 counts = path_counts({aot!r})
 result = {{"elements": elements, **counts}}
@@ -236,46 +294,54 @@ POSITIONS = 96
 class AttendOverCaches(torch.nn.Module):
     """The op alone, the caches and the position given each call: any length up to the cache, any start."""
 
+    def __init__(self, window: int = 0):
+        super().__init__()
+        self.window = window
+
     def forward(self, q, k_cache, v_cache, position):
         start = position.item()
         torch._check(start >= 0)
         torch._check(start + q.shape[1] <= k_cache.shape[1])
-        return torch.ops.my_ops.sdpa_with_cache(q, k_cache, v_cache, start)
+        return torch.ops.my_ops.sdpa_with_cache(q, k_cache, v_cache, start, None, self.window)
 
 
-@pytest.fixture(scope="module", params=DTYPES, ids=str)
+RUNTIME_WINDOW = 24  # slides in every runtime case but the first
+
+
+@pytest.fixture(scope="module", params=[(dtype, window) for dtype in DTYPES for window in (0, RUNTIME_WINDOW)],
+                ids=lambda p: f"{str(p[0])[6:]}{f'-window {p[1]}' if p[1] else ''}")
 def runtime_program(request, tmp_path_factory):
-    dtype = request.param
+    dtype, window = request.param
     q, k, v, _ = make((1, 4, 8, 2, 64, POSITIONS, 0), dtype)
     length = torch.export.Dim("length", min=1, max=POSITIONS)
-    pte = export_to_pte(AttendOverCaches(), (q, k.nan_to_num(), v.nan_to_num(), torch.tensor([0])),
-                        tmp_path_factory.mktemp("sdpa") / f"sdpa_{str(dtype)[6:]}.pte",
+    pte = export_to_pte(AttendOverCaches(window), (q, k.nan_to_num(), v.nan_to_num(), torch.tensor([0])),
+                        tmp_path_factory.mktemp("sdpa") / f"sdpa_{str(dtype)[6:]}_{window}.pte",
                         dynamic_shapes=({1: length}, None, None, None))
-    return pte, dtype
+    return pte, dtype, window
 
 
 # (length, start_pos): decode early and at the last position, prefill from 0 and after a prompt
 RUNTIME_CASES = [(1, 0), (1, 63), (1, POSITIONS - 1), (40, 0), (17, 50)]
 
 
-def runtime_inputs(dtype, length, start):
-    q, k, v, _ = make((1, length, 8, 2, 64, POSITIONS, start), dtype, seed=length + start)
-    return [q, k, v, torch.tensor([start])], sdpa_with_cache_reference(q, k, v, start)
+def runtime_inputs(dtype, length, start, window=0):
+    q, k, v, _ = make((1, length, 8, 2, 64, POSITIONS, start), dtype, seed=length + start, window=window)
+    return [q, k, v, torch.tensor([start])], sdpa_with_cache_reference(q, k, v, start, None, window)
 
 
 @pytest.mark.parametrize("length, start", RUNTIME_CASES)
 def test_the_runtime_kernel_equals_the_reference_in_the_runner(runtime_program, combined_build, length, start):
-    pte, dtype = runtime_program
-    inputs, expected = runtime_inputs(dtype, length, start)
+    pte, dtype, window = runtime_program
+    inputs, expected = runtime_inputs(dtype, length, start, window)
     (actual,) = run_pte(combined_build.runner, pte, inputs, [expected], num_executions=2, pass_shapes=True)
     torch.testing.assert_close(actual, expected, **TOLERANCE[dtype])
 
 
 def test_the_runtime_kernel_equals_the_reference_in_the_python_runtime(runtime_program, load_method):
-    pte, dtype = runtime_program
+    pte, dtype, window = runtime_program
     method = load_method(pte)
     for length, start in RUNTIME_CASES * 2:  # each shape twice: an execution must not spoil the next
-        inputs, expected = runtime_inputs(dtype, length, start)
+        inputs, expected = runtime_inputs(dtype, length, start, window)
         (actual,) = method.execute(inputs)
         assert not actual.isnan().any()
         torch.testing.assert_close(actual, expected, **TOLERANCE[dtype])
@@ -283,7 +349,7 @@ def test_the_runtime_kernel_equals_the_reference_in_the_python_runtime(runtime_p
 
 def test_a_start_past_the_cache_is_one_error_line_in_the_runner_and_an_error_in_python(runtime_program,
                                                                                       combined_build, load_method):
-    pte, dtype = runtime_program
+    pte, dtype, _ = runtime_program
     inputs, expected = runtime_inputs(dtype, 1, 0)
     inputs[3] = torch.tensor([POSITIONS])
     with pytest.raises(RunnerError) as info:

@@ -39,7 +39,7 @@ def prepare(model: torch.nn.Module, *, max_seq_len: int = 256, quantize: str | N
     limit = getattr(model.config.get_text_config(decoder=True), "max_position_embeddings", None)
     if limit is not None and max_seq_len > limit:
         raise UnsupportedModelError(f"max_seq_len={max_seq_len} passes the model's max_position_embeddings ({limit})")
-    model = swap_ops(model.eval(), keep_unknown_norms=keep_unknown_norms, max_seq_len=max_seq_len).requires_grad_(False)
+    model = swap_ops(model.eval(), keep_unknown_norms=keep_unknown_norms).requires_grad_(False)
     put_linears_on_ops(model, quantize)
     return ExportableDecoder(model, max_seq_len).eval()
 

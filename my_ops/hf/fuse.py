@@ -6,7 +6,7 @@ EXIR's lowering, it finds patterns a decoder computes in ATen ops and replaces e
   add_norm  s = x + residual; my_ops::rms_norm(s, w, eps)       ->  my_ops::add_rms_norm(x, residual, w, eps)
                                                                     (two -> one; s is still an output)
   attention q, k, v = split(qkv); update_cache(rope(k), kc, p);     ->  my_ops::rope_sdpa_with_cache(qkv, cos, sin,
-            update_cache(v, vc, p); sdpa_with_cache(rope(q), kc, vc, p)      kc, vc, p)   (six -> one)
+            update_cache(v, vc, p); sdpa_with_cache(rope(q), kc, vc, p, s, w)   kc, vc, p, s, w)   (six -> one)
   layer     h = x + o(attention(qkv(rms_norm(x))));                  ->  my_ops::decoder_layer(x, ...)  (a layer's
             h + down(silu_mul(gate_up(rms_norm(h))))                      ops -> one; one hand-off to the thread pool)
 
@@ -190,14 +190,19 @@ def _cache_write(cache, start):
     return writes[0]
 
 
+def _argument(node, index: int, name: str, default=None):
+    """An op call's argument, given by position or by name."""
+    return node.args[index] if len(node.args) > index else node.kwargs.get(name, default)
+
+
 def _attention_operands(sdpa):
-    """((qkv, cos, sin, key_cache, value_cache, start, scale), [sdpa], [the two cache writes]) when `sdpa` attends
-    with the rotated q over caches just written with the rotated k and v, all three split from one projection, else
-    None."""
+    """((qkv, cos, sin, key_cache, value_cache, start, scale, window), [sdpa], [the two cache writes]) when `sdpa`
+    attends with the rotated q over caches just written with the rotated k and v, all three split from one projection,
+    else None."""
     if not _is(sdpa, "my_ops.sdpa_with_cache.default"):
         return None
     query, keys, values, start = sdpa.args[:4]
-    scale = sdpa.args[4] if len(sdpa.args) > 4 else sdpa.kwargs.get("scale")
+    scale, window = _argument(sdpa, 4, "scale"), _argument(sdpa, 5, "window", 0)
     key_write, value_write = _cache_write(keys, start), _cache_write(values, start)
     q_rotation = _rotation(query)
     k_rotation = key_write and _rotation(key_write.args[0])
@@ -221,7 +226,7 @@ def _attention_operands(sdpa):
     if (cos_rows is None or sin_rows is None or _table_of(k_cos) is not cos_rows or _table_of(k_sin) is not sin_rows
             or _value(qkv).dtype not in (torch.float32, torch.bfloat16)):
         return None
-    return (qkv, cos_rows, sin_rows, keys, values, start, scale), [sdpa], [key_write, value_write]
+    return (qkv, cos_rows, sin_rows, keys, values, start, scale, window), [sdpa], [key_write, value_write]
 
 
 def _only_used_by(node, *users) -> bool:
@@ -278,7 +283,8 @@ def _layer_operands(out_add):
             if not (o_proj and _is(flat, aten.reshape.default, aten.view.default)):
                 continue
             attention = flat.args[0]
-            if not _is(attention, "my_ops.rope_sdpa_with_cache.default"):
+            # decoder_layer attends over every earlier position: a sliding window's layer stays as its parts.
+            if not _is(attention, "my_ops.rope_sdpa_with_cache.default") or _argument(attention, 7, "window", 0):
                 continue
             qkv_proj = _projection(attention.args[0])
             norm = qkv_proj and qkv_proj[0]
@@ -294,7 +300,7 @@ def _layer_operands(out_add):
                     or _value(flat).shape[:2] != _value(hidden).shape[:2]):
                 continue
             qkv, cos, sin, key_cache, value_cache, start = attention.args[:6]
-            scale = attention.args[6] if len(attention.args) > 6 else attention.kwargs.get("scale")
+            scale = _argument(attention, 6, "scale")
             return ((hidden, norm.args[1], qkv_proj[1], qkv_proj[2], cos, sin, key_cache, value_cache, start, scale,
                      o_proj[1], o_proj[2], post.args[1], gate_up_proj[1], gate_up_proj[2], down_proj[1],
                      down_proj[2], eps[0]), [out_add], [attention])

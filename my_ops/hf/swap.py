@@ -1,8 +1,8 @@
 """The swap: a Hugging Face transformers decoder's RMSNorm modules become my_ops::rms_norm, its KV cache a static cache
 written with my_ops::update_cache, its attention my_ops::sdpa_with_cache (quantize.py puts its linear layers and
-embedding on the block-format ops; export.py exports the result). What cannot be put on the project's ops is refused
-by name before anything is traced: an unknown norm, sliding-window, chunked or cross attention, logit soft-capping, a
-missing op library. Another architecture's norm is one entry of NORMS (docs/hf.md).
+embedding on the block-format ops; export.py exports the result); a sliding window (Mistral's, Gemma 3's local layers)
+is the op's `window`. What cannot be put on the project's ops is refused by name before anything is traced: an unknown
+norm, chunked or cross attention, logit soft-capping, a missing op library. Another architecture's norm is one entry of NORMS (docs/hf.md).
 """
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
 
 # Attention modules that compute Llama's attention: q, k and v projections, the rotary embedding from the decoder's
 # position_embeddings, grouped-query heads (Qwen3 and Gemma 3 add per-head RMSNorms on q and k; Gemma 3's layers take
-# the local or the global rotary embedding, as its decoder hands them).
+# the local or the global rotary embedding, as its decoder hands them, and its local ones a sliding window).
 ATTENTIONS = ("LlamaAttention", "MistralAttention", "Qwen2Attention", "Qwen3Attention", "Gemma3Attention")
 MLPS = ("LlamaMLP", "MistralMLP", "Qwen2MLP", "Qwen3MLP", "Gemma3MLP")  # down(act(gate(x)) * up(x)); Gemma: GELU-tanh
 
@@ -123,6 +123,7 @@ class Attention(torch.nn.Module):
         self.head_dim = original.head_dim
         self.heads, self.kv_heads = config.num_attention_heads, _kv_heads(config)
         self.scaling, self.layer_idx = float(original.scaling), original.layer_idx
+        self.window = _window(original)
         self.replaces = type(original).__name__
 
     def forward(self, hidden_states, position_embeddings=None, attention_mask=None, past_key_values=None,
@@ -138,11 +139,23 @@ class Attention(torch.nn.Module):
         cos, sin = position_embeddings
         q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
         keys, values, start = past_key_values.write(self.layer_idx, k, v, cache_position)
-        out = torch.ops.my_ops.sdpa_with_cache(q, keys, values, start, self.scaling)
+        out = torch.ops.my_ops.sdpa_with_cache(q, keys, values, start, self.scaling, self.window)
         return self.o_proj(out.reshape(batch, length, self.heads * self.head_dim)), None
 
     def extra_repr(self) -> str:
-        return f"heads={self.heads}, kv_heads={self.kv_heads}, head_dim={self.head_dim}, replaces={self.replaces}"
+        window = f", window={self.window}" if self.window else ""
+        return (f"heads={self.heads}, kv_heads={self.kv_heads}, head_dim={self.head_dim}{window}, "
+                f"replaces={self.replaces}")
+
+
+def _window(attention: torch.nn.Module) -> int:
+    """The layer's sliding window in positions, 0 for none: the module's own (per layer: Gemma 3, Qwen2/3) or, where
+    the module keeps none, its config's for every layer (Mistral)."""
+    if hasattr(attention, "sliding_window"):
+        window = attention.sliding_window
+    else:
+        window = getattr(attention.config, "sliding_window", None)
+    return int(window or 0)
 
 
 class MLP(torch.nn.Module):
@@ -204,9 +217,8 @@ def _kv_heads(text_config) -> int:
     return getattr(text_config, "num_key_value_heads", None) or text_config.num_attention_heads
 
 
-def problems(model: torch.nn.Module, *, keep_unknown_norms: bool = False, max_seq_len: int | None = None) -> list[str]:
-    """Why `model` cannot be put on the project's ops, one line each (empty when it can). A sliding window at least
-    max_seq_len long never slides, so it is accepted then."""
+def problems(model: torch.nn.Module, *, keep_unknown_norms: bool = False) -> list[str]:
+    """Why `model` cannot be put on the project's ops, one line each (empty when it can)."""
     found = []
     missing = [op for op in OPS if not hasattr(getattr(torch.ops, op.split("::")[0]), op.split("::")[1])]
     if missing:
@@ -220,17 +232,10 @@ def problems(model: torch.nn.Module, *, keep_unknown_norms: bool = False, max_se
     if getattr(config, "is_encoder_decoder", False):
         found.append(f"{type(model).__name__} is an encoder-decoder (cross attention): only decoder-only models are "
                      "supported")
-    window = getattr(text, "sliding_window", None)
-    slides = window is not None and (max_seq_len is None or window < max_seq_len)
-    if slides and getattr(text, "use_sliding_window", True):
-        found.append(f"sliding-window attention (window {window}) is not supported: my_ops::sdpa_with_cache attends to "
-                     f"every earlier position; export with max_seq_len <= {window}, where the window never slides")
-    kinds = set(getattr(text, "layer_types", None) or ()) - {"full_attention"}
-    if window is not None:
-        kinds.discard("sliding_attention")  # the window's own line above, when it slides
+    kinds = set(getattr(text, "layer_types", None) or ()) - {"full_attention", "sliding_attention"}
     if kinds:
-        found.append(f"layer types {sorted(kinds)}: sliding-window and chunked attention are not supported "
-                     "(my_ops::sdpa_with_cache attends to every earlier position)")
+        found.append(f"layer types {sorted(kinds)}: only full and sliding-window attention are supported "
+                     "(my_ops::sdpa_with_cache attends to every earlier position or to a window of them)")
     for name, module in model.named_modules():
         cls = type(module).__name__
         if cls in NORMS or isinstance(module, RMSNorm):
@@ -249,15 +254,14 @@ def problems(model: torch.nn.Module, *, keep_unknown_norms: bool = False, max_se
     return found
 
 
-def swap_ops(model: torch.nn.Module, *, keep_unknown_norms: bool = False,
-             max_seq_len: int | None = None) -> torch.nn.Module:
+def swap_ops(model: torch.nn.Module, *, keep_unknown_norms: bool = False) -> torch.nn.Module:
     """Puts the project's ops into `model`, in place: every known RMSNorm becomes RMSNorm (my_ops::rms_norm, the same
     weight and epsilon), every attention module Attention (my_ops::update_cache and my_ops::sdpa_with_cache over
     ExportableDecoder's cache), every gated MLP an MLP with one projection for gate and up. Raises
     UnsupportedModelError naming every problem first."""
     from transformers import AttentionInterface
 
-    if found := problems(model, keep_unknown_norms=keep_unknown_norms, max_seq_len=max_seq_len):
+    if found := problems(model, keep_unknown_norms=keep_unknown_norms):
         raise UnsupportedModelError("cannot put this model on my_ops:\n  " + "\n  ".join(found))
     AttentionInterface.register(ATTENTION_NAME, sdpa_with_cache_attention)
     for name, module in list(model.named_modules()):

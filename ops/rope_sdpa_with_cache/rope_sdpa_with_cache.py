@@ -2,12 +2,12 @@
 layer's attention from its fused q/k/v projection in one op:
 
   rope_sdpa_with_cache(Tensor qkv, Tensor cos, Tensor sin, Tensor(a!) key_cache, Tensor(b!) value_cache,
-                       SymInt start_pos, float? scale=None) -> Tensor
+                       SymInt start_pos, float? scale=None, int window=0) -> Tensor
 
 qkv [B, T, (H + 2 H_kv) D] holds each new position's H query heads, then H_kv key heads, then H_kv value heads; cos
 and sin [B or 1, T, D] their rotary embedding. q and k are rotated (my_ops::rope's rotate-half form), k and v written
-into the caches [B, S, H_kv, D] at positions start_pos.., and the rotated q attends over them causally, as
-my_ops::sdpa_with_cache does; the result is [B, T, H, D]. Where a program ran a split, two ropes, two update_caches
+into the caches [B, S, H_kv, D] at positions start_pos.., and the rotated q attends over them causally (within the
+last `window` positions when window > 0), as my_ops::sdpa_with_cache does; the result is [B, T, H, D]. Where a program ran a split, two ropes, two update_caches
 and sdpa_with_cache, it runs this op once (my_ops.hf's export pass, fuse.py, puts it there). The runtime kernel is
 rope_sdpa_with_cache_out.cpp.
 
@@ -34,7 +34,7 @@ def _heads(qkv, key_cache) -> tuple[int, int, int]:
     return qkv.shape[2] // head_dim - 2 * kv_heads, kv_heads, head_dim
 
 
-def _check(op: str, qkv, cos, sin, key_cache, value_cache, start_pos, scale, out=None) -> None:
+def _check(op: str, qkv, cos, sin, key_cache, value_cache, start_pos, scale, window, out=None) -> None:
     """The runtime kernel's checks and messages, in its order (rope_sdpa_with_cache_out.cpp), so both refuse alike."""
     torch._check(qkv.dtype in DTYPES, lambda: f"{op}: qkv has unsupported dtype {_name(qkv.dtype)}; supported: "
                                               f"{', '.join(map(_name, DTYPES))}")
@@ -73,13 +73,16 @@ def _check(op: str, qkv, cos, sin, key_cache, value_cache, start_pos, scale, out
                          "[0, positions]")
     torch._check(scale is None or math.isfinite(scale),
                  lambda: f"{op}: scale {scale} is not finite; pass a finite scale or None for 1/sqrt(head_dim)")
+    torch._check(window >= 0, lambda: f"{op}: window {window} is negative; pass the sliding window's length in "
+                                      "positions, or 0 to attend to every earlier position")
 
 
 def rope_sdpa_with_cache_reference(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, key_cache: torch.Tensor,
-                                   value_cache: torch.Tensor, start_pos: int, scale: float | None = None):
+                                   value_cache: torch.Tensor, start_pos: int, scale: float | None = None,
+                                   window: int = 0):
     """The op in ATen ops, declared as its reference: transformers' rotate_half on q and k, the caches written by
-    slice assignment, then ATen's SDPA in float32 over the filled positions, causally masked, rounded once. Mutates
-    the caches like the op."""
+    slice assignment, then ATen's SDPA in float32 over the filled positions, causally masked (and to the window),
+    rounded once. Mutates the caches like the op."""
     batch, length, width = qkv.shape
     kv_heads, head_dim = key_cache.shape[2:]
     heads = width // head_dim - 2 * kv_heads
@@ -95,12 +98,15 @@ def rope_sdpa_with_cache_reference(qkv: torch.Tensor, cos: torch.Tensor, sin: to
     end, group = start_pos + length, heads // kv_heads
     keys = key_cache[:, :end].float().transpose(1, 2).repeat_interleave(group, dim=1)
     values = value_cache[:, :end].float().transpose(1, 2).repeat_interleave(group, dim=1)
-    allowed = torch.arange(end)[None, :] <= (start_pos + torch.arange(length))[:, None]
+    key_positions, query_positions = torch.arange(end)[None, :], (start_pos + torch.arange(length))[:, None]
+    allowed = key_positions <= query_positions
+    if window > 0:
+        allowed &= query_positions - key_positions < window
     out = F.scaled_dot_product_attention(q.float().transpose(1, 2), keys, values, attn_mask=allowed, scale=scale)
     return out.transpose(1, 2).to(qkv.dtype)
 
 
-def _rotate_write_attend(op: str, qkv, cos, sin, key_cache, value_cache, start_pos, scale):
+def _rotate_write_attend(op: str, qkv, cos, sin, key_cache, value_cache, start_pos, scale, window):
     """PyTorch's kernel: the rotations and writes in ATen ops (rope's bits), then my_ops::sdpa_with_cache's own C++
     kernel, so that eager PyTorch gives the runtime's bits, fused or not."""
     batch, length, _ = qkv.shape
@@ -113,36 +119,37 @@ def _rotate_write_attend(op: str, qkv, cos, sin, key_cache, value_cache, start_p
     if not hasattr(torch.ops.my_ops, "sdpa_with_cache"):
         raise RuntimeError(f"{op}: PyTorch's kernel attends with my_ops::sdpa_with_cache, which is registered from "
                            "C++: load the build's libcustom_ops_aot_lib.so (torch.ops.load_library) first")
-    return torch.ops.my_ops.sdpa_with_cache(q.contiguous(), key_cache, value_cache, start_pos, scale)
+    return torch.ops.my_ops.sdpa_with_cache(q.contiguous(), key_cache, value_cache, start_pos, scale, window)
 
 
 def _register() -> torch.library.Library:
     lib = torch.library.Library("my_ops", "FRAGMENT")
     lib.define("rope_sdpa_with_cache(Tensor qkv, Tensor cos, Tensor sin, Tensor(a!) key_cache, "
-               "Tensor(b!) value_cache, SymInt start_pos, float? scale=None) -> Tensor")
+               "Tensor(b!) value_cache, SymInt start_pos, float? scale=None, int window=0) -> Tensor")
     lib.define("rope_sdpa_with_cache.out(Tensor qkv, Tensor cos, Tensor sin, Tensor(a!) key_cache, "
-               "Tensor(b!) value_cache, SymInt start_pos, float? scale=None, *, Tensor(c!) out) -> Tensor(c!)")
+               "Tensor(b!) value_cache, SymInt start_pos, float? scale=None, int window=0, *, Tensor(c!) out) "
+               "-> Tensor(c!)")
     functional, out_variant = "my_ops::rope_sdpa_with_cache", "my_ops::rope_sdpa_with_cache.out"
 
     def output_shape(qkv, key_cache):
         heads, _, head_dim = _heads(qkv, key_cache)
         return (*qkv.shape[:2], heads, head_dim)
 
-    def compute(qkv, cos, sin, key_cache, value_cache, start_pos, scale=None):
-        _check(functional, qkv, cos, sin, key_cache, value_cache, start_pos, scale)
-        return _rotate_write_attend(functional, qkv, cos, sin, key_cache, value_cache, start_pos, scale)
+    def compute(qkv, cos, sin, key_cache, value_cache, start_pos, scale=None, window=0):
+        _check(functional, qkv, cos, sin, key_cache, value_cache, start_pos, scale, window)
+        return _rotate_write_attend(functional, qkv, cos, sin, key_cache, value_cache, start_pos, scale, window)
 
-    def compute_out(qkv, cos, sin, key_cache, value_cache, start_pos, scale=None, *, out):
-        _check(out_variant, qkv, cos, sin, key_cache, value_cache, start_pos, scale, out)
-        result = _rotate_write_attend(out_variant, qkv, cos, sin, key_cache, value_cache, start_pos, scale)
+    def compute_out(qkv, cos, sin, key_cache, value_cache, start_pos, scale=None, window=0, *, out):
+        _check(out_variant, qkv, cos, sin, key_cache, value_cache, start_pos, scale, window, out)
+        result = _rotate_write_attend(out_variant, qkv, cos, sin, key_cache, value_cache, start_pos, scale, window)
         return out.resize_(result.shape).copy_(result)
 
-    def fake(qkv, cos, sin, key_cache, value_cache, start_pos, scale=None):
-        _check(functional, qkv, cos, sin, key_cache, value_cache, start_pos, scale)
+    def fake(qkv, cos, sin, key_cache, value_cache, start_pos, scale=None, window=0):
+        _check(functional, qkv, cos, sin, key_cache, value_cache, start_pos, scale, window)
         return qkv.new_empty(output_shape(qkv, key_cache))
 
-    def fake_out(qkv, cos, sin, key_cache, value_cache, start_pos, scale=None, *, out):
-        _check(out_variant, qkv, cos, sin, key_cache, value_cache, start_pos, scale, out)
+    def fake_out(qkv, cos, sin, key_cache, value_cache, start_pos, scale=None, window=0, *, out):
+        _check(out_variant, qkv, cos, sin, key_cache, value_cache, start_pos, scale, window, out)
         return out.resize_(output_shape(qkv, key_cache))
 
     torch.library.impl(functional, "CompositeExplicitAutograd", lib=lib)(compute)

@@ -38,7 +38,7 @@ struct Layout {
 // One body of checks for both modes, before `out` is resized; rope_sdpa_with_cache.py's _check, in its order and words.
 contract::Problem arguments_problem(const Tensor& qkv, const Tensor& cos, const Tensor& sin, const Tensor& key_cache,
                                     const Tensor& value_cache, int64_t start, const std::optional<double>& scale,
-                                    const Tensor& out) {
+                                    int64_t window, const Tensor& out) {
   if (auto p = contract::dtype_problem<Dtypes>(qkv, kOp, "qkv")) {
     return p;
   }
@@ -94,6 +94,10 @@ contract::Problem arguments_problem(const Tensor& qkv, const Tensor& cos, const 
     return op + ": scale " + std::to_string(*scale) + " is not finite; pass a finite scale or None for " +
         "1/sqrt(head_dim)";
   }
+  if (window < 0) {
+    return op + ": window " + std::to_string(window) + " is negative; pass the sliding window's length in positions, "
+        "or 0 to attend to every earlier position";
+  }
   return std::nullopt;
 }
 
@@ -111,7 +115,7 @@ contract::Problem layout_problem(const Tensor& qkv, const Tensor& cos, const Ten
 
 template <typename T>
 bool run(const Tensor& qkv_t, const Tensor& cos_t, const Tensor& sin_t, Tensor& key_cache, Tensor& value_cache,
-         int64_t start, const std::optional<double>& scale, Tensor& out) {
+         int64_t start, const std::optional<double>& scale, int64_t window, Tensor& out) {
   const Layout l(qkv_t, key_cache);
   const int64_t D = l.head_dim, width = l.width(), table_batches = cos_t.size(0);
   T* keys = key_cache.template mutable_data_ptr<T>();
@@ -127,7 +131,7 @@ bool run(const Tensor& qkv_t, const Tensor& cos_t, const Tensor& sin_t, Tensor& 
   elementwise::count(elementwise::kBaselineElements, static_cast<uint64_t>(l.batch * l.length * width));
   const attention::Geometry g{l.batch, l.length, l.heads, l.kv_heads, D, l.positions, start,
                               static_cast<float>(scale.value_or(1.0 / std::sqrt(static_cast<double>(D)))),
-                              contract::thread_count()};
+                              contract::thread_count(), window};
   return attention::attend_all<T>(g, attention::Tensors<T>{queries, keys, values, queries});
 }
 
@@ -143,16 +147,17 @@ std::array<Out, 4> out_sizes(const Tensor& qkv, const Tensor& key_cache) {
 #ifdef USE_ATEN_LIB
 at::Tensor& rope_sdpa_with_cache_out_impl(const at::Tensor& qkv_in, const at::Tensor& cos_in, const at::Tensor& sin_in,
                                           at::Tensor& key_cache, at::Tensor& value_cache, int64_t start_pos,
-                                          std::optional<double> scale, at::Tensor& out) {
+                                          std::optional<double> scale, int64_t window, at::Tensor& out) {
   // Strided inputs are read as the dense tensors an export would hold; the caches are written in place, so dense.
   const at::Tensor qkv = qkv_in.contiguous(), cos = cos_in.contiguous(), sin = sin_in.contiguous();
-  contract::require(arguments_problem(qkv, cos, sin, key_cache, value_cache, start_pos, scale, out));
+  contract::require(arguments_problem(qkv, cos, sin, key_cache, value_cache, start_pos, scale, window, out));
   const auto sizes = out_sizes<int64_t>(qkv, key_cache);
   const std::array<c10::SymInt, 4> symbolic{sizes[0], sizes[1], sizes[2], sizes[3]};
   contract::resize_output(out, symbolic, kOp);
   contract::require(layout_problem(qkv, cos, sin, key_cache, value_cache, out));
-  Dtypes::visit(qkv.scalar_type(),
-                [&](auto tag) { run<decltype(tag)>(qkv, cos, sin, key_cache, value_cache, start_pos, scale, out); });
+  Dtypes::visit(qkv.scalar_type(), [&](auto tag) {
+    run<decltype(tag)>(qkv, cos, sin, key_cache, value_cache, start_pos, scale, window, out);
+  });
   return out;
 }
 #else
@@ -165,8 +170,10 @@ executorch::aten::Tensor& rope_sdpa_with_cache_out_impl(
     executorch::aten::Tensor& value_cache,
     int64_t start_pos,
     std::optional<double> scale,
+    int64_t window,
     executorch::aten::Tensor& out) {
-  if (!contract::require(ctx, arguments_problem(qkv, cos, sin, key_cache, value_cache, start_pos, scale, out))) {
+  if (!contract::require(ctx,
+                         arguments_problem(qkv, cos, sin, key_cache, value_cache, start_pos, scale, window, out))) {
     return out;
   }
   const auto sizes = out_sizes<executorch::aten::SizesType>(qkv, key_cache);
@@ -176,7 +183,7 @@ executorch::aten::Tensor& rope_sdpa_with_cache_out_impl(
   }
   bool all_tasks_ran = true;
   Dtypes::visit(qkv.scalar_type(), [&](auto tag) {
-    all_tasks_ran = run<decltype(tag)>(qkv, cos, sin, key_cache, value_cache, start_pos, scale, out);
+    all_tasks_ran = run<decltype(tag)>(qkv, cos, sin, key_cache, value_cache, start_pos, scale, window, out);
   });
   ET_KERNEL_CHECK_MSG(ctx, all_tasks_ran, Internal, out, "%s: the threadpool did not run all of the tasks", kOp);
   return out;

@@ -11,25 +11,25 @@ namespace native {
 // rope_sdpa_with_cache_out.cpp, ATen mode.
 at::Tensor& rope_sdpa_with_cache_out_impl(const at::Tensor& qkv, const at::Tensor& cos, const at::Tensor& sin,
                                           at::Tensor& key_cache, at::Tensor& value_cache, int64_t start_pos,
-                                          std::optional<double> scale, at::Tensor& out);
+                                          std::optional<double> scale, int64_t window, at::Tensor& out);
 
 namespace {
 
 // The functional form writes the caches too (its schema says Tensor(a!) and Tensor(b!)); only the attention is new.
 at::Tensor rope_sdpa_with_cache_cpu(const at::Tensor& qkv, const at::Tensor& cos, const at::Tensor& sin,
                                     at::Tensor& key_cache, at::Tensor& value_cache, int64_t start_pos,
-                                    std::optional<double> scale) {
+                                    std::optional<double> scale, int64_t window) {
   at::Tensor out = at::empty({0}, qkv.options());
-  return rope_sdpa_with_cache_out_impl(qkv, cos, sin, key_cache, value_cache, start_pos, scale, out);
+  return rope_sdpa_with_cache_out_impl(qkv, cos, sin, key_cache, value_cache, start_pos, scale, window, out);
 }
 
 } // namespace
 
 TORCH_LIBRARY_FRAGMENT(my_ops, m) {
   m.def("rope_sdpa_with_cache(Tensor qkv, Tensor cos, Tensor sin, Tensor(a!) key_cache, Tensor(b!) value_cache, "
-        "SymInt start_pos, float? scale=None) -> Tensor");
+        "SymInt start_pos, float? scale=None, int window=0) -> Tensor");
   m.def("rope_sdpa_with_cache.out(Tensor qkv, Tensor cos, Tensor sin, Tensor(a!) key_cache, Tensor(b!) value_cache, "
-        "SymInt start_pos, float? scale=None, *, Tensor(c!) out) -> Tensor(c!)");
+        "SymInt start_pos, float? scale=None, int window=0, *, Tensor(c!) out) -> Tensor(c!)");
 }
 
 TORCH_LIBRARY_IMPL(my_ops, CPU, m) {

@@ -19,6 +19,10 @@ struct Geometry {
   int64_t batch, length, heads, kv_heads, head_dim, positions, start;
   float scale;
   int64_t threads;
+  int64_t window = 0;  // > 0: query position q sees cached positions q - window + 1 .. q (a sliding window)
+
+  // The first cached position query position q may attend to.
+  int64_t first_visible(int64_t q) const { return window > 0 ? std::max<int64_t>(0, q - window + 1) : 0; }
 
   int64_t group() const { return heads / kv_heads; }
   // A task: `kv_heads_per_task()` adjacent kv heads, each with its `group()` query heads, at up to this many

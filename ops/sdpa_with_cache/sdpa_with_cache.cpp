@@ -1,5 +1,6 @@
 // Step 1 of the sdpa_with_cache flow: registers my_ops::sdpa_with_cache(Tensor query, Tensor key_cache,
-// Tensor value_cache, SymInt start_pos, float? scale=None) -> Tensor with PyTorch from C++, with a kernel per dispatch
+// Tensor value_cache, SymInt start_pos, float? scale=None, int window=0) -> Tensor with PyTorch from C++ (window > 0:
+// each query sees only the last `window` positions up to its own, a sliding window), with a kernel per dispatch
 // key: CPU (sdpa_with_cache_out.cpp's kernel, the one the runtime runs), Meta (shapes and the kernel's checks, for
 // torch.export's fake tensors, start_pos possibly unbacked) and Autograd (a refusal: an inference op has no gradient).
 // sdpa_with_cache.out's schema and CPU kernel come from codegen (custom_ops.yaml); sdpa_with_cache.py holds the ATen
@@ -18,7 +19,7 @@ namespace native {
 // Defined in sdpa_with_cache_out.cpp (ATen mode).
 at::Tensor& sdpa_with_cache_out_impl(const at::Tensor& query, const at::Tensor& key_cache,
                                      const at::Tensor& value_cache, int64_t start_pos, std::optional<double> scale,
-                                     at::Tensor& out);
+                                     int64_t window, at::Tensor& out);
 
 namespace {
 
@@ -28,7 +29,7 @@ constexpr const char* kOpName = "my_ops::sdpa_with_cache";
 // ones and words them the same way), with start_pos and the lengths possibly symbolic (checked as the program's
 // torch._check calls promise).
 void check_symbolic(const at::Tensor& query, const at::Tensor& key, const at::Tensor& value, const c10::SymInt& start,
-                    const char* op) {
+                    int64_t window, const char* op) {
   contract::check_dtype<contract::DtypeSet<at::ScalarType::Float, at::ScalarType::BFloat16>>(query, op, "query");
   contract::check_same_dtype(key, query, op, "key_cache", "query");
   contract::check_same_dtype(value, query, op, "value_cache", "query");
@@ -52,25 +53,28 @@ void check_symbolic(const at::Tensor& query, const at::Tensor& key, const at::Te
   TORCH_SYM_CHECK((start + query.sym_size(1)).sym_le(key.sym_size(1)), op, ": ", query.sym_size(1),
                   " queries at start_pos ", start, " need cache positions up to ", start + query.sym_size(1),
                   " but the cache holds ", key.sym_size(1), "; start_pos + length must be within [0, positions]");
+  TORCH_CHECK(window >= 0, op, ": window ", window, " is negative; pass the sliding window's length in positions, ",
+              "or 0 to attend to every earlier position");
 }
 
 at::Tensor sdpa_with_cache_cpu(const at::Tensor& query, const at::Tensor& key_cache, const at::Tensor& value_cache,
-                               int64_t start_pos, std::optional<double> scale) {
+                               int64_t start_pos, std::optional<double> scale, int64_t window) {
   at::Tensor out = at::empty(query.sizes(), query.options().memory_format(at::MemoryFormat::Contiguous));
-  return contract::reported_as_functional(
-      [&]() -> at::Tensor { return sdpa_with_cache_out_impl(query, key_cache, value_cache, start_pos, scale, out); });
+  return contract::reported_as_functional([&]() -> at::Tensor {
+    return sdpa_with_cache_out_impl(query, key_cache, value_cache, start_pos, scale, window, out);
+  });
 }
 
 at::Tensor sdpa_with_cache_meta(const at::Tensor& query, const at::Tensor& key_cache, const at::Tensor& value_cache,
-                                c10::SymInt start_pos, std::optional<double> /*scale*/) {
-  check_symbolic(query, key_cache, value_cache, start_pos, kOpName);
+                                c10::SymInt start_pos, std::optional<double> /*scale*/, int64_t window) {
+  check_symbolic(query, key_cache, value_cache, start_pos, window, kOpName);
   return at::empty_symint(query.sym_sizes(), query.options().memory_format(at::MemoryFormat::Contiguous));
 }
 
 at::Tensor& sdpa_with_cache_out_meta(const at::Tensor& query, const at::Tensor& key_cache,
                                      const at::Tensor& value_cache, c10::SymInt start_pos,
-                                     std::optional<double> /*scale*/, at::Tensor& out) {
-  check_symbolic(query, key_cache, value_cache, start_pos, "my_ops::sdpa_with_cache.out");
+                                     std::optional<double> /*scale*/, int64_t window, at::Tensor& out) {
+  check_symbolic(query, key_cache, value_cache, start_pos, window, "my_ops::sdpa_with_cache.out");
   contract::check_same_dtype(out, query, "my_ops::sdpa_with_cache.out", "out", "query");
   contract::resize_output(out, query.sym_sizes(), "my_ops::sdpa_with_cache.out");
   return out;
@@ -79,7 +83,7 @@ at::Tensor& sdpa_with_cache_out_meta(const at::Tensor& query, const at::Tensor& 
 // Inference only: a gradient would need the softmax's statistics kept per query, which this kernel never stores.
 at::Tensor sdpa_with_cache_autograd(const at::Tensor& query, const at::Tensor& key_cache,
                                     const at::Tensor& value_cache, c10::SymInt start_pos,
-                                    std::optional<double> scale) {
+                                    std::optional<double> scale, int64_t window) {
   for (const auto& [tensor, name] : {std::pair<const at::Tensor&, const char*>{query, "query"},
                                      {key_cache, "key_cache"}, {value_cache, "value_cache"}}) {
     TORCH_CHECK(!(at::GradMode::is_enabled() && tensor.requires_grad()), kOpName, ": ", name, " requires grad, but this op is for inference and has ",
@@ -89,16 +93,16 @@ at::Tensor sdpa_with_cache_autograd(const at::Tensor& query, const at::Tensor& k
   static const auto op = c10::Dispatcher::singleton()
                              .findSchemaOrThrow("my_ops::sdpa_with_cache", "")
                              .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&, c10::SymInt,
-                                               std::optional<double>)>();
+                                               std::optional<double>, int64_t)>();
   at::AutoDispatchBelowADInplaceOrView below_autograd;
-  return op.call(query, key_cache, value_cache, start_pos, scale);
+  return op.call(query, key_cache, value_cache, start_pos, scale, window);
 }
 
 } // namespace
 
 TORCH_LIBRARY_FRAGMENT(my_ops, m) {
-  m.def("sdpa_with_cache(Tensor query, Tensor key_cache, Tensor value_cache, SymInt start_pos, float? scale=None) "
-        "-> Tensor");
+  m.def("sdpa_with_cache(Tensor query, Tensor key_cache, Tensor value_cache, SymInt start_pos, float? scale=None, "
+        "int window=0) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(my_ops, CPU, m) {

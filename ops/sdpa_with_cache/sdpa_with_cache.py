@@ -5,7 +5,9 @@ with the op. It imports only torch.
 
 Layout, as ExecuTorch's llama::custom_sdpa and optimum-executorch use it: query [B, T, H, D], key and value caches
 [B, S, H_kv, D] (S positions; update_cache writes along dimension 1). Query t (0 <= t < T) sits at position
-start_pos + t and attends to cache positions 0 .. start_pos + t.
+q = start_pos + t and attends to cache positions 0 .. q, or with window > 0 (a sliding window: Mistral's, Gemma's
+local layers) to the last `window` of them, q - window + 1 .. q (transformers' rule: a key is seen while
+q - key < window).
 """
 
 from __future__ import annotations
@@ -17,15 +19,20 @@ import torch.nn.functional as F
 
 
 def sdpa_with_cache_reference(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor, start_pos: int,
-                              scale: float | None = None) -> torch.Tensor:
-    """The same attention with ATen's SDPA, in float32 (the op accumulates in float32 too), rounded once."""
+                              scale: float | None = None, window: int = 0) -> torch.Tensor:
+    """The same attention with ATen's SDPA over the positions some query may see (from the first query's window
+    start: nothing before it is read), in float32 (the op accumulates in float32 too), rounded once."""
     batch, length, heads, _ = query.shape
     end = start_pos + length
+    begin = max(0, start_pos - window + 1) if window > 0 else 0
     group = heads // key_cache.shape[2]
     q = query.float().transpose(1, 2)  # [B, H, T, D]
-    k = key_cache[:, :end].float().transpose(1, 2).repeat_interleave(group, dim=1)  # [B, H, end, D]
-    v = value_cache[:, :end].float().transpose(1, 2).repeat_interleave(group, dim=1)
-    allowed = torch.arange(end)[None, :] <= (start_pos + torch.arange(length))[:, None]  # [T, end]
+    k = key_cache[:, begin:end].float().transpose(1, 2).repeat_interleave(group, dim=1)  # [B, H, end - begin, D]
+    v = value_cache[:, begin:end].float().transpose(1, 2).repeat_interleave(group, dim=1)
+    keys, queries = torch.arange(begin, end)[None, :], (start_pos + torch.arange(length))[:, None]
+    allowed = keys <= queries  # [T, end - begin]
+    if window > 0:
+        allowed &= queries - keys < window
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, scale=scale)
     return out.transpose(1, 2).to(query.dtype)
 

@@ -1,8 +1,9 @@
 // The kernel of my_ops::sdpa_with_cache.out, compiled twice like rms_norm's: ExecuTorch mode into libcustom_ops_lib.so
 // (the runtime kernel) and ATen mode into libcustom_ops_aot_lib.so (sdpa_with_cache.cpp's CPU kernel). Attention of T
-// new queries over a KV cache, causal, in one pass: each block of cached positions is scored, folded into a running
-// (online) softmax and accumulated, so each filled K and V row is read once per task, nothing past a query's causal
-// limit is read, and no [T, positions] matrix is stored. Tasks (batch, adjacent kv heads, block of queries) run on the
+// new queries over a KV cache, causal (and within a sliding window when `window` > 0), in one pass: each block of
+// cached positions is scored, folded into a running (online) softmax and accumulated, so each filled K and V row is
+// read once per task, nothing outside a query's causal limit and window is read, and no [T, positions] matrix is
+// stored. Tasks (batch, adjacent kv heads, block of queries) run on the
 // thread pool; the query heads sharing a kv head (grouped-query attention) share each K and V row read, and at decode
 // a task's kv heads are read side by side, position by position. float32 and bfloat16, computed in float32 with
 // vector code compiled for AVX-512, AVX2 and the baseline ISA (picked at run time).
@@ -288,7 +289,8 @@ struct Task {
 
 // One task: kv heads [h0, h0 + heads_here), rows R = hh * head_rows + r for kv head h0 + hh, with
 // r = (query position - first) * group + (query head - kv head * group). Row R may attend to cache positions
-// 0 .. start + first + r / group. Blocks of positions are scored and accumulated positions outer, heads inner.
+// first_visible(q) .. q, q = start + first + r / group (0 .. q without a window). Blocks of positions from the first
+// query's first visible one are scored and accumulated positions outer, heads inner.
 template <int W, typename T>
 CUSTOM_OPS_INLINE void attend(const Geometry& g, const Tensors<T>& t, int64_t task) {
   const Task span(g, task);
@@ -296,6 +298,7 @@ CUSTOM_OPS_INLINE void attend(const Geometry& g, const Tensors<T>& t, int64_t ta
   const int64_t b = span.b, h0 = span.h0, heads_here = span.heads, first = span.first, head_rows = span.head_rows;
   const int64_t rows = span.rows();
   const int64_t end = g.start + first + head_rows / group;  // positions [0, end) are read by the task's last query
+  const int64_t begin = g.first_visible(g.start + first);  // and none before this one by any of its queries
   constexpr int64_t kScoreStride = (kPositionsPerBlock + W - 1) / W * W;
 
   // Heap, not stack: head_dim is the program's to choose.
@@ -305,7 +308,8 @@ CUSTOM_OPS_INLINE void attend(const Geometry& g, const Tensors<T>& t, int64_t ta
   float* scores = acc + rows * D;                     // [rows, kScoreStride]: scores, then their exponentials
   float* running_max = scores + rows * kScoreStride;  // [rows]
   float* running_sum = running_max + rows;            // [rows]
-  std::vector<int64_t> valid(static_cast<size_t>(head_rows));  // positions of the block row r may attend to
+  // Row r attends to positions [visible_from[r], valid[r]) of a block; both grow with r.
+  std::vector<int64_t> visible_from(static_cast<size_t>(head_rows)), valid(static_cast<size_t>(head_rows));
 
   const auto query_row = [&](int64_t R) {
     const int64_t hh = R / head_rows, r = R % head_rows;
@@ -339,16 +343,18 @@ CUSTOM_OPS_INLINE void attend(const Geometry& g, const Tensors<T>& t, int64_t ta
       }
     }
   };
-  prefetch_positions(0, kPrefetchPositions);
+  prefetch_positions(begin, begin + kPrefetchPositions);
   // V rows in sweeps of this many positions across the task's heads; one head's rows in one sweep of the block.
   const int64_t sweep = heads_here > 1 ? kPositionsPerSweep : kPositionsPerBlock;
-  for (int64_t p0 = 0; p0 < end; p0 += kPositionsPerBlock) {
+  for (int64_t p0 = begin; p0 < end; p0 += kPositionsPerBlock) {
     const int64_t n = std::min(kPositionsPerBlock, end - p0);
     for (int64_t r = 0; r < head_rows; ++r) {
-      valid[r] = std::clamp<int64_t>(g.start + first + r / group + 1 - p0, 0, n);
+      const int64_t q_position = g.start + first + r / group;
+      visible_from[r] = std::clamp<int64_t>(g.first_visible(q_position) - p0, 0, n);
+      valid[r] = std::clamp<int64_t>(q_position + 1 - p0, 0, n);
     }
-    // Four positions at a time while every row that needs one of them gets all four: a row's scores past its own
-    // limit (positions below `end`, filled) are overwritten with -inf or never read.
+    // Four positions at a time while every row that needs one of them gets all four: a row's scores outside its own
+    // range (positions in [begin, end), filled) are overwritten with -inf or never read.
     int64_t j = 0;
     for (; j + 4 <= n; j += 4) {
       prefetch_positions(p0 + j + kPrefetchPositions, p0 + j + 4 + kPrefetchPositions);
@@ -371,12 +377,13 @@ CUSTOM_OPS_INLINE void attend(const Geometry& g, const Tensors<T>& t, int64_t ta
       }
     }
     for (int64_t R = 0; R < rows; ++R) {
-      const int64_t limit = valid[R % head_rows];
-      if (limit == 0) {
+      const int64_t from = visible_from[R % head_rows], limit = valid[R % head_rows];
+      if (limit <= from) {  // nothing of this block is visible to the row: its running state stays
         continue;
       }
       float* s = scores + R * kScoreStride;
       const int64_t padded = (limit + W - 1) / W * W;
+      std::fill(s, s + from, -std::numeric_limits<float>::infinity());
       std::fill(s + limit, s + padded, -std::numeric_limits<float>::infinity());
       F<W> block_max = load<W>(s);
       for (int64_t i = W; i < padded; i += W) {
@@ -403,9 +410,10 @@ CUSTOM_OPS_INLINE void attend(const Geometry& g, const Tensors<T>& t, int64_t ta
     for (int64_t j0 = 0; j0 < n; j0 += sweep) {
       for (int64_t hh = 0; hh < heads_here; ++hh) {
         for (int64_t r = 0; r < head_rows; ++r) {
-          const int64_t R = hh * head_rows + r, m = std::clamp<int64_t>(valid[r] - j0, 0, sweep);
+          const int64_t R = hh * head_rows + r, j1 = std::max(j0, visible_from[r]);
+          const int64_t m = std::min(valid[r], j0 + sweep) - j1;
           if (m > 0) {
-            add_weighted_rows<W>(acc + R * D, scores + R * kScoreStride + j0, values + (p0 + j0) * stride + hh * D,
+            add_weighted_rows<W>(acc + R * D, scores + R * kScoreStride + j1, values + (p0 + j1) * stride + hh * D,
                                  stride, m, D);
           }
         }
@@ -482,7 +490,8 @@ template <typename T>
 bool attend_all(const Geometry& g, const Tensors<T>& t) {
   const int64_t tasks = g.tasks();
   // Multiply-adds of the whole call, roughly: small calls stay on the calling thread.
-  const double work = static_cast<double>(g.batch * g.heads * g.length) * (g.start + g.length) * g.head_dim;
+  const int64_t seen = g.window > 0 ? std::min(g.window + g.length, g.start + g.length) : g.start + g.length;
+  const double work = static_cast<double>(g.batch * g.heads * g.length) * seen * g.head_dim;
   if (tasks < 2 || work < 1 << 16) {
     attend_range(g, t, 0, tasks);
     return true;
@@ -513,7 +522,7 @@ bool run(const Geometry& g, const Tensor& query, const Tensor& key, const Tensor
 
 // ---- Checks: one body for both modes -------------------------------------------------------------------------------
 contract::Problem arguments_problem(const Tensor& query, const Tensor& key, const Tensor& value, int64_t start,
-                                    const std::optional<double>& scale, const Tensor& out) {
+                                    const std::optional<double>& scale, int64_t window, const Tensor& out) {
   if (auto p = contract::dtype_problem<Dtypes>(query, kOp, "query")) {
     return p;
   }
@@ -555,6 +564,10 @@ contract::Problem arguments_problem(const Tensor& query, const Tensor& key, cons
   if (scale.has_value() && !std::isfinite(*scale)) {
     return op + ": scale " + std::to_string(*scale) + " is not finite; pass a finite scale or None for 1/sqrt(head_dim)";
   }
+  if (window < 0) {
+    return op + ": window " + std::to_string(window) + " is negative; pass the sliding window's length in positions, "
+        "or 0 to attend to every earlier position";
+  }
   return std::nullopt;
 }
 
@@ -568,11 +581,12 @@ contract::Problem layout_problem(const Tensor& query, const Tensor& key, const T
   return contract::memory_problem(kOp, {{out, "out"}}, {{query, "query"}, {key, "key_cache"}, {value, "value_cache"}});
 }
 
-Geometry geometry(const Tensor& query, const Tensor& key, int64_t start, const std::optional<double>& scale) {
+Geometry geometry(const Tensor& query, const Tensor& key, int64_t start, const std::optional<double>& scale,
+                  int64_t window) {
   const int64_t head_dim = query.size(3);
   return Geometry{query.size(0), query.size(1), query.size(2), key.size(2), head_dim, key.size(1), start,
                   static_cast<float>(scale.value_or(1.0 / std::sqrt(static_cast<double>(head_dim)))),
-                  contract::thread_count()};
+                  contract::thread_count(), window};
 }
 
 } // namespace
@@ -580,15 +594,15 @@ Geometry geometry(const Tensor& query, const Tensor& key, int64_t start, const s
 #ifdef USE_ATEN_LIB
 at::Tensor& sdpa_with_cache_out_impl(const at::Tensor& query, const at::Tensor& key_cache,
                                      const at::Tensor& value_cache, int64_t start_pos, std::optional<double> scale,
-                                     at::Tensor& out) {
-  contract::require(arguments_problem(query, key_cache, value_cache, start_pos, scale, out));
+                                     int64_t window, at::Tensor& out) {
+  contract::require(arguments_problem(query, key_cache, value_cache, start_pos, scale, window, out));
   contract::resize_output(out, query.sym_sizes(), kOp);
   contract::check_memory(kOp, {{out, "out"}}, {{query, "query"}, {key_cache, "key_cache"},
                                               {value_cache, "value_cache"}});
   const at::Tensor q = query.contiguous(), k = key_cache.contiguous(), v = value_cache.contiguous();
   return contract::into_dense_out(out, [&](at::Tensor& y) {
     contract::require(layout_problem(q, k, v, y));
-    const Geometry g = geometry(q, k, start_pos, scale);
+    const Geometry g = geometry(q, k, start_pos, scale, window);
     Dtypes::visit(q.scalar_type(), [&](auto tag) { run<decltype(tag)>(g, q, k, v, y); });
   });
 }
@@ -600,13 +614,14 @@ executorch::aten::Tensor& sdpa_with_cache_out_impl(
     const executorch::aten::Tensor& value_cache,
     int64_t start_pos,
     std::optional<double> scale,
+    int64_t window,
     executorch::aten::Tensor& out) {
-  if (!contract::require(ctx, arguments_problem(query, key_cache, value_cache, start_pos, scale, out)) ||
+  if (!contract::require(ctx, arguments_problem(query, key_cache, value_cache, start_pos, scale, window, out)) ||
       !contract::resize_output(ctx, out, query.sizes(), kOp, "out") ||
       !contract::require(ctx, layout_problem(query, key_cache, value_cache, out))) {
     return out;
   }
-  const Geometry g = geometry(query, key_cache, start_pos, scale);
+  const Geometry g = geometry(query, key_cache, start_pos, scale, window);
   bool all_tasks_ran = true;
   Dtypes::visit(query.scalar_type(),
                 [&](auto tag) { all_tasks_ran = run<decltype(tag)>(g, query, key_cache, value_cache, out); });
