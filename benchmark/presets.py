@@ -1,12 +1,12 @@
 """Benchmark: the GGUF files people download, on their own tensors, against llama.cpp on the same files. For the
-shipped SmolLM2 file and each llama-quantize preset made from it (flow/presets.py: Q4_K_M, Q5_K_M, Q6_K, Q3_K_M, Q2_K,
-Q5_0), the project's GGUF program (--quantize gguf) in ExecuTorch's Python runtime at 1 thread and at every core
+shipped SmolLM2 file, each llama-quantize preset made from it (flow/presets.py: Q4_K_M, Q5_K_M, Q6_K, Q3_K_M, Q2_K,
+Q5_0) and Gemma 3 270M's Q4_K_M file as downloaded (`gemma3`: flow/real.py), the project's GGUF program (--quantize gguf) in ExecuTorch's Python runtime at 1 thread and at every core
 (ExecuTorch's threadpool reset between them; PyTorch's own threads at one, as my_ops.hf does), beside
 `llama-bench -t 1` and `-t N` on the same file, in interleaved rounds: prefill of a PROMPT_TOKENS-token prompt (warm,
 as llama-bench times it after a warm-up), decode tokens/s over NEW_TOKENS. Ratios are taken within a round; the table gives medians and the min-max across rounds.
 `bash test_custom_ops.sh bench presets` runs this alone; `bench real` runs it after its own tables.
 
-    python benchmark/presets.py --build_dir cmake-out/all_ops [--presets Q4_K_M,Q2_K] [--rounds 3]
+    python benchmark/presets.py --build_dir cmake-out/all_ops [--presets Q4_K_M,Q2_K,gemma3] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -75,11 +75,13 @@ def rows(presets: list[str], rounds: int) -> list[dict]:
 
     measured = []
     for preset in presets:
-        path = files.preset_file(preset)
+        other = real.MODELS.get(preset)  # a model of its own (gemma3), else the shipped SmolLM2 file or a preset of it
+        path = other.path() if other else files.preset_file(preset)
         checkpoint = load(path)
         with open(real.TEXT, encoding="utf-8") as f:
             ids = list(checkpoint.tokenizer.encode(f.read(), add_special_tokens=False))[:PROMPT_TOKENS]
-        pte, _ = export_cached(copy.deepcopy(checkpoint), "gguf", real.MAX_SEQ_LEN, default_cache_dir())
+        max_seq_len = other.max_seq_len if other else real.MAX_SEQ_LEN
+        pte, _ = export_cached(copy.deepcopy(checkpoint), "gguf", max_seq_len, default_cache_dir())
         del checkpoint
         measured.append(measure(preset, files.tensor_types(path), pte, path, ids, rounds))
     return measured
@@ -184,7 +186,8 @@ def report(measured: list[dict], columns: tuple[str, str] = ("file", "tensor typ
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--build_dir", required=True, help="a build with every op (AOT library, kernels)")
-    parser.add_argument("--presets", default=None, help="files: Q4_1 (the shipped one) and llama-quantize presets")
+    parser.add_argument("--presets", default=None, help="files: Q4_1 (the shipped one), llama-quantize presets of it, "
+                                                        "gemma3 (Gemma 3 270M's Q4_K_M file)")
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -192,8 +195,8 @@ def main() -> int:
     from flow.model import register_ops
     from flow.runtime import load_kernel_library
 
-    chosen = [files.SHIPPED if p == "Q4_1" else p for p in (args.presets or "Q4_1," + ",".join(files.PRESETS))
-              .split(",") if p]
+    chosen = [files.SHIPPED if p == "Q4_1" else p for p in (args.presets or "Q4_1," + ",".join(files.PRESETS) +
+                                                            ",gemma3").split(",") if p]
     register_ops(args.build_dir)
     load_kernel_library(os.path.join(args.build_dir, "libcustom_ops_lib.so"))
     print(f"\nGGUF files on their own tensors: the project's program (Python runtime) against llama-bench on the same "

@@ -45,27 +45,27 @@ def tensor_types(path: str) -> str:
     return ", ".join(f"{kind} {count}" for kind, count in counts.most_common())
 
 
-def measure(preset: str, threads: int) -> dict:
-    """One row: the program's and llama.cpp's perplexity of the text, the float32 model's, sizes, tensor types."""
+def measure(label: str, path: str, threads: int, ctx: int = CTX, max_seq_len: int | None = None) -> dict:
+    """One row, for the GGUF file at `path`: the program's and llama.cpp's perplexity of the text in chunks of `ctx`,
+    the float32 model's, sizes, tensor types. The program holds max_seq_len positions (default: the real mode's)."""
     from flow import llama_cpp, real
     from flow.runtime import load_method_checked
     from my_ops.hf.checkpoint import load
     from my_ops.hf.runtime import default_cache_dir, export_cached
     from my_ops.hf.text import chunked_perplexity, eager_chunked_perplexity
 
-    path = preset_file(preset)
     checkpoint = load(path)
     with open(real.TEXT, encoding="utf-8") as f:
         ids = list(checkpoint.tokenizer.encode(f.read(), add_special_tokens=False))
     bos = checkpoint.tokenizer.bos_token_id if checkpoint.add_bos else None
     ids = ([bos] if bos is not None else []) + ids  # the text as llama.cpp tokenizes it
-    float32, scored = eager_chunked_perplexity(checkpoint.model, ids, CTX, None, bos)
-    pte, _ = export_cached(copy.deepcopy(checkpoint), "gguf", real.MAX_SEQ_LEN, default_cache_dir())
+    float32, scored = eager_chunked_perplexity(checkpoint.model, ids, ctx, None, bos)
+    pte, _ = export_cached(copy.deepcopy(checkpoint), "gguf", max_seq_len or real.MAX_SEQ_LEN, default_cache_dir())
     method = load_method_checked(pte)
-    ours, _ = chunked_perplexity(lambda t, p: method.execute([t, p])[0], ids, CTX, None, bos)
-    return {"preset": preset, "types": tensor_types(path), "file_mib": os.path.getsize(path) / 2 ** 20,
-            "pte_mib": os.path.getsize(pte) / 2 ** 20, "scored": scored, "project": ours, "float32": float32,
-            "llama_cpp": llama_cpp.perplexity(path, real.TEXT, CTX, threads)}
+    ours, _ = chunked_perplexity(lambda t, p: method.execute([t, p])[0], ids, ctx, None, bos)
+    return {"preset": label, "types": tensor_types(path), "file_mib": os.path.getsize(path) / 2 ** 20,
+            "pte_mib": os.path.getsize(pte) / 2 ** 20, "ctx": ctx, "scored": scored, "project": ours,
+            "float32": float32, "llama_cpp": llama_cpp.perplexity(path, real.TEXT, ctx, threads)}
 
 
 def report(rows: list[dict]) -> tuple[list[str], list[str]]:
@@ -73,7 +73,8 @@ def report(rows: list[dict]) -> tuple[list[str], list[str]]:
     from flow import real
 
     lines = [f"GGUF files on their own tensors (--quantize gguf): perplexity of {os.path.relpath(real.TEXT, REPO_ROOT)}"
-             f" by llama-perplexity's protocol (chunks of {CTX}, the second half of each scored: {rows[0]['scored']} "
+             f" by llama-perplexity's protocol (chunks of {rows[0]['ctx']}, the second half of each scored: "
+             f"{rows[0]['scored']} "
              "tokens), the program in ExecuTorch beside `llama-perplexity` on the same file and text and beside the "
              "float32 model transformers dequantizes from the same file.", "",
              "| file | tensor types (besides F32 norms) | file MiB | .pte MiB | perplexity, program | llama-perplexity "
@@ -113,7 +114,7 @@ def main() -> int:
     load_kernel_library(os.path.join(args.build_dir, "libcustom_ops_lib.so"))
     rows = []
     for preset in chosen:
-        rows.append(measure(preset, args.threads))
+        rows.append(measure(preset, preset_file(preset), args.threads))
         print(f"{preset}: program {rows[-1]['project']:.4f}, llama-perplexity {rows[-1]['llama_cpp']:.4f}, float32 "
               f"{rows[-1]['float32']:.4f}", flush=True)
     lines, missed = report(rows)

@@ -200,7 +200,8 @@ std::optional<std::string> decode(torch::inductor::AOTIModelPackageLoader& loade
       const at::Tensor row = outputs[0].contiguous();
       const float* values = row.const_data_ptr<float>();
       const int64_t vocab = row.size(1);
-      if (!custom_ops_runner::take_greedy_token(values, vocab, logits, generated)) {
+      if (!custom_ops_runner::take_greedy_token(values, vocab, options.logits_path.empty() ? nullptr : &logits,
+                                                generated)) {
         return "step " + std::to_string(step) + " (position " + std::to_string(position) + ") produced NaN logits";
       }
       position += static_cast<int64_t>(step_tokens.size());

@@ -35,14 +35,17 @@ inline std::optional<uint64_t> peak_resident_kib() {
   return kib;
 }
 
-// Appends a step's logits and its greedy token (the first of equal maxima, as torch.argmax); false, appending
-// nothing, when a logit is NaN (no token is the answer then).
-inline bool take_greedy_token(const float* values, int64_t vocab, std::vector<float>& logits,
+// Appends a step's greedy token (the first of equal maxima, as torch.argmax) and, when `logits` is given, its logits
+// (kept only for --logits_path: a 262k-token vocabulary is a MiB a step); false, appending nothing, when a logit is
+// NaN (no token is the answer then).
+inline bool take_greedy_token(const float* values, int64_t vocab, std::vector<float>* logits,
                               std::vector<int64_t>& generated) {
   if (std::any_of(values, values + vocab, [](float v) { return std::isnan(v); })) {
     return false;
   }
-  logits.insert(logits.end(), values, values + vocab);
+  if (logits != nullptr) {
+    logits->insert(logits->end(), values, values + vocab);
+  }
   generated.push_back(std::max_element(values, values + vocab) - values);
   return true;
 }

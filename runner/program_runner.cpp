@@ -591,16 +591,42 @@ struct Profiling {
   }
 };
 
+// The bytes of a .pte's FlatBuffers data, the file less its segments (constant data, delegate payloads): a file with
+// segments says where its program ends in the extended header exir writes at offset 8 ("eh00", the header's length,
+// then the program's size, little-endian); without one, the whole file is the program. A size the file cannot hold
+// (Program::load has verified the header) falls back to the whole file.
+size_t program_data_bytes(const executorch::runtime::DataLoader& loader, size_t file_size) {
+  constexpr size_t kHeaderAt = 8, kMinimumHeader = 24;
+  if (file_size < kHeaderAt + kMinimumHeader) {
+    return file_size;
+  }
+  auto head = loader.load(0, kHeaderAt + kMinimumHeader, executorch::runtime::DataLoader::SegmentInfo(
+                                                             executorch::runtime::DataLoader::SegmentInfo::Type::Program));
+  if (!head.ok()) {
+    return file_size;
+  }
+  const auto* bytes = static_cast<const uint8_t*>(head->data()) + kHeaderAt;
+  uint32_t length = 0;
+  uint64_t program_size = 0;
+  std::memcpy(&length, bytes + 4, sizeof(length));
+  std::memcpy(&program_size, bytes + 8, sizeof(program_size));
+  const bool extended = std::memcmp(bytes, "eh00", 4) == 0 && length >= kMinimumHeader;
+  return extended && program_size > 0 && program_size <= file_size ? static_cast<size_t>(program_size) : file_size;
+}
+
 // What the runtime and a backend trust unchecked, read first: every kernel call's values and every tensor's dtype
 // (kernel_calls.h), every list value's items and the delegates' entries and payloads (xnnpack_payload.h). The program
-// was verified already; its whole file is read once more here.
-std::optional<std::string> check_whole_file(const executorch::runtime::DataLoader& loader, bool delegated) {
+// was verified already; its FlatBuffers data is read once more here, and the whole file when a delegate's payload (in
+// a segment) must be read: a copy of the constant segments beside the loaded program would double the runner's memory
+// for a model whose weights are most of its file.
+std::optional<std::string> check_program_data(const executorch::runtime::DataLoader& loader, bool delegated) {
   auto size = loader.size();
   if (!size.ok()) {
     return std::nullopt;  // Program::load read it; nothing to add
   }
-  auto file = loader.load(0, *size, executorch::runtime::DataLoader::SegmentInfo(
-                                        executorch::runtime::DataLoader::SegmentInfo::Type::Program));
+  const size_t checked = delegated ? *size : program_data_bytes(loader, *size);
+  auto file = loader.load(0, checked, executorch::runtime::DataLoader::SegmentInfo(
+                                          executorch::runtime::DataLoader::SegmentInfo::Type::Program));
   if (!file.ok()) {
     return "cannot be read whole to check its values and delegates: " + describe(file.error());
   }
@@ -688,7 +714,7 @@ std::optional<std::string> generate(executorch::runtime::Method& method, const R
       return "step " + std::to_string(step) + " returned no float32 logits of " + std::to_string(vocab) + " values";
     }
     const float* logits = output.toTensor().const_data_ptr<float>();
-    if (!take_greedy_token(logits, vocab, all_logits, generated)) {
+    if (!take_greedy_token(logits, vocab, options.logits_path.empty() ? nullptr : &all_logits, generated)) {
       return "step " + std::to_string(step) + " (position " + std::to_string(position) + ") produced NaN logits";
     }
     position += static_cast<int64_t>(step_tokens.size());
@@ -795,7 +821,7 @@ int run_program(
   if (!meta.ok()) {
     return fail("cannot read method '" + options.method + "': " + describe(meta.error()) + logged_errors());
   }
-  if (auto err = check_whole_file(*loader, meta->num_backends() != 0)) {
+  if (auto err = check_program_data(*loader, meta->num_backends() != 0)) {
     return fail("'" + program_name + "' " + *err + ". Re-export it");
   }
   std::vector<size_t> planned_sizes;

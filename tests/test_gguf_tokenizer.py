@@ -155,3 +155,14 @@ def test_smollm2s_pre_tokenizer_splits_as_llama_cpps_smollm_type(gguf_tokenizer)
         with open(path, encoding="utf-8") as f:
             text = f.read()
         assert [p for p, _ in pre_tokenizer.pre_tokenize_str(text)] == [byte_level(p) for p in llama_cpp_pieces(text)]
+
+
+def test_the_real_modes_long_gemma3_prompt_passes_the_sliding_window(gemma3):
+    # The `real` mode's float32 check of Gemma 3 decodes this prompt to show the local layers' window sliding: it must
+    # hold more tokens than the window (read from the file) and leave room for the new tokens in the program.
+    from flow import real
+
+    metadata, tokenizer = gemma3
+    window = metadata["gemma3.attention.sliding_window"]
+    tokens = len(tokenizer.encode(real.GEMMA3.prompts[-1][0]).ids)
+    assert window < tokens <= real.GEMMA3.max_seq_len - real.NEW_TOKENS, (window, tokens)
