@@ -60,6 +60,44 @@ def test_random_vocabularies_split_random_text_as_llama_cpp_does(seed, space_pre
         assert tokenizer.encode(text).ids == expected.encode(text), repr(text)
 
 
+@pytest.mark.parametrize("add_bos, space_prefix", [(True, False), (False, True)],
+                         ids=["BOS, no space prefix", "no BOS, space prefix"])
+def test_a_vocabulary_written_by_ggufs_own_writer_is_read_field_by_field(add_bos, space_prefix, gguf_tokenizer,
+                                                                         tmp_path):
+    # The keys as the gguf package writes them (its GGUFWriter, typed arrays and scalars), read back by load() from the
+    # file alone: the tokens, scores and token types (the splits equal the reference built from the values written),
+    # the BOS and unknown ids (the tokens they name), add_bos_token and add_space_prefix (each seen in the splits).
+    import gguf
+
+    metadata = random_vocabulary(random.Random(7), space_prefix)
+    metadata["tokenizer.ggml.add_bos_token"] = add_bos
+    path = tmp_path / "vocabulary.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_tokenizer_model("llama")
+    writer.add_token_list(metadata["tokenizer.ggml.tokens"])
+    writer.add_token_scores(metadata["tokenizer.ggml.scores"])
+    writer.add_token_types(metadata["tokenizer.ggml.token_type"])
+    writer.add_bos_token_id(metadata["tokenizer.ggml.bos_token_id"])
+    writer.add_unk_token_id(metadata["tokenizer.ggml.unknown_token_id"])
+    writer.add_add_bos_token(add_bos)
+    writer.add_add_space_prefix(space_prefix)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+    tokenizer, starts_with_bos = gguf_tokenizer.load(str(path))
+    assert starts_with_bos == add_bos
+    assert (tokenizer.bos_token, tokenizer.unk_token) == ("<s>", "<unk>")
+    expected = reference(metadata)
+    for text in ("ab c", "abc cab ba", " a b", "é<ctl>a", "<s>cab  c", ""):
+        ids = tokenizer(text).input_ids
+        assert ids == expected.encode(text), repr(text)
+        assert (ids[:1] == [1]) == (add_bos or text.startswith("<s>")), repr(text)
+    prefixed = tokenizer("a", add_special_tokens=False).input_ids
+    assert (tokenizer.convert_ids_to_tokens(prefixed)[0][0] == "\u2581") == space_prefix
+
+
 def test_a_vocabulary_with_tied_normal_scores_is_refused_by_name(gguf_tokenizer):
     metadata = random_vocabulary(random.Random(0), False)
     scores = metadata["tokenizer.ggml.scores"]
