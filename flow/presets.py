@@ -102,7 +102,8 @@ def report(rows: list[dict]) -> tuple[list[str], list[str]]:
     for row in rows:
         over_llama, over_float = row["project"] / row["llama_cpp"] - 1, row["project"] / row["float32"] - 1
         size = row["pte_mib"] / row["file_mib"] - 1
-        lines.append(f"| {row['preset']} | {row['types']} | {row['ctx']} | {row['file_mib']:.1f} | {row['pte_mib']:.1f} "
+        lines.append(f"| {row['preset']} | {row['types']} | {row['ctx']} | {row['file_mib']:.1f} | "
+                     f"{row['pte_mib']:.1f} "
                      f"({100 * size:+.1f}%) | {row['project']:.4f} | {row['llama_cpp']:.4f} | {100 * over_llama:+.2f}% "
                      f"| {row['float32']:.4f} | {100 * over_float:+.2f}% |")
         for what, value, goal in (("perplexity over llama-perplexity's", over_llama, LLAMA_GOAL),

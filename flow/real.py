@@ -294,7 +294,8 @@ def check_gguf_against_float32(pte: str, checkpoint, model: RealModel = SMOLLM2)
         worst = float((fed.logits - want.logits).abs().max())
         agree = sum(int(a == b) for a, b in zip(fed.logits.argmax(-1).tolist(), want.tokens))
         if worst > GGUF_FLOAT32_TOLERANCE["atol"] or agree < GGUF_SAME_ARGMAX * len(want.tokens):
-            raise AssertionError(f"{os.path.basename(pte)}, {_shown(prompt)}, fed generate()'s tokens of the float32 model: "
+            raise AssertionError(f"{os.path.basename(pte)}, {_shown(prompt)}, fed generate()'s tokens of the float32 "
+                                 "model: "
                                  f"logits up to {worst:.3g} apart (tolerance {GGUF_FLOAT32_TOLERANCE['atol']}), the "
                                  f"same argmax at {agree} of {len(want.tokens)} steps (at least "
                                  f"{GGUF_SAME_ARGMAX:.0%})")

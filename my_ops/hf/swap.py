@@ -2,7 +2,8 @@
 written with my_ops::update_cache, its attention my_ops::sdpa_with_cache (quantize.py puts its linear layers and
 embedding on the block-format ops; export.py exports the result); a sliding window (Mistral's, Gemma 3's local layers)
 is the op's `window`. What cannot be put on the project's ops is refused by name before anything is traced: an unknown
-norm, chunked or cross attention, logit soft-capping, a missing op library. Another architecture's norm is one entry of NORMS (docs/hf.md).
+norm, chunked or cross attention, logit soft-capping, a missing op library. Another architecture's norm is one entry
+of NORMS (docs/hf.md).
 """
 
 from __future__ import annotations
