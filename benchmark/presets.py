@@ -1,6 +1,7 @@
 """Benchmark: the GGUF files people download, on their own tensors, against llama.cpp on the same files. For the
 shipped SmolLM2 file, each llama-quantize preset made from it (flow/presets.py: Q4_K_M, Q5_K_M, Q6_K, Q3_K_M, Q2_K,
-Q5_0) and Gemma 3 270M's Q4_K_M file as downloaded (`gemma3`: flow/real.py), the project's GGUF program (--quantize gguf) in ExecuTorch's Python runtime at 1 thread and at every core
+Q5_0) and Gemma 3 270M's Q4_K_M file as downloaded (`gemma3`: flow/real.py), the project's GGUF program (--quantize
+gguf) in ExecuTorch's Python runtime at 1 thread and at every core
 (ExecuTorch's threadpool reset between them; PyTorch's own threads at one, as my_ops.hf does), beside
 `llama-bench -t 1` and `-t N` on the same file, in interleaved rounds: prefill of a PROMPT_TOKENS-token prompt (warm,
 as llama-bench times it after a warm-up), decode tokens/s over NEW_TOKENS. Ratios are taken within a round; the table gives medians and the min-max across rounds.

