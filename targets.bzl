@@ -15,6 +15,7 @@ load("//codegen:codegen.bzl", "argument_kinds_header", "et_operator_library", "e
 
 _RUNNER_HEADERS = [
     "runner/command_line.h",
+    "runner/file_segment_loader.h",
     "runner/flat_reader.h",
     "runner/greedy_decoding.h",
     "runner/kernel_calls.h",

@@ -3,8 +3,6 @@
 // input (program_runner.h): verified, checked against a memory budget, and every failure is one "error:" line that
 // names the problem and the fix, with exit code 1 (2 for a bad command line, parsed as the AOTInductor runner's is:
 // command_line.h).
-#include <executorch/extension/data_loader/file_data_loader.h>
-
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -12,6 +10,7 @@
 #include <string>
 
 #include "command_line.h"
+#include "file_segment_loader.h"
 #include "program_runner.h"
 
 int main(int argc, char** argv) {
@@ -35,14 +34,13 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "error: cannot open model file '%s': %s\n", options.program.c_str(), std::strerror(errno));
     return 1;
   }
-  // Segments on cache lines: the program's tensors are 64-byte aligned within them, and kernels load weights 64 bytes
-  // at a time (the loader's default, 16, leaves each such load straddling two lines).
-  constexpr size_t kCacheLine = 64;
-  auto loader = executorch::extension::FileDataLoader::from(options.program.c_str(), kCacheLine);
+  // The program's pieces in memory of the runner's own, its weights on huge pages where the system has them
+  // (file_segment_loader.h).
+  auto loader = custom_ops_runner::FileSegmentLoader::from(options.program.c_str());
   if (!loader.ok()) {
     std::fprintf(stderr, "error: cannot read model file '%s'\n", options.program.c_str());
     return 1;
   }
   return custom_ops_runner::run_program(
-      std::make_unique<executorch::extension::FileDataLoader>(std::move(*loader)), options.program, options);
+      std::make_unique<custom_ops_runner::FileSegmentLoader>(std::move(*loader)), options.program, options);
 }

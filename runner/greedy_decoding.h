@@ -1,7 +1,7 @@
 // What both runners' greedy decoding shares (custom_ops_executor_runner and custom_ops_aoti_runner): taking a step's
 // token from its logits, and the summary printed after decoding, in one format that one parser reads (flow/model.py)
-// and the ExecuTorch vs AOTInductor benchmark compares (benchmark/aoti.py): tokens, prefill and decode times, and the
-// process's peak resident memory.
+// and the ExecuTorch vs AOTInductor benchmark compares (benchmark/aoti.py): tokens, prefill and decode times, the
+// process's peak resident memory and how much of it is on huge pages.
 #pragma once
 
 #include <algorithm>
@@ -35,6 +35,29 @@ inline std::optional<uint64_t> peak_resident_kib() {
   return kib;
 }
 
+// The process's memory mapped with 2 MiB pages, in KiB (anonymous, file and shared memory: smaps_rollup's
+// AnonHugePages, FilePmdMapped and ShmemPmdMapped); nothing where /proc is absent. A decode step streams the weights:
+// on small pages it reads them well below the machine's bandwidth (file_segment_loader.h).
+inline std::optional<uint64_t> huge_page_kib() {
+  std::FILE* rollup = std::fopen("/proc/self/smaps_rollup", "r");
+  if (rollup == nullptr) {
+    return std::nullopt;
+  }
+  uint64_t kib = 0;
+  char line[256];
+  unsigned long long value = 0;
+  while (std::fgets(line, sizeof(line), rollup) != nullptr) {
+    for (const char* field : {"AnonHugePages:", "FilePmdMapped:", "ShmemPmdMapped:"}) {
+      const size_t length = std::strlen(field);
+      if (std::strncmp(line, field, length) == 0 && std::sscanf(line + length, "%llu", &value) == 1) {
+        kib += value;
+      }
+    }
+  }
+  std::fclose(rollup);
+  return kib;
+}
+
 // Appends a step's greedy token (the first of equal maxima, as torch.argmax) and, when `logits` is given, its logits
 // (kept only for --logits_path: a 262k-token vocabulary is a MiB a step); false, appending nothing, when a logit is
 // NaN (no token is the answer then).
@@ -64,6 +87,9 @@ inline void print_decode_summary(const std::vector<int64_t>& generated, size_t p
               decode_steps > 0 ? decode_steps * 1e6 * runs / decode_total_us : 0.0, generations);
   if (auto kib = peak_resident_kib()) {
     std::printf("Peak resident memory: %llu KiB\n", static_cast<unsigned long long>(*kib));
+  }
+  if (auto kib = huge_page_kib()) {
+    std::printf("On huge pages: %llu KiB\n", static_cast<unsigned long long>(*kib));
   }
 }
 

@@ -907,6 +907,9 @@ int run_program(
   }
   std::printf("Ran method '%s' %" PRIu64 " time(s): %.3f us average\n", options.method.c_str(),
               options.num_executions, total_us / static_cast<double>(options.num_executions));
+  if (auto kib = huge_page_kib()) {
+    std::printf("On huge pages: %llu KiB\n", static_cast<unsigned long long>(*kib));
+  }
   const size_t num_outputs = method->outputs_size();  // output value indices were range-checked by preflight()
   if (!options.outputs.empty() && options.outputs.size() != num_outputs) {
     return fail("--outputs names " + std::to_string(options.outputs.size()) + " file(s) but method '" +

@@ -366,28 +366,3 @@ def test_every_kernel_of_executorchs_that_the_runner_registers_has_its_kinds_che
     theirs = {name for name in registered if not name.startswith("my_ops::")}
     assert len(theirs) > 100 and sorted(theirs - set(table)) == []
 
-
-class LargeConstant(torch.nn.Module):
-    """64 MiB of weights in the program's constant segment, read by one linear layer."""
-
-    def __init__(self):
-        super().__init__()
-        self.register_buffer("weight", torch.randn(4096, 4096, generator=torch.Generator().manual_seed(0)))
-
-    def forward(self, x):
-        return torch.ops.my_ops.linear_blocks(x, self.weight, "F32")
-
-
-def test_the_runners_check_reads_the_program_not_its_weights(combined_build, aot_ops, tmp_path):
-    # The check before running walks the program's FlatBuffers data (the size exir's extended header gives); reading
-    # the whole file beside the loaded constants doubled the runner's memory (seen: 134 MiB for this 64 MiB program,
-    # 70 MiB now). The runner's own peak, through tools/own_peak_rss.py.
-    from flow.export import export_to_pte
-    from helpers import REPO_ROOT
-
-    pte = export_to_pte(LargeConstant(), (torch.randn(1, 1, 4096),), tmp_path / "large_constant.pte")
-    peak = tmp_path / "peak"
-    subprocess.run([sys.executable, os.path.join(REPO_ROOT, "tools", "own_peak_rss.py"), str(peak),
-                    combined_build.runner, f"--model_path={pte}"], check=True, capture_output=True)
-    file_mib, peak_mib = os.path.getsize(pte) / 2 ** 20, int(peak.read_text()) / 1024
-    assert peak_mib < 1.5 * file_mib, (peak_mib, file_mib)

@@ -42,7 +42,7 @@ def _parser() -> argparse.ArgumentParser:
         sub.add_argument("--quantize", default="none", choices=list(PRECISIONS),
                          help="none (float32), 8da8w or 8da4w: 8- or 4-bit weights in blocks of 32, activations "
                               "quantized to 8 bits at run time; gguf: a .gguf file's own blocks as they are "
-                              "(Q4_0, Q4_1, Q8_0)")
+                              "(Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, the K-quants Q2_K to Q6_K, F32, F16, BF16)")
         sub.add_argument("--max_seq_len", type=int, default=512, help="positions the program holds (default 512)")
         sub.add_argument("--layers", type=int, default=None,
                          help="the model's first N blocks only: a quick check of the path through the ops (its text "

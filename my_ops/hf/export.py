@@ -81,9 +81,10 @@ def export_program(model: torch.nn.Module, *, max_seq_len: int = 256, quantize: 
                                     "delegated): the swap did not take")
     # The caches start uninitialized (their zeros are not stored in the program): every position attention reads was
     # written by this generation first, since my_ops::sdpa_with_cache reads only positions before start + T.
-    # Planned tensors (the caches, the activations) on cache lines: a kernel's 64-byte loads then touch one line each
-    # where the runtime allocates the plan on one (the project's runner does; the default plans to 16 bytes).
-    config = ExecutorchBackendConfig(memory_planning_pass=MemoryPlanningPass(alignment=64))
+    # Planned tensors (the caches, the activations) and the constants (the weights) on cache lines: a kernel's 64-byte
+    # loads then touch one line each where the runtime puts the plan and the program's data on one (the project's
+    # runner and Python loader do; ExecuTorch's default aligns both to 16 bytes).
+    config = ExecutorchBackendConfig(memory_planning_pass=MemoryPlanningPass(alignment=64), constant_tensor_alignment=64)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Mutation on a buffer in the model is detected")
         return edge.to_executorch(config)
