@@ -80,26 +80,15 @@ def _huge_kib_of_mappings(prefix: str) -> int:
     return total
 
 
-def _mapped_huge_kib(path) -> int:
-    """FilePmdMapped (KiB) of `path` mapped read-only and private, as a runtime maps a program, every page touched."""
-    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ) as m:
-        sum(m[i] for i in range(0, len(m), 4096))
-        return _huge_kib_of_mappings(str(path))
-
-
-@pytest.fixture(scope="module")
-def filesystem_gives_huge_pages(tmp_path_factory) -> bool:
-    """Whether the filesystem of the tests' temporary folders maps a file written in one piece with 2 MiB pages."""
-    control = tmp_path_factory.mktemp("control") / "control.bin"
+def test_the_python_runtime_maps_a_large_program_on_huge_pages(load_method, large_program, tmp_path):
+    # What this filesystem gives a file written in one piece and mapped as the runtime maps a program: where that is
+    # on 2 MiB pages, so is the program's data (the unnamed file beside it); where not, the program is still read from
+    # that file, not from a memfd. Seen failing with the size threshold above 64 MiB (a memfd: 0 KiB on huge pages).
+    control = tmp_path / "control.bin"
     control.write_bytes(os.urandom(WEIGHT_MIB << 20))
-    return _mapped_huge_kib(control) > 0
-
-
-def test_the_python_runtime_maps_a_large_program_on_huge_pages(load_method, large_program,
-                                                               filesystem_gives_huge_pages):
-    # Where the filesystem maps a file written in one piece on 2 MiB pages, so is the program's data (the unnamed file
-    # beside it); where not, the program is still read from that file, not from a memfd. Seen failing with the size
-    # threshold above 64 MiB (a memfd: 0 KiB on huge pages).
+    with open(control, "rb") as f, mmap.mmap(f.fileno(), 0, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ) as m:
+        sum(m[i] for i in range(0, len(m), 4096))
+        filesystem_gives = _huge_kib_of_mappings(str(control)) > 0
     directory = os.path.dirname(large_program)
     method = load_method(large_program)
     x = torch.randn(1, 1, 4096)
@@ -107,33 +96,5 @@ def test_the_python_runtime_maps_a_large_program_on_huge_pages(load_method, larg
     with open("/proc/self/maps") as f:
         assert any(line.rstrip().endswith("(deleted)") and line.split()[-2].startswith(directory) for line in f), \
             "the program is not read from an unnamed file beside it"
-    if filesystem_gives_huge_pages:
+    if filesystem_gives:
         assert _huge_kib_of_mappings(directory) >= WEIGHT_MIB // 2 * 1024
-
-
-class ManyConstants(torch.nn.Module):
-    """64 MiB of weights as a decoder holds them: 64 layers of 1 MiB."""
-
-    def __init__(self):
-        super().__init__()
-        generator = torch.Generator().manual_seed(0)
-        self.weights = torch.nn.ParameterList([torch.randn(256, 1024, generator=generator) for _ in range(WEIGHT_MIB)])
-
-    def forward(self, x):
-        return sum(torch.nn.functional.linear(x, w) for w in self.weights)
-
-
-def test_my_ops_hf_writes_a_program_the_page_cache_maps_on_huge_pages(filesystem_gives_huge_pages, tmp_path):
-    # exir writes a program tensor by tensor (a layer's MiB at a time); my_ops.hf.write_program writes it 8 MiB at a
-    # time, so a runtime that maps the file (ExecuTorch's Module, TextLLMRunner) reads the weights on 2 MiB pages. Seen
-    # failing with the default buffer: 0 KiB.
-    from executorch.exir import to_edge
-
-    from my_ops.hf import write_program
-
-    with torch.no_grad():
-        program = to_edge(torch.export.export(ManyConstants(), (torch.randn(1, 1024),))).to_executorch()
-    path = write_program(program, str(tmp_path / "written.pte"))
-    assert open(path, "rb").read() == program.buffer
-    if filesystem_gives_huge_pages:
-        assert _mapped_huge_kib(path) >= WEIGHT_MIB // 2 * 1024

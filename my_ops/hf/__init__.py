@@ -2,7 +2,7 @@
 
     model = AutoModelForCausalLM.from_pretrained(path)
     program = my_ops.hf.export_program(model, max_seq_len=256, quantize="8da4w")   # None: float32; or "8da8w"
-    my_ops.hf.write_program(program, "model.pte")    # in pieces the page cache keeps on 2 MiB pages
+    program.write_to_file(open("model.pte", "wb"))
 
     python -m my_ops.hf generate --model PATH --prompt "The capital of France is" [--chat] [--quantize 8da4w]
     python -m my_ops.hf export --model PATH [--quantize ...] --output DIR
@@ -13,11 +13,11 @@ norms, KV cache and attention are my_ops::rms_norm, update_cache and sdpa_with_c
 embedding my_ops' block-format ops (quantize.py); a PATH is a model folder or a llama.cpp GGUF file (checkpoint.py).
 """
 
-from .export import QUANTIZE_MODES, export_program, prepare, program_ops, write_program
+from .export import QUANTIZE_MODES, export_program, prepare, program_ops
 from .quantize import Embedding, Linear, put_linears_on_ops
 from .swap import (ATTENTION_NAME, ATTENTIONS, MLPS, NORMS, OPS, MLP, Attention, ExportableDecoder, RMSNorm,
                    UnsupportedModelError, problems, sdpa_with_cache_attention, swap_ops)
 
 __all__ = ["ATTENTIONS", "ATTENTION_NAME", "MLPS", "NORMS", "OPS", "QUANTIZE_MODES", "Attention", "Embedding",
            "ExportableDecoder", "Linear", "MLP", "RMSNorm", "UnsupportedModelError", "export_program", "prepare",
-           "problems", "program_ops", "put_linears_on_ops", "sdpa_with_cache_attention", "swap_ops", "write_program"]
+           "problems", "program_ops", "put_linears_on_ops", "sdpa_with_cache_attention", "swap_ops"]

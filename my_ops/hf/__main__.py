@@ -120,11 +120,13 @@ def _run(args) -> int:
 
 
 def _export(args, checkpoint, quantize) -> int:
-    from .export import export_checkpoint, write_program
+    from .export import export_checkpoint
 
     os.makedirs(args.output, exist_ok=True)
-    pte = write_program(export_checkpoint(checkpoint, max_seq_len=args.max_seq_len, quantize=quantize),
-                        os.path.join(args.output, "model.pte"))
+    program = export_checkpoint(checkpoint, max_seq_len=args.max_seq_len, quantize=quantize)
+    pte = os.path.join(args.output, "model.pte")
+    with open(pte, "wb") as f:
+        program.write_to_file(f)
     from .checkpoint import save_tokenizer
 
     print(f"Wrote {pte} ({os.path.getsize(pte) / 2 ** 20:.1f} MiB) and {save_tokenizer(checkpoint.tokenizer, args.output)}")

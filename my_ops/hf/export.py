@@ -84,25 +84,10 @@ def export_program(model: torch.nn.Module, *, max_seq_len: int = 256, quantize: 
     # Planned tensors (the caches, the activations) and the constants (the weights) on cache lines: a kernel's 64-byte
     # loads then touch one line each where the runtime puts the plan and the program's data on one (the project's
     # runner and Python loader do; ExecuTorch's default aligns both to 16 bytes).
-    config = ExecutorchBackendConfig(memory_planning_pass=MemoryPlanningPass(alignment=64),
-                                     constant_tensor_alignment=64)
+    config = ExecutorchBackendConfig(memory_planning_pass=MemoryPlanningPass(alignment=64), constant_tensor_alignment=64)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Mutation on a buffer in the model is detected")
         return edge.to_executorch(config)
-
-
-# Bytes a program's file is written in at a time: the page cache holds a file written in pieces of 8 MiB or more in
-# 2 MiB folios (ext4 and XFS on recent kernels), so a runtime that maps the file (ExecuTorch's Module, TextLLMRunner,
-# a loader by path) reads the weights on 2 MiB pages; exir writes each tensor on its own (seen: 0 KiB of Gemma 3's
-# 241 MiB program mapped so, in writes of 1 MiB or less; all of it from writes of 8 MiB).
-PROGRAM_WRITE_BYTES = 8 << 20
-
-
-def write_program(program, path: str) -> str:
-    """`program` (ExecutorchProgramManager) into the file at `path`, PROGRAM_WRITE_BYTES at a time."""
-    with open(path, "wb", buffering=PROGRAM_WRITE_BYTES) as f:
-        program.write_to_file(f)
-    return path
 
 
 def export_checkpoint(checkpoint, *, max_seq_len: int = 256, quantize: str | None = None):

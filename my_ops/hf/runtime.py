@@ -199,12 +199,14 @@ def export_cached(checkpoint, quantize: str | None, max_seq_len: int, cache_dir:
     """The program of `checkpoint` at `quantize`: exported once per model file, settings, package versions, my_ops
     sources and op schemas into cache_dir; (path, whether it was exported now; on_export() is called first then). The
     checkpoint's model is swapped in place when it is exported."""
-    from .export import export_checkpoint, write_program
+    from .export import export_checkpoint
 
     def make(path: str) -> None:
         if on_export is not None:
             on_export()
-        write_program(export_checkpoint(checkpoint, max_seq_len=max_seq_len, quantize=quantize), path)
+        program = export_checkpoint(checkpoint, max_seq_len=max_seq_len, quantize=quantize)
+        with open(path, "wb") as f:
+            program.write_to_file(f)
 
     # A model cut to its first layers is a program of its own name: the cache keeps the newest of each name.
     cut = f"_{checkpoint.layers}layers" if checkpoint.layers is not None else ""
