@@ -104,6 +104,12 @@ class CheckedMethod:
         return self._method.metadata
 
 
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:  # os.write may take less than it is given
+        view = view[os.write(fd, view):]
+
+
 def _as_file(data: bytes) -> int | None:
     """A sealed in-memory file holding `data` (its descriptor), or None where the system has none (memfd is Linux's).
     The runtime maps a program it loads from a path at a page boundary, so the program's 64-byte-aligned tensors stay
@@ -114,9 +120,7 @@ def _as_file(data: bytes) -> int | None:
 
     fd = os.memfd_create("checked.pte", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
+        _write_all(fd, data)
         fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE)
     except BaseException:
         os.close(fd)
@@ -145,9 +149,7 @@ def _unnamed_file(data: bytes, directory: str) -> int | None:
     except OSError:  # no O_TMPFILE on this filesystem, a read-only or missing folder
         return None
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
+        _write_all(fd, data)
     except OSError:  # out of space
         os.close(fd)
         return None

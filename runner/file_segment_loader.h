@@ -98,13 +98,14 @@ class FileSegmentLoader final : public executorch::runtime::DataLoader {
 
   static void* allocate(size_t size) {
     const size_t alignment = size >= kHugePage ? kHugePage : kCacheLine;
+    const size_t rounded = (size + alignment - 1) / alignment * alignment;
     void* data = nullptr;
-    if (::posix_memalign(&data, alignment, (size + alignment - 1) / alignment * alignment) != 0) {
+    if (::posix_memalign(&data, alignment, rounded) != 0) {
       return nullptr;
     }
 #if defined(MADV_HUGEPAGE)
     if (alignment == kHugePage) {
-      ::madvise(data, (size + alignment - 1) / alignment * alignment, MADV_HUGEPAGE);  // before the read touches it
+      ::madvise(data, rounded, MADV_HUGEPAGE);  // before the read touches it
     }
 #endif
     return data;

@@ -10,52 +10,44 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <initializer_list>
 #include <optional>
 #include <vector>
 
 namespace custom_ops_runner {
 
-// VmHWM of /proc/self/status in KiB; nothing where /proc is absent (not Linux). Read from inside: a parent's wait4()
-// also counts what the forked child held before exec, which from a Python parent with torch loaded is hundreds of MiB.
-inline std::optional<uint64_t> peak_resident_kib() {
-  std::FILE* status = std::fopen("/proc/self/status", "r");
-  if (status == nullptr) {
+// The sum of the KiB values of `fields` (e.g. "VmHWM:") in a /proc file of this process; nothing where it is absent
+// (not Linux) or names none of them.
+inline std::optional<uint64_t> proc_kib(const char* path, std::initializer_list<const char*> fields) {
+  std::FILE* file = std::fopen(path, "r");
+  if (file == nullptr) {
     return std::nullopt;
   }
   std::optional<uint64_t> kib;
   char line[256];
   unsigned long long value = 0;
-  while (std::fgets(line, sizeof(line), status) != nullptr) {
-    if (std::strncmp(line, "VmHWM:", 6) == 0 && std::sscanf(line + 6, "%llu", &value) == 1) {
-      kib = value;
-      break;
-    }
-  }
-  std::fclose(status);
-  return kib;
-}
-
-// The process's memory mapped with 2 MiB pages, in KiB (anonymous, file and shared memory: smaps_rollup's
-// AnonHugePages, FilePmdMapped and ShmemPmdMapped); nothing where /proc is absent. A decode step streams the weights:
-// on small pages it reads them well below the machine's bandwidth (file_segment_loader.h).
-inline std::optional<uint64_t> huge_page_kib() {
-  std::FILE* rollup = std::fopen("/proc/self/smaps_rollup", "r");
-  if (rollup == nullptr) {
-    return std::nullopt;
-  }
-  uint64_t kib = 0;
-  char line[256];
-  unsigned long long value = 0;
-  while (std::fgets(line, sizeof(line), rollup) != nullptr) {
-    for (const char* field : {"AnonHugePages:", "FilePmdMapped:", "ShmemPmdMapped:"}) {
+  while (std::fgets(line, sizeof(line), file) != nullptr) {
+    for (const char* field : fields) {
       const size_t length = std::strlen(field);
       if (std::strncmp(line, field, length) == 0 && std::sscanf(line + length, "%llu", &value) == 1) {
-        kib += value;
+        kib = kib.value_or(0) + value;
       }
     }
   }
-  std::fclose(rollup);
+  std::fclose(file);
   return kib;
+}
+
+// The peak resident memory (VmHWM), read from inside: a parent's wait4() also counts what the forked child held
+// before exec, which from a Python parent with torch loaded is hundreds of MiB.
+inline std::optional<uint64_t> peak_resident_kib() {
+  return proc_kib("/proc/self/status", {"VmHWM:"});
+}
+
+// The memory mapped with 2 MiB pages (anonymous, file and shared memory). A decode step streams the weights: on small
+// pages it reads them well below the machine's bandwidth (file_segment_loader.h).
+inline std::optional<uint64_t> huge_page_kib() {
+  return proc_kib("/proc/self/smaps_rollup", {"AnonHugePages:", "FilePmdMapped:", "ShmemPmdMapped:"});
 }
 
 // Appends a step's greedy token (the first of equal maxima, as torch.argmax) and, when `logits` is given, its logits

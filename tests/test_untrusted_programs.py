@@ -13,10 +13,8 @@ class is stopped before that, by verification, the pre-flight or the kernels' ch
 import os
 import re
 import subprocess
-import sys
 
 import pytest
-import torch
 
 from helpers import outcome, run_flow, run_in_fresh_python, run_runner
 import regression_inputs
@@ -365,4 +363,3 @@ def test_every_kernel_of_executorchs_that_the_runner_registers_has_its_kinds_che
                   if line.startswith("operator ")}
     theirs = {name for name in registered if not name.startswith("my_ops::")}
     assert len(theirs) > 100 and sorted(theirs - set(table)) == []
-

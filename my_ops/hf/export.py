@@ -84,7 +84,8 @@ def export_program(model: torch.nn.Module, *, max_seq_len: int = 256, quantize: 
     # Planned tensors (the caches, the activations) and the constants (the weights) on cache lines: a kernel's 64-byte
     # loads then touch one line each where the runtime puts the plan and the program's data on one (the project's
     # runner and Python loader do; ExecuTorch's default aligns both to 16 bytes).
-    config = ExecutorchBackendConfig(memory_planning_pass=MemoryPlanningPass(alignment=64), constant_tensor_alignment=64)
+    config = ExecutorchBackendConfig(memory_planning_pass=MemoryPlanningPass(alignment=64),
+                                     constant_tensor_alignment=64)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Mutation on a buffer in the model is detected")
         return edge.to_executorch(config)
