@@ -80,7 +80,7 @@ def rows(presets: list[str], rounds: int) -> list[dict]:
         checkpoint = load(path)
         with open(real.TEXT, encoding="utf-8") as f:
             ids = list(checkpoint.tokenizer.encode(f.read(), add_special_tokens=False))[:PROMPT_TOKENS]
-        max_seq_len = real.MODELS[preset].max_seq_len if preset in files.OTHER_MODELS else real.MAX_SEQ_LEN
+        max_seq_len = real.MODELS.get(preset, real.SMOLLM2).max_seq_len  # a preset is SmolLM2's file
         pte, _ = export_cached(copy.deepcopy(checkpoint), "gguf", max_seq_len, default_cache_dir())
         del checkpoint
         measured.append(measure(preset, files.tensor_types(path), pte, path, ids, rounds))
@@ -196,7 +196,7 @@ def main() -> int:
     from flow.runtime import load_kernel_library
 
     chosen = [files.SHIPPED if p == "Q4_1" else p for p in (args.presets or ",".join(
-        ("Q4_1", *files.PRESETS, *files.OTHER_MODELS))).split(",") if p]
+        ("Q4_1", *files.PRESETS, *files.other_models()))).split(",") if p]
     register_ops(args.build_dir)
     load_kernel_library(os.path.join(args.build_dir, "libcustom_ops_lib.so"))
     print(f"\nGGUF files on their own tensors: the project's program (Python runtime) against llama-bench on the same "

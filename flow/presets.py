@@ -27,7 +27,14 @@ SHIPPED = "Q4_1 (shipped)"
 CTX = 256
 LLAMA_GOAL, FLOAT32_GOAL, SIZE_GOAL = 0.005, 0.01, 0.05
 PRESET_DIR = os.path.join(REPO_ROOT, "cmake-out", "llama.cpp", "presets")
-OTHER_MODELS = ("gemma3",)  # flow/real.py's models beside SmolLM2, each at its own context and positions
+
+
+def other_models() -> tuple[str, ...]:
+    """flow/real.py's models beside SmolLM2 (whose file the presets are made from), each at its own context and
+    positions."""
+    from flow import real
+
+    return tuple(name for name, model in real.MODELS.items() if model is not real.SMOLLM2)
 
 
 def preset_file(preset: str) -> str:
@@ -35,7 +42,7 @@ def preset_file(preset: str) -> str:
     model's file (flow/real.py's MODELS: gemma3)."""
     from flow import llama_cpp, real
 
-    if preset in OTHER_MODELS:
+    if preset in other_models():
         return real.MODELS[preset].path()
     return real.gguf_path() if preset == SHIPPED else llama_cpp.quantized(real.gguf_path(), preset, PRESET_DIR)
 
@@ -78,7 +85,7 @@ def measure_preset(preset: str, threads: int) -> dict:
     """measure() of a preset's file, or of another model's at its own context and positions."""
     from flow import real
 
-    if preset in OTHER_MODELS:
+    if preset in other_models():
         model = real.MODELS[preset]
         return measure(os.path.basename(model.path()), model.path(), threads, ctx=model.perplexity_ctx,
                        max_seq_len=model.max_seq_len)
@@ -126,9 +133,9 @@ def main() -> int:
     from flow.runtime import load_kernel_library
 
     chosen = [SHIPPED if p == SHIPPED.split()[0] else p for p in args.presets.split(",") if p]
-    if unknown := [p for p in chosen if p != SHIPPED and p not in PRESETS and p not in OTHER_MODELS]:
+    if unknown := [p for p in chosen if p != SHIPPED and p not in PRESETS and p not in other_models()]:
         print(f"error: no preset {', '.join(unknown)}; choose from {SHIPPED.split()[0]}, {', '.join(PRESETS)}, "
-              f"{', '.join(OTHER_MODELS)}", file=sys.stderr)
+              f"{', '.join(other_models())}", file=sys.stderr)
         return 2
     register_ops(args.build_dir)
     load_kernel_library(os.path.join(args.build_dir, "libcustom_ops_lib.so"))
