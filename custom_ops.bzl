@@ -150,6 +150,16 @@ CUSTOM_OPS = {
         "example_program": "silu_mul",
         "example_model": "ops.silu_mul.silu_mul.example",
     },
+    "my_ops::gelu_mul": {
+        "registered_from": "python",
+        "python_module": "ops.gelu_mul.gelu_mul",
+        "kernel_sources": ["ops/gelu_mul/gelu_mul_out.cpp"],
+        "without_python_sources": ["ops/gelu_mul/gelu_mul_without_python.cpp"],
+        "reference": "ops.gelu_mul.gelu_mul.gelu_mul_reference",
+        "dtypes": ["float32", "float16", "bfloat16"],
+        "example_program": "gelu_mul",
+        "example_model": "ops.gelu_mul.gelu_mul.example",
+    },
     "my_ops::add_rms_norm": {
         "registered_from": "python",
         "python_module": "ops.add_rms_norm.add_rms_norm",

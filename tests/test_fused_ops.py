@@ -93,6 +93,41 @@ def test_the_silu_mul_kernel_is_within_3_ulp_of_float64(dtype, load_method, tmp_
     assert ((actual[special] - expected[special]).abs().nan_to_num() <= 1e-30).all()
 
 
+class CallGeluMul(torch.nn.Module):
+    def forward(self, gate, up):
+        return torch.ops.my_ops.gelu_mul(gate, up)
+
+
+def gelu_tanh_times_in_float64(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    # 0.5 g (1 + tanh(z)) = g * sigmoid(2z): the sigmoid keeps float64's precision where tanh(z) rounds to -1.
+    g = gate.double()
+    return g * torch.sigmoid(2 * math.sqrt(2 / math.pi) * (g + 0.044715 * g**3)) * up.double()
+
+
+@pytest.mark.parametrize("dtype", FLOATING, ids=str)
+def test_the_gelu_mul_kernel_is_near_gelu_tanh_in_float64(dtype, load_method, tmp_path):
+    # Every gate from -20 to 20 in 2^15 steps (through the tail where tanh(z) nears -1 and the exp overflows), a length
+    # that leaves a tail after whole vectors, +-100, then the specials; up random.
+    gate = torch.cat((torch.linspace(-20, 20, (1 << 15) + 7),
+                      torch.tensor([100.0, -100.0, 0.0, -0.0, 1e-30, float("inf"), float("-inf"), float("nan")])))
+    gate = gate.to(dtype)
+    up = torch.randn(gate.shape, generator=torch.Generator().manual_seed(3)).to(dtype)
+    pte = export_to_pte(CallGeluMul(), (gate, up), tmp_path / "gelu_mul.pte")
+    actual = run_twice(load_method, pte, [gate, up]).double()
+    expected = gelu_tanh_times_in_float64(gate, up)
+    finite = torch.isfinite(gate.double())
+    assert torch.equal(actual[~finite].isnan(), expected[~finite].isnan())  # inf * 1, -inf * 0, NaN
+    assert torch.equal(actual[~finite].nan_to_num(), expected[~finite].nan_to_num())
+    # A few roundings in float (the cubic, z, the exp, the quotient, the product; the 16-bit types round the gelu and
+    # the product), plus what z's roundings do to exp(-2z) in the negative tail, where the result is far below the
+    # inputs: at most float's epsilon of |gate * up| (ATen's 1 + tanh(z) in float loses all of it there).
+    a, e = actual[finite], expected[finite]
+    scale = (gate.double() * up.double()).abs()[finite]
+    ulp = torch.finfo(dtype).eps * e.abs() + torch.finfo(dtype).tiny
+    bound = (4 if dtype == torch.float32 else 2) * ulp + torch.finfo(torch.float32).eps * scale
+    assert ((a - e).abs() <= bound).all(), (a - e).abs().sub(bound).max()
+
+
 @pytest.mark.parametrize("dtype", FLOATING, ids=str)
 def test_the_add_rms_norm_kernel_gives_rms_norms_bits_of_the_sum(dtype, load_method, tmp_path):
     # The fusion must change no output: the sum equals ATen's add and the norm equals my_ops::rms_norm of it bit for
@@ -387,12 +422,13 @@ def test_a_near_miss_of_rope_stays_aten_ops(rotate):
 
 
 class Gated(torch.nn.Module):
-    def __init__(self, keep_activation=False):
+    def __init__(self, keep_activation=False, activation=torch.nn.functional.silu):
         super().__init__()
         self.keep_activation = keep_activation
+        self.activation = activation
 
     def forward(self, gate, up):
-        activation = torch.nn.functional.silu(gate)
+        activation = self.activation(gate)
         out = up * activation  # the other operand order
         return (out, activation) if self.keep_activation else (out,)
 
@@ -404,6 +440,24 @@ def test_the_pass_finds_swiglu_and_leaves_what_the_op_cannot_take():
     # The activation used elsewhere too, and an up that broadcasts: silu_mul computes neither.
     assert assert_same_bits(Gated(keep_activation=True), (gate, up))[0].counts["swiglu"] == 0
     assert assert_same_bits(Gated(), (gate, torch.randn(24)))[0].counts["swiglu"] == 0
+
+
+def gelu_tanh(x):
+    return torch.nn.functional.gelu(x, approximate="tanh")
+
+
+def test_the_pass_finds_geglu_and_leaves_the_exact_gelu():
+    gate, up = torch.randn(2, 5, 24), torch.randn(2, 5, 24)
+    report, program = assert_same_bits(Gated(activation=gelu_tanh), (gate, up))
+    assert (report.counts["geglu"], report.counts["swiglu"]) == (1, 0) and "aten.gelu.default" not in targets(program)
+    assert report.missing(["swiglu", "geglu"]) == []  # an MLP gates one way: the other is not missing
+    # The exact (erf) gelu is another function, the activation used elsewhere, an up that broadcasts: all left.
+    for module, inputs in ((Gated(activation=torch.nn.functional.gelu), (gate, up)),
+                           (Gated(keep_activation=True, activation=gelu_tanh), (gate, up)),
+                           (Gated(activation=gelu_tanh), (gate, torch.randn(24)))):
+        report, program = assert_same_bits(module, inputs)
+        assert report.counts["geglu"] == 0 and "aten.gelu.default" in targets(program)
+        assert report.missing(["swiglu", "geglu"]) == ["swiglu", "geglu"]
 
 
 class ResidualNorm(torch.nn.Module):
@@ -519,7 +573,7 @@ def test_every_layer_of_a_transformers_decoder_is_fused_and_computes_the_same_bi
     # output: no add before it). Qwen3's norms on q and k sit between the split and the rotation: its attention stays
     # four ops (rope's already in), so its layers stay several ops, with a norm after each residual add: two a layer.
     llama = name == "llama"
-    assert report.counts == {"rope": 2 * layers, "attention": layers if llama else 0, "swiglu": layers,
+    assert report.counts == {"rope": 2 * layers, "attention": layers if llama else 0, "swiglu": layers, "geglu": 0,
                              "layer": layers if llama else 0, "add_norm": 0 if llama else 2 * layers}
     assert report.missing(report.counts) == ([] if llama else ["attention", "layer"])
     left = targets(program)
@@ -557,6 +611,29 @@ def test_the_fused_program_gives_the_unfused_programs_bits(tiny, load_method, tm
         assert bit_difference(fused, unfused) is None, position
 
 
+def test_gemmas_gated_mlp_runs_as_gelu_mul_near_the_unfused_programs_logits(tiny, load_method, tmp_path):
+    # Gemma 3's MLP gates with gelu(approximate="tanh"): every layer's becomes my_ops::gelu_mul (ExecuTorch's gelu is
+    # gone from the program), whose one exp is not the gelu kernel's tanh: the logits stay within float32 rounding of
+    # the unfused program's, and so do the greedy tokens, over a prompt and three steps.
+    import my_ops.hf
+
+    hf_models, root = tiny
+    directory = hf_models.make_checkpoint("gemma3", str(root / "gemma3"))
+    methods = {}
+    for fusions in (None, ()):
+        program = my_ops.hf.export_program(hf_models.load(directory), max_seq_len=32, fusions=fusions)
+        operators = {op.name for op in program.executorch_program.execution_plan[0].operators}
+        assert ("my_ops::gelu_mul" in operators, "aten::gelu" in operators) == (fusions is None, fusions == ())
+        path = tmp_path / f"gemma3_{'fused' if fusions is None else 'unfused'}.pte"
+        path.write_bytes(program.buffer)
+        methods[fusions] = load_method(path)
+    steps = [(torch.tensor([[3, 1, 4, 1, 5]]), 0), *((torch.tensor([[t]]), p) for t, p in ((9, 5), (2, 6), (6, 7)))]
+    for tokens, position in steps:
+        fused, unfused = (methods[f].execute([tokens, torch.tensor([position])])[0] for f in (None, ()))
+        torch.testing.assert_close(fused, unfused, rtol=1e-5, atol=1e-5 * unfused.abs().max().item())
+        assert torch.equal(fused.argmax(-1), unfused.argmax(-1)), position
+
+
 def test_a_layer_adds_one_op_to_a_step(tiny):
     # The ops one decoder layer adds to the program: a program of two layers less one of one. Fused:
     # my_ops::decoder_layer (9 with the layer's parts fused alone: two residual adds with their norms, four linear
@@ -576,7 +653,8 @@ def test_a_model_without_a_pattern_exports_and_is_told_which(tiny):
 
     hf_models, root = tiny
     directory = hf_models.make_checkpoint("llama", str(root / "gelu"), hidden_act="gelu", num_hidden_layers=1)
-    with pytest.warns(UserWarning, match="this model computes no swiglu, layer pattern"):  # a layer needs swiglu
+    # The exact gelu is neither gated activation; a layer needs swiglu.
+    with pytest.warns(UserWarning, match="this model computes no swiglu, geglu, layer pattern"):
         my_ops.hf.export_program(hf_models.load(directory), max_seq_len=32)
     with pytest.raises(my_ops.hf.UnsupportedModelError, match=r"no place for swiglu \(my_ops::silu_mul\)"):
         my_ops.hf.export_program(hf_models.load(directory), max_seq_len=32, fusions=["rope", "swiglu"])

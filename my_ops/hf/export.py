@@ -49,8 +49,8 @@ def export_program(model: torch.nn.Module, *, max_seq_len: int = 256, quantize: 
     """Swaps the project's ops into `model` (in place), exports it and returns the ExecuTorch program (an
     ExecutorchProgramManager: .buffer, .write_to_file). quantize: None (float32), "8da8w", "8da4w" or "gguf" (the
     blocks my_ops.gguf.attach_blocks put on the model). fusions: the export pass's fused ops (fuse.py's FUSIONS:
-    "rope", "swiglu", "add_norm"); None puts in each one whose pattern the model computes and warns naming the others, a list
-    requires each (refused by name where the model lacks it), () puts in none. Checks that every custom op of the
+    "rope", "swiglu", "geglu", "add_norm", ...); None puts in each one whose pattern the model computes and warns naming
+    the others, a list requires each (refused by name where the model lacks it), () puts in none. Checks that every custom op of the
     precision reached the program's own kernels."""
     from executorch.exir import EdgeCompileConfig, ExecutorchBackendConfig, to_edge
     from executorch.exir.passes import MemoryPlanningPass

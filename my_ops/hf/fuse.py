@@ -3,6 +3,7 @@ EXIR's lowering, it finds patterns a decoder computes in ATen ops and replaces e
 
   rope      x * cos + cat(-x[..., D/2:], x[..., :D/2]) * sin   ->  my_ops::rope(x, cos, sin)   (ten ops -> one)
   swiglu    silu(gate) * up                                     ->  my_ops::silu_mul(gate, up)  (three -> one)
+  geglu     gelu(gate, approximate="tanh") * up                 ->  my_ops::gelu_mul(gate, up)  (two -> one; Gemma's)
   add_norm  s = x + residual; my_ops::rms_norm(s, w, eps)       ->  my_ops::add_rms_norm(x, residual, w, eps)
                                                                     (two -> one; s is still an output)
   attention q, k, v = split(qkv); update_cache(rope(k), kc, p);     ->  my_ops::rope_sdpa_with_cache(qkv, cos, sin,
@@ -29,9 +30,12 @@ from .swap import UnsupportedModelError
 
 aten = torch.ops.aten
 FUSIONS = {"rope": "my_ops::rope", "attention": "my_ops::rope_sdpa_with_cache",  # fusion -> the op it puts in
-           "swiglu": "my_ops::silu_mul", "layer": "my_ops::decoder_layer", "add_norm": "my_ops::add_rms_norm"}
+           "swiglu": "my_ops::silu_mul", "geglu": "my_ops::gelu_mul", "layer": "my_ops::decoder_layer",
+           "add_norm": "my_ops::add_rms_norm"}
 # What a fusion's op holds of the others': where it found its pattern, theirs are inside it, not missing.
 _CONTAINS = {"attention": ("rope",), "layer": ("rope", "attention", "swiglu", "add_norm")}
+# Fusions of which a model computes one: an MLP gates with silu or with gelu, so the other is not missing.
+_EITHER = {"swiglu": "geglu", "geglu": "swiglu"}
 _FLOATING = (torch.float32, torch.float16, torch.bfloat16)
 
 
@@ -44,8 +48,9 @@ class Fused:
 
     def missing(self, fusions) -> list[str]:
         """The fusions that found no place of their own nor inside a fusion that contains them."""
-        inside = {part for name, parts in _CONTAINS.items() if self.counts.get(name) for part in parts}
-        return [name for name in fusions if not self.counts.get(name) and name not in inside]
+        found = {name for name, count in self.counts.items() if count}
+        found |= {part for name in found for part in _CONTAINS.get(name, ())}
+        return [name for name in fusions if name not in found and _EITHER.get(name) not in found]
 
     def ops(self) -> tuple[str, ...]:
         """The fused ops the pass put in that are still in the graph (a rope's may have gone into attention)."""
@@ -122,19 +127,36 @@ def _rope_operands(add):
     return None
 
 
-def _swiglu_operands(mul):
-    """((gate, up), [mul], []) when `mul` computes silu(gate) * up (in either order) on one shape and dtype, else
-    None."""
+def _gated_operands(mul, is_activation):
+    """((gate, up), [mul], []) when `mul` computes activation(gate) * up (in either order) on one shape and dtype, the
+    activation a node `is_activation` accepts and used only there, else None."""
     if not _is(mul, aten.mul.Tensor) or len(mul.args) != 2:
         return None
     for activation, up in (mul.args, mul.args[::-1]):
-        if not _is(activation, aten.silu.default) or len(activation.users) != 1:
+        if not is_activation(activation) or len(activation.users) != 1:
             continue
         gate = activation.args[0]
         g, u = _value(gate), _value(up)
         if g is not None and u is not None and g.shape == u.shape and g.dtype == u.dtype and g.dtype in _FLOATING:
             return (gate, up), [mul], []
     return None
+
+
+def _swiglu_operands(mul):
+    """silu(gate) * up: _gated_operands' answer."""
+    return _gated_operands(mul, lambda node: _is(node, aten.silu.default))
+
+
+def _is_gelu_tanh(node) -> bool:
+    """Whether `node` is aten.gelu with approximate="tanh" (the exact, erf form is another function)."""
+    if not _is(node, aten.gelu.default) or len(node.args) != 1 + ("approximate" not in node.kwargs):
+        return False
+    return (node.args[1] if len(node.args) > 1 else node.kwargs["approximate"]) == "tanh"
+
+
+def _geglu_operands(mul):
+    """gelu(gate, approximate="tanh") * up: _gated_operands' answer."""
+    return _gated_operands(mul, _is_gelu_tanh)
 
 
 def _eps(norm) -> float:
@@ -308,20 +330,22 @@ def _layer_operands(out_add):
 
 
 _MATCHERS = {"rope": _rope_operands, "attention": _attention_operands, "swiglu": _swiglu_operands,
-             "layer": _layer_operands, "add_norm": _add_norm_operands}
+             "geglu": _geglu_operands, "layer": _layer_operands, "add_norm": _add_norm_operands}
 _PATTERNS = {"rope": "x * cos + cat(-x[..., D/2:], x[..., :D/2]) * sin",
              "attention": "my_ops::sdpa_with_cache of rotated q over caches just written with rotated k and v, all "
                           "split from one projection",
              "swiglu": "silu(gate) * up",
+             "geglu": 'gelu(gate, approximate="tanh") * up',
              "layer": "h = x + o(attention(qkv(rms_norm(x)))); h + down(silu_mul(gate_up(rms_norm(h)))) on "
                       "linear_blocks projections without a bias",
              "add_norm": "my_ops::rms_norm(x + residual)"}
 # The ops a matched pattern is made of: erased once nothing uses them (never an op with an effect: a matcher names the
 # writes its op takes over, and only those are erased).
 _PURE = (aten.add.Tensor, aten.mul.Tensor, aten.cat.default, aten.neg.default, aten.slice.Tensor, aten.silu.default,
-         aten.unsqueeze.default, aten.view.default, aten.reshape.default, aten.split_with_sizes.default,
-         aten.split.Tensor, operator.getitem, "my_ops.rms_norm.default", "my_ops.rope.default",
-         "my_ops.sdpa_with_cache.default", "my_ops.linear_blocks.default", "my_ops.silu_mul.default")
+         aten.gelu.default, aten.unsqueeze.default, aten.view.default, aten.reshape.default,
+         aten.split_with_sizes.default, aten.split.Tensor, operator.getitem, "my_ops.rms_norm.default",
+         "my_ops.rope.default", "my_ops.sdpa_with_cache.default", "my_ops.linear_blocks.default",
+         "my_ops.silu_mul.default")
 
 
 def _erase_unused(graph: torch.fx.Graph, node, erased: set) -> None:

@@ -174,7 +174,7 @@ def cached(cache_dir: str, name: str, key: str, make: Callable[[str], None]) -> 
 # schemas, so an op declared beside them keeps every cached program. tests/test_hf.py checks this list against the
 # ops the my_ops.hf modules name.
 PROGRAM_OPS = ("rms_norm", "add_rms_norm", "sdpa_with_cache", "update_cache", "rope", "rope_sdpa_with_cache",
-               "silu_mul", "linear_blocks", "embedding_blocks", "decoder_layer")
+               "silu_mul", "gelu_mul", "linear_blocks", "embedding_blocks", "decoder_layer")
 
 
 def schema_hash(ops: tuple[str, ...] = PROGRAM_OPS) -> str:

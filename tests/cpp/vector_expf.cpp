@@ -1,5 +1,6 @@
-// kernel_helpers/vector_expf.h against this process's std::exp, and silu_mul's vector code against its scalar loop
-// (ops/silu_mul/silu_mul_rows.h). tests/test_kernel_contract.py runs it (built with -DCUSTOM_OPS_BUILD_CHECKS=ON):
+// kernel_helpers/vector_expf.h against this process's std::exp, and silu_mul's and gelu_mul's vector code against
+// their scalar loops (ops/silu_mul/silu_mul_rows.h, ops/gelu_mul/gelu_mul_rows.h). tests/test_kernel_contract.py
+// runs it (built with -DCUSTOM_OPS_BUILD_CHECKS=ON):
 // `vector_expf STRIDE` compares every STRIDE-th float bit pattern (1: all 2^32, ~25 s on the AMD EPYC; the suite takes
 // a stride) and prints "ok", or "no avx512" where the vector code cannot run, or one line per failed check.
 #include <cmath>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "kernel_helpers/vector_expf.h"
+#include "ops/gelu_mul/gelu_mul_rows.h"
 #include "ops/silu_mul/silu_mul_rows.h"
 
 namespace {
@@ -96,6 +98,37 @@ int silu_differences() {
   return differ;
 }
 
+// gelu_mul_range's result against its scalar loop's formula (gelu_mul_rows.h) on the same values and edges, and on
+// gates near -3 and -10, where tanh(z) nears -1.
+int gelu_differences() {
+  std::mt19937 random(11);
+  std::normal_distribution<float> normal(0.0f, 4.0f);
+  const int64_t n = 16 * 64 + 7;
+  std::vector<float> gate(n), up(n), out(n);
+  for (int64_t i = 0; i < n; ++i) {
+    gate[i] = normal(random) * (i % 5 == 0 ? 30.0f : 1.0f) + (i % 7 == 0 ? -6.0f : 0.0f);
+    up[i] = normal(random);
+  }
+  const float edges[] = {INFINITY, -INFINITY, NAN, 88.5f, -88.5f, 1e13f, -1e13f, 0.0f, -0.0f, 1e-40f, -3.0f, -10.0f};
+  for (int i = 0; i < 12; ++i) {
+    gate[3 * i + 1] = edges[i];
+  }
+  const elementwise::Path path = geglu::gelu_mul_range<float>(gate.data(), up.data(), out.data(), 0, n);
+  int differ = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    const float expected = g / (1.0f + std::exp(-1.5957691216057308f * (g + 0.044715f * (g * g * g)))) * up[i];
+    if (bits_of(expected) != bits_of(out[i]) && !(std::isnan(expected) && std::isnan(out[i])) && differ++ < 5) {
+      std::printf("gelu_mul(%a, %a): scalar %a, vector %a\n", g, up[i], expected, out[i]);
+    }
+  }
+  if (path != elementwise::kAvx512Elements) {
+    std::printf("gelu_mul's float32 range did not take the vector code\n");
+    ++differ;
+  }
+  return differ;
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
@@ -110,13 +143,13 @@ int main(int argc, char** argv) {
   }
   const uint32_t stride = argc > 1 ? static_cast<uint32_t>(std::strtoul(argv[1], nullptr, 10)) : 1;
   const uint64_t exp_differ = exp_differences(stride == 0 ? 1 : stride);
-  const int silu_differ = silu_differences();
-  if (exp_differ == 0 && silu_differ == 0) {
+  const int silu_differ = silu_differences(), gelu_differ = gelu_differences();
+  if (exp_differ == 0 && silu_differ == 0 && gelu_differ == 0) {
     std::printf("ok\n");
     return 0;
   }
-  std::printf("%llu exp differences, %d silu_mul differences\n", static_cast<unsigned long long>(exp_differ),
-              silu_differ);
+  std::printf("%llu exp differences, %d silu_mul differences, %d gelu_mul differences\n",
+              static_cast<unsigned long long>(exp_differ), silu_differ, gelu_differ);
   return 1;
 #else
   std::printf("no avx512\n");
