@@ -128,6 +128,39 @@ def test_the_gelu_mul_kernel_is_near_gelu_tanh_in_float64(dtype, load_method, tm
     assert ((a - e).abs() <= bound).all(), (a - e).abs().sub(bound).max()
 
 
+GATED_PROBE = """
+import torch
+from flow.runtime import load_kernel_library, load_method_checked
+from helpers import path_counts
+load_kernel_library({lib!r})
+gate, up = torch.randn({n}), torch.randn({n})
+result = {{}}
+for name, pte in {ptes!r}.items():
+    method = load_method_checked(pte)
+    before = path_counts({lib!r})
+    method.execute([gate, up])
+    after = path_counts({lib!r})
+    result[name] = {{isa: after[isa] - before[isa] for isa in ("baseline", "avx2", "avx512")}}
+"""
+
+
+def test_the_gated_activations_count_each_element_where_it_ran(combined_build, tmp_path):
+    # A float32 range of a vector or more runs the AVX-512 exp where that is the best ISA (its tail of 7 too, counted
+    # with the range, as every kernel's tail is); capped at baseline, the scalar loop runs all of it.
+    from helpers import COUNT_PATHS, run_in_fresh_python
+    from test_kernel_paths import expected_isa
+
+    n = 4 * 1024 + 7
+    ptes = {name: export_to_pte(module, (torch.randn(n), torch.randn(n)), str(tmp_path / f"{name}.pte"))
+            for name, module in (("silu_mul", CallSiluMul()), ("gelu_mul", CallGeluMul()))}
+    for cap in (None, "baseline"):
+        env = dict(COUNT_PATHS, **({"CUSTOM_OPS_ISA": cap} if cap else {}))
+        counts = run_in_fresh_python(GATED_PROBE.format(lib=combined_build.kernel_lib, n=n, ptes=ptes), env=env)
+        vector = n if expected_isa(cap) == "avx512" else 0
+        for name in ptes:
+            assert counts[name] == {"baseline": n - vector, "avx2": 0, "avx512": vector}, (cap, name, counts)
+
+
 @pytest.mark.parametrize("dtype", FLOATING, ids=str)
 def test_the_add_rms_norm_kernel_gives_rms_norms_bits_of_the_sum(dtype, load_method, tmp_path):
     # The fusion must change no output: the sum equals ATen's add and the norm equals my_ops::rms_norm of it bit for
