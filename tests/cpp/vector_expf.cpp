@@ -4,6 +4,7 @@
 // `vector_expf STRIDE` compares every STRIDE-th float bit pattern (1: all 2^32, ~25 s on the AMD EPYC; the suite takes
 // a stride) and prints "ok", or "no avx512" where the vector code cannot run, or one line per failed check.
 #include <cmath>
+#include <initializer_list>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -67,66 +68,57 @@ CUSTOM_OPS_AVX512 uint64_t exp_differences(uint32_t stride) {
 }
 #endif
 
-// silu_mul_range's result against the scalar formula (std::exp) on values around the sigmoid's range, its edges
-// (|g| past 88, infinities, NaN) and a length with a tail.
-int silu_differences() {
-  std::mt19937 random(7);
+// A gated activation's float32 range (vector code and tail) against `expected`, its scalar formula, element by element:
+// normal gates with every fifth 30 times wider, every seventh moved by `shift`, `edges` spread through a length with a
+// tail.
+template <typename Range, typename Formula>
+int range_differences(const char* op, const Range& range, const Formula& expected_of, uint32_t seed, float shift,
+                      std::initializer_list<float> edges) {
+  std::mt19937 random(seed);
   std::normal_distribution<float> normal(0.0f, 4.0f);
   const int64_t n = 16 * 64 + 7;
   std::vector<float> gate(n), up(n), out(n);
   for (int64_t i = 0; i < n; ++i) {
-    gate[i] = normal(random) * (i % 5 == 0 ? 30.0f : 1.0f);
+    gate[i] = normal(random) * (i % 5 == 0 ? 30.0f : 1.0f) + (i % 7 == 0 ? shift : 0.0f);
     up[i] = normal(random);
   }
-  const float edges[] = {INFINITY, -INFINITY, NAN, 88.5f, -88.5f, 104.0f, -104.0f, 0.0f, -0.0f, 1e-40f};
-  for (int i = 0; i < 10; ++i) {
-    gate[3 * i + 1] = edges[i];
+  int64_t at = 1;
+  for (const float edge : edges) {
+    gate[at] = edge;
+    at += 3;
   }
-  const elementwise::Path path = swiglu::silu_mul_range<float>(gate.data(), up.data(), out.data(), 0, n);
+  const elementwise::Path path = range(gate.data(), up.data(), out.data(), int64_t{0}, n);
   int differ = 0;
   for (int64_t i = 0; i < n; ++i) {
-    const float g = gate[i];
-    const float expected = g * (1.0f / (1.0f + std::exp(-g))) * up[i];
+    const float expected = expected_of(gate[i], up[i]);
     if (bits_of(expected) != bits_of(out[i]) && !(std::isnan(expected) && std::isnan(out[i])) && differ++ < 5) {
-      std::printf("silu_mul(%a, %a): scalar %a, vector %a\n", g, up[i], expected, out[i]);
+      std::printf("%s(%a, %a): scalar %a, vector %a\n", op, gate[i], up[i], expected, out[i]);
     }
   }
   if (path != elementwise::kAvx512Elements) {
-    std::printf("silu_mul's float32 range did not take the vector code\n");
+    std::printf("%s's float32 range did not take the vector code\n", op);
     ++differ;
   }
   return differ;
 }
 
-// gelu_mul_range's result against its scalar loop's formula (gelu_mul_rows.h) on the same values and edges, and on
-// gates near -3 and -10, where tanh(z) nears -1.
+// silu_mul: around the sigmoid's range and its edges (|g| past 88, infinities, NaN).
+int silu_differences() {
+  return range_differences(
+      "silu_mul", swiglu::silu_mul_range<float>,
+      [](float g, float up) { return g * (1.0f / (1.0f + std::exp(-g))) * up; }, 7, 0.0f,
+      {INFINITY, -INFINITY, NAN, 88.5f, -88.5f, 104.0f, -104.0f, 0.0f, -0.0f, 1e-40f});
+}
+
+// gelu_mul (its scalar loop's formula, gelu_mul_rows.h): the same edges, cubes past float's range, and gates near -3
+// and -10 (every seventh moved by -6), where tanh(z) nears -1.
 int gelu_differences() {
-  std::mt19937 random(11);
-  std::normal_distribution<float> normal(0.0f, 4.0f);
-  const int64_t n = 16 * 64 + 7;
-  std::vector<float> gate(n), up(n), out(n);
-  for (int64_t i = 0; i < n; ++i) {
-    gate[i] = normal(random) * (i % 5 == 0 ? 30.0f : 1.0f) + (i % 7 == 0 ? -6.0f : 0.0f);
-    up[i] = normal(random);
-  }
-  const float edges[] = {INFINITY, -INFINITY, NAN, 88.5f, -88.5f, 1e13f, -1e13f, 0.0f, -0.0f, 1e-40f, -3.0f, -10.0f};
-  for (int i = 0; i < 12; ++i) {
-    gate[3 * i + 1] = edges[i];
-  }
-  const elementwise::Path path = geglu::gelu_mul_range<float>(gate.data(), up.data(), out.data(), 0, n);
-  int differ = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    const float g = gate[i];
-    const float expected = g / (1.0f + std::exp(-1.5957691216057308f * (g + 0.044715f * (g * g * g)))) * up[i];
-    if (bits_of(expected) != bits_of(out[i]) && !(std::isnan(expected) && std::isnan(out[i])) && differ++ < 5) {
-      std::printf("gelu_mul(%a, %a): scalar %a, vector %a\n", g, up[i], expected, out[i]);
-    }
-  }
-  if (path != elementwise::kAvx512Elements) {
-    std::printf("gelu_mul's float32 range did not take the vector code\n");
-    ++differ;
-  }
-  return differ;
+  return range_differences(
+      "gelu_mul", geglu::gelu_mul_range<float>,
+      [](float g, float up) {
+        return g / (1.0f + std::exp(-1.5957691216057308f * (g + 0.044715f * (g * g * g)))) * up;
+      },
+      11, -6.0f, {INFINITY, -INFINITY, NAN, 88.5f, -88.5f, 1e13f, -1e13f, 0.0f, -0.0f, 1e-40f, -3.0f, -10.0f});
 }
 
 } // namespace
