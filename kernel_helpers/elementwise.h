@@ -27,11 +27,7 @@
 #include "elementwise_loop.h"
 #include "kernel_contract.h"
 
-#ifdef USE_ATEN_LIB
-#include <ATen/ExpandUtils.h>
-#include <ATen/native/Resize.h>
-#include <ATen/ops/empty.h>
-#endif
+#include "aten_out_rules.h"
 
 namespace custom {
 namespace native {
@@ -269,7 +265,7 @@ at::Tensor& elementwise_out(const char* op_name, const Op& op, const Named& out,
 // broadcast shape and fills; its errors under the functional op's name.
 template <auto OutKernel, typename... Rest>
 at::Tensor elementwise_functional(const at::Tensor& first, Rest... rest) {
-  at::Tensor result = at::empty({0}, first.options());
+  at::Tensor result = first.new_empty({0});
   contract::reported_as_functional([&] { OutKernel(first, rest..., result); });
   return result;
 }
@@ -288,7 +284,7 @@ at::Tensor elementwise_meta(const char* op_name, const Named (&inputs)[N]) {
       TORCH_CHECK(false, op_name, ": the inputs' shapes do not broadcast together: ", err.msg());
     }
   }
-  return at::empty_symint(shape, inputs[0].tensor.options());
+  return inputs[0].tensor.new_empty_symint(shape);
 }
 
 // The Meta kernel of the out variant: the functional Meta kernel's checks, the output's dtype, and its resize.

@@ -26,8 +26,8 @@
 #include <ATen/MemoryOverlap.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
-#include <ATen/native/Resize.h>
-#include <ATen/ops/empty.h>
+
+#include "kernel_helpers/aten_out_rules.h"
 #else
 #include <executorch/runtime/core/exec_aten/util/scalar_type_util.h>
 #include <executorch/runtime/kernel/kernel_includes.h>
@@ -361,7 +361,7 @@ inline void check_memory(const char* op, std::initializer_list<Operand> outputs,
 // `write(y)` fills a dense output: `out` itself when it is dense, else a scratch tensor then copied into `out`.
 template <typename Write>
 Tensor& into_dense_out(Tensor& out, const Write& write) {
-  Tensor y = out.is_contiguous() ? out : at::empty(out.sizes(), out.options());
+  Tensor y = out.is_contiguous() ? out : out.new_empty(out.sizes());
   write(y);
   if (!y.is_same(out)) {
     out.copy_(y);

@@ -19,7 +19,6 @@
 #include "kernel_contract.h"
 
 #ifdef USE_ATEN_LIB
-#include <ATen/Dispatch.h>
 #include <ATen/ops/empty_like.h>
 #endif
 

@@ -2,7 +2,7 @@
 // add_rms_norm from Python (add_rms_norm.py); a package that calls it finds it, at load time, in PyTorch's dispatcher, so a C++
 // process needs the schema and a CPU kernel from C++: these, with the runtime's kernel compiled in ATen mode. Built
 // into libcustom_ops_without_python.so, never loaded beside add_rms_norm.py.
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 #include <torch/library.h>
 
 namespace custom {
@@ -17,8 +17,8 @@ namespace {
 
 std::tuple<at::Tensor, at::Tensor> add_rms_norm_cpu(const at::Tensor& x, const at::Tensor& residual,
                                                     const at::Tensor& weight, double eps) {
-  at::Tensor sum = at::empty({0}, x.options());
-  at::Tensor normed = at::empty({0}, x.options());
+  at::Tensor sum = x.new_empty({0});
+  at::Tensor normed = x.new_empty({0});
   add_rms_norm_out_impl(x, residual, weight, eps, sum, normed);
   return {sum, normed};
 }

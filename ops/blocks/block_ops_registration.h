@@ -5,8 +5,8 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <ATen/core/LegacyTypeDispatch.h>  // AutoDispatchBelowADInplaceOrView
 #include <ATen/core/grad_mode.h>
-#include <ATen/ops/empty.h>
 #include <torch/library.h>
 
 #include "ops/blocks/block_ops.h"
@@ -48,13 +48,13 @@ struct LinearOp {
 
   static at::Tensor cpu(const at::Tensor& input, const at::Tensor& weight, c10::string_view format) {
     check(input, weight, format, kName);
-    at::Tensor out = at::empty({0}, input.options());
+    at::Tensor out = input.new_empty({0});
     return Out(input, weight, format, out);
   }
 
   static at::Tensor meta(const at::Tensor& input, const at::Tensor& weight, c10::string_view format) {
     check(input, weight, format, kName);
-    return at::empty_symint(sizes(input, weight), input.options());
+    return input.new_empty_symint(sizes(input, weight));
   }
 
   static at::Tensor& out_meta(const at::Tensor& input, const at::Tensor& weight, c10::string_view format,
@@ -96,13 +96,13 @@ struct EmbeddingOp {
 
   static at::Tensor cpu(const at::Tensor& weight, const at::Tensor& indices, c10::string_view format) {
     check(weight, indices, format, kName);
-    at::Tensor out = at::empty({0}, indices.options().dtype(at::kFloat));
+    at::Tensor out = indices.new_empty({0}, at::kFloat);
     return Out(weight, indices, format, out);
   }
 
   static at::Tensor meta(const at::Tensor& weight, const at::Tensor& indices, c10::string_view format) {
     const FormatKernels& f = check(weight, indices, format, kName);
-    return at::empty_symint(sizes(weight, indices, f), indices.options().dtype(at::kFloat));
+    return indices.new_empty_symint(sizes(weight, indices, f), at::kFloat);
   }
 
   static at::Tensor& out_meta(const at::Tensor& weight, const at::Tensor& indices, c10::string_view format,

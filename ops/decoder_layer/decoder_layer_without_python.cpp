@@ -2,7 +2,7 @@
 // the op from Python (decoder_layer.py); a package that calls it finds it, at load time, in PyTorch's dispatcher, so a
 // C++ process needs the schema and a CPU kernel from C++: these, with the runtime's kernel compiled in ATen mode. Built
 // into libcustom_ops_without_python.so, never loaded beside decoder_layer.py.
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 #include <torch/library.h>
 
 namespace custom {
@@ -28,7 +28,7 @@ at::Tensor decoder_layer_cpu(const at::Tensor& hidden, const at::Tensor& input_n
                              const at::Tensor& post_norm, const at::Tensor& gate_up_weight,
                              c10::string_view gate_up_format, const at::Tensor& down_weight,
                              c10::string_view down_format, double eps) {
-  at::Tensor out = at::empty({0}, hidden.options());
+  at::Tensor out = hidden.new_empty({0});
   return decoder_layer_out_impl(hidden, input_norm, qkv_weight, qkv_format, cos, sin, key_cache, value_cache,
                                 start_pos, scale, o_weight, o_format, post_norm, gate_up_weight, gate_up_format,
                                 down_weight, down_format, eps, out);

@@ -3,7 +3,7 @@
 // load time, in PyTorch's dispatcher, so a C++ process needs the schema and a CPU kernel from C++: these, with the
 // runtime's kernel compiled in ATen mode. Built into libcustom_ops_without_python.so, never loaded beside
 // quantize_rows.py.
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 #include <torch/library.h>
 
 namespace custom {
@@ -16,8 +16,8 @@ std::tuple<at::Tensor&, at::Tensor&> quantize_rows_out_impl(const at::Tensor& in
 namespace {
 
 std::tuple<at::Tensor, at::Tensor> quantize_rows_cpu(const at::Tensor& input, int64_t bits) {
-  at::Tensor values = at::empty({0}, input.options().dtype(at::kChar));
-  at::Tensor scales = at::empty({0}, input.options().dtype(at::kFloat));
+  at::Tensor values = input.new_empty({0}, at::kChar);
+  at::Tensor scales = input.new_empty({0}, at::kFloat);
   quantize_rows_out_impl(input, bits, values, scales);
   return {values, scales};
 }

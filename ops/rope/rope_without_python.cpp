@@ -2,7 +2,7 @@
 // rope from Python (rope.py); a package that calls it finds it, at load time, in PyTorch's dispatcher, so a C++
 // process needs the schema and a CPU kernel from C++: these, with the runtime's kernel compiled in ATen mode. Built
 // into libcustom_ops_without_python.so, never loaded beside rope.py.
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 #include <torch/library.h>
 
 namespace custom {
@@ -14,7 +14,7 @@ at::Tensor& rope_out_impl(const at::Tensor& x, const at::Tensor& cos, const at::
 namespace {
 
 at::Tensor rope_cpu(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
-  at::Tensor out = at::empty({0}, x.options());
+  at::Tensor out = x.new_empty({0});
   return rope_out_impl(x, cos, sin, out);
 }
 

@@ -2,7 +2,7 @@
 // PyTorch learns the op from Python (rope_sdpa_with_cache.py); a package that calls it finds it, at load time, in
 // PyTorch's dispatcher, so a C++ process needs the schema and a CPU kernel from C++: these, with the runtime's kernel
 // compiled in ATen mode. Built into libcustom_ops_without_python.so, never loaded beside rope_sdpa_with_cache.py.
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 #include <torch/library.h>
 
 namespace custom {
@@ -19,7 +19,7 @@ namespace {
 at::Tensor rope_sdpa_with_cache_cpu(const at::Tensor& qkv, const at::Tensor& cos, const at::Tensor& sin,
                                     at::Tensor& key_cache, at::Tensor& value_cache, int64_t start_pos,
                                     std::optional<double> scale, int64_t window) {
-  at::Tensor out = at::empty({0}, qkv.options());
+  at::Tensor out = qkv.new_empty({0});
   return rope_sdpa_with_cache_out_impl(qkv, cos, sin, key_cache, value_cache, start_pos, scale, window, out);
 }
 

@@ -6,8 +6,8 @@
 // sdpa_with_cache.out's schema and CPU kernel come from codegen (custom_ops.yaml); sdpa_with_cache.py holds the ATen
 // reference and the example model.
 #include <ATen/core/Tensor.h>
+#include <ATen/core/LegacyTypeDispatch.h>  // AutoDispatchBelowADInplaceOrView
 #include <ATen/core/grad_mode.h>
-#include <ATen/ops/empty.h>
 #include <c10/core/SymBool.h>
 #include <torch/library.h>
 
@@ -59,7 +59,7 @@ void check_symbolic(const at::Tensor& query, const at::Tensor& key, const at::Te
 
 at::Tensor sdpa_with_cache_cpu(const at::Tensor& query, const at::Tensor& key_cache, const at::Tensor& value_cache,
                                int64_t start_pos, std::optional<double> scale, int64_t window) {
-  at::Tensor out = at::empty(query.sizes(), query.options().memory_format(at::MemoryFormat::Contiguous));
+  at::Tensor out = query.new_empty(query.sizes());  // contiguous, whatever the query's layout
   return contract::reported_as_functional([&]() -> at::Tensor {
     return sdpa_with_cache_out_impl(query, key_cache, value_cache, start_pos, scale, window, out);
   });
@@ -68,7 +68,7 @@ at::Tensor sdpa_with_cache_cpu(const at::Tensor& query, const at::Tensor& key_ca
 at::Tensor sdpa_with_cache_meta(const at::Tensor& query, const at::Tensor& key_cache, const at::Tensor& value_cache,
                                 c10::SymInt start_pos, std::optional<double> /*scale*/, int64_t window) {
   check_symbolic(query, key_cache, value_cache, start_pos, window, kOpName);
-  return at::empty_symint(query.sym_sizes(), query.options().memory_format(at::MemoryFormat::Contiguous));
+  return query.new_empty_symint(query.sym_sizes());  // contiguous
 }
 
 at::Tensor& sdpa_with_cache_out_meta(const at::Tensor& query, const at::Tensor& key_cache,

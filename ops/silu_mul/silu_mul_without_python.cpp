@@ -2,7 +2,7 @@
 // silu_mul from Python (silu_mul.py); a package that calls it finds it, at load time, in PyTorch's dispatcher, so a C++
 // process needs the schema and a CPU kernel from C++: these, with the runtime's kernel compiled in ATen mode. Built
 // into libcustom_ops_without_python.so, never loaded beside silu_mul.py.
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 #include <torch/library.h>
 
 namespace custom {
@@ -14,7 +14,7 @@ at::Tensor& silu_mul_out_impl(const at::Tensor& gate, const at::Tensor& up, at::
 namespace {
 
 at::Tensor silu_mul_cpu(const at::Tensor& gate, const at::Tensor& up) {
-  at::Tensor out = at::empty({0}, gate.options());
+  at::Tensor out = gate.new_empty({0});
   return silu_mul_out_impl(gate, up, out);
 }
 

@@ -2,7 +2,7 @@
 // learns update_cache from Python (update_cache.py); a package that calls it finds it, at load time, in PyTorch's
 // dispatcher, so a C++ process needs the schema and a CPU kernel from C++: these, with the runtime's kernel compiled in
 // ATen mode. Built into libcustom_ops_without_python.so, never loaded beside update_cache.py.
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 #include <torch/library.h>
 
 namespace custom {
@@ -15,7 +15,7 @@ namespace {
 
 // The functional form mutates the cache too (its schema says Tensor(a!) cache); only the position is new.
 at::Tensor update_cache_cpu(const at::Tensor& value, at::Tensor& cache, int64_t start_pos) {
-  at::Tensor next_position = at::empty({1}, value.options().dtype(at::kLong));
+  at::Tensor next_position = value.new_empty({1}, at::kLong);
   return update_cache_out_impl(value, cache, start_pos, next_position);
 }
 
