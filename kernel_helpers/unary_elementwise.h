@@ -18,9 +18,7 @@
 #include "elementwise.h"  // the N-input helper; this file is its one-input case, plus PyTorch's functional/Meta kernels
 #include "kernel_contract.h"
 
-#ifdef USE_ATEN_LIB
-#include <ATen/ops/empty_like.h>
-#endif
+#include "aten_out_rules.h"
 
 namespace custom {
 namespace native {
@@ -41,7 +39,7 @@ void check_supported_dtype(at::ScalarType dtype, const char* op_name) {
 // channels-last, as with ATen's elementwise ops), filled by OutKernel; its errors under the functional op's name.
 template <at::Tensor& (*OutKernel)(const at::Tensor&, at::Tensor&)>
 at::Tensor unary_elementwise_functional(const at::Tensor& input) {
-  at::Tensor output = at::empty_like(input);
+  at::Tensor output = aten_empty_like(input);
   return contract::reported_as_functional([&]() -> at::Tensor { return OutKernel(input, output); });
 }
 
@@ -49,7 +47,7 @@ at::Tensor unary_elementwise_functional(const at::Tensor& input) {
 template <typename Dtypes = RealDtypes>
 at::Tensor unary_elementwise_meta(const at::Tensor& input, const char* op_name) {
   check_supported_dtype<Dtypes>(input.scalar_type(), op_name);
-  return at::empty_like(input);
+  return aten_empty_like(input);
 }
 
 // The out variant's checks and resize, shared by the CPU kernel below and the Meta kernel of the out variant, so fake

@@ -3,7 +3,12 @@
 // against ATen on CPU and Meta tensors.
 // tests/test_kernel_contract.py runs it (built with -DCUSTOM_OPS_BUILD_CHECKS=ON); exit 0 and "ok" when every check
 // holds, else one line per failed check.
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/equal.h>
+#include <ATen/ops/ones.h>
+#include <ATen/ops/randn.h>
+#include <ATen/TensorOperators.h>  // the expected values: a + alpha * b, x / 2
 
 #include <cstdio>
 #include <string>
