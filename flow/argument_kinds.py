@@ -92,8 +92,9 @@ def _schema(name: str):
 
 
 def arguments_of_operator(name: str) -> Arguments | None:
-    """What a call of the operator "ns::op.overload" (as a program names it) passes, from PyTorch's schema (call
-    import_runtime_schemas() first), or None when neither PyTorch nor EMITTER_OPS knows it."""
+    """What a call of the operator "ns::op.overload" (as a program names it) passes, from PyTorch's schema (for the
+    runtime's own ops, call import_runtime_schemas() first, or read runtime_arguments()), or None when neither PyTorch
+    nor EMITTER_OPS knows it."""
     if name in EMITTER_OPS:
         return EMITTER_OPS[name]
     schema = _schema(name)
@@ -129,6 +130,44 @@ def runtime_table() -> dict[str, Arguments]:
         if namespace == "executorch_prim" or writes or not returns_tensor:
             table[schema.name + (f".{schema.overload_name}" if schema.overload_name else "")] = arguments_of(schema)
     return dict(sorted(table.items()))
+
+
+def runtime_arguments() -> dict[str, Arguments]:
+    """runtime_table(), kept as JSON in $CUSTOM_OPS_CODEGEN_CACHE (test_custom_ops.sh sets it) by the versions of
+    torch and executorch and this file: making it imports three of ExecuTorch's op registries, which import its whole
+    exporter (4-5 s of CPU), and every process that checks a program needs it. Without the variable, made here."""
+    global _runtime_arguments
+    if _runtime_arguments is None:
+        _runtime_arguments = _cached_table(os.environ.get("CUSTOM_OPS_CODEGEN_CACHE"))
+    return _runtime_arguments
+
+
+_runtime_arguments: dict[str, Arguments] | None = None
+
+
+def _cached_table(cache: str | None) -> dict[str, Arguments]:
+    import hashlib
+    import json
+    from importlib import metadata
+
+    if not cache:
+        return runtime_table()
+    with open(__file__, "rb") as f:
+        digest = hashlib.sha256(f.read())
+    digest.update(f"torch={metadata.version('torch')};executorch={metadata.version('executorch')}".encode())
+    path = os.path.join(cache, f"argument_kinds-{digest.hexdigest()}.json")
+    try:
+        with open(path) as f:
+            return {name: tuple((arg, type_name, None if kinds is None else tuple(kinds))
+                                for arg, type_name, kinds in args) for name, args in json.load(f).items()}
+    except (OSError, ValueError):  # not made yet, or damaged: made again below
+        pass
+    table = runtime_table()
+    os.makedirs(cache, exist_ok=True)
+    with open(f"{path}.{os.getpid()}.tmp", "w") as f:
+        json.dump(table, f)
+    os.replace(f"{path}.{os.getpid()}.tmp", path)  # whole or absent for a concurrent reader
+    return table
 
 
 def cpp_header(table: dict[str, Arguments]) -> str:

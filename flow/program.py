@@ -34,6 +34,7 @@ import os
 from dataclasses import dataclass
 
 from flow import xnnpack_payload
+from flow.lazy_exir import defer_exir_package
 from flow.xnnpack_layout import TENSOR_DATA_EXTERNAL
 
 DEFAULT_MAX_MEMORY = 1 << 30  # as the runner's --max_memory default
@@ -135,6 +136,7 @@ def _value_spec(values, index: int) -> ValueSpec:
 
 def read(source: str | os.PathLike | bytes) -> ProgramSpec:
     """Parses a .pte (a path, or its bytes); ProgramError when it is not a readable ExecuTorch program."""
+    defer_exir_package()
     from executorch.exir._serialize._program import deserialize_pte_binary
 
     if isinstance(source, (bytes, bytearray, memoryview)):
@@ -248,12 +250,13 @@ def kernel_call_problem(spec: MethodSpec) -> str | None:
     (EValue::toTensor() aborts on an Int). The table and the words are flow/argument_kinds.py's, as the runner's."""
     from flow import argument_kinds
 
-    argument_kinds.import_runtime_schemas()
+    runtime_ops = argument_kinds.runtime_arguments()
     for op_index, kinds in spec.kernel_calls:
         if not 0 <= op_index < len(spec.operators):
             return f"a kernel call names operator {op_index}, but the method has {len(spec.operators)}"
         name = spec.operators[op_index]
-        arguments = argument_kinds.arguments_of_operator(name)
+        runtime_op = name.split("::")[0] in argument_kinds.RUNTIME_NAMESPACES  # the runner's table, as the runner
+        arguments = runtime_ops.get(name) if runtime_op else argument_kinds.arguments_of_operator(name)
         if arguments is not None and (problem := argument_kinds.call_problem(name, arguments, kinds)):
             return problem
     return None

@@ -30,6 +30,7 @@ import ctypes
 import os
 from typing import Any, Sequence
 
+from flow.lazy_exir import defer_exir_package
 from flow.program import DEFAULT_MAX_MEMORY, MethodSpec, check
 
 _loaded: str | None = None
@@ -82,6 +83,7 @@ def _make_threadpool() -> None:
     goes through Python and needs the GIL. Several threads making their first calls at once deadlock: one holds the
     GIL inside Method.execute, waiting for the pool's initializer, which another thread runs and which waits for the
     GIL (seen in a clean clone's test run). Made here, on the loading thread, the pool exists before any program runs."""
+    defer_exir_package()
     from executorch.extension.pybindings import portable_lib
 
     portable_lib._threadpool_get_thread_count()
@@ -160,6 +162,7 @@ def load_method_checked(path: str | os.PathLike, method: str = "forward",
                         max_memory: int = DEFAULT_MAX_MEMORY) -> CheckedMethod:
     """flow.program.check() (a ValueError naming the problem), then the runtime's own load with full verification
     (InternalConsistency) of the same bytes. The kernel library must be loaded first."""
+    defer_exir_package()
     from executorch.runtime import Runtime
 
     with open(path, "rb") as f:

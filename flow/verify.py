@@ -71,17 +71,20 @@ def _head(outputs) -> str:
     return str(heads[0]) if len(heads) == 1 else "; ".join(f"output {i}: {h}" for i, h in enumerate(heads))
 
 
-def _known_to_pytorch(name: str) -> bool:
+def _known(name: str) -> bool:
+    """An operator of PyTorch's or of ExecuTorch's runtime (its table of kinds: the registries that would teach PyTorch
+    ExecuTorch's ops import its whole exporter, see flow/lazy_exir.py)."""
+    from flow import argument_kinds
+
     namespace, op = name.split("::")
-    return hasattr(getattr(torch.ops, namespace), op.split(".")[0])
+    return hasattr(getattr(torch.ops, namespace), op.split(".")[0]) or name in argument_kinds.runtime_arguments()
 
 
 def program_custom_ops(operators: Sequence[str], declared: dict) -> tuple[list, list[str]]:
-    """(the declared ops a program calls, the names of every other operator it calls: ATen's and ExecuTorch's own,
-    which PyTorch knows once executorch.exir is imported). An operator neither declared nor known is a
-    VerificationError."""
+    """(the declared ops a program calls, the names of every other operator it calls: ATen's and ExecuTorch's own).
+    An operator neither declared nor known is a VerificationError."""
     by_out_name = {op.out_name: op for op in declared.values()}
-    undeclared = [n for n in operators if n not in by_out_name and not _known_to_pytorch(n)]
+    undeclared = [n for n in operators if n not in by_out_name and not _known(n)]
     if undeclared:
         raise VerificationError(f"the program calls {', '.join(undeclared)}, which custom_ops.bzl does not declare; "
                                 "the verifier registers ops from their declarations")

@@ -141,6 +141,8 @@ def registered_operators(kernel_lib: str) -> list[str]:
     return run_in_fresh_python(f"""
         import ctypes
         ctypes.CDLL({kernel_lib!r}, mode=ctypes.RTLD_GLOBAL)
+        from flow.lazy_exir import defer_exir_package
+        defer_exir_package()
         from executorch.runtime import Runtime
         result = sorted(Runtime.get().operator_registry.operator_names)
     """)

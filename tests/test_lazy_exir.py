@@ -1,0 +1,85 @@
+"""flow/lazy_exir.py and the cached argument-kinds table: a process that reads, checks and runs programs does not
+import ExecuTorch's exporter (executorch.exir's __init__, 4-5 s of CPU a process), and one that goes on to export gets
+the package whole."""
+
+import json
+import os
+
+import pytest
+
+from helpers import run_in_fresh_python
+
+# Whether executorch.exir's own __init__ has run: it imports the exporter's program module.
+INIT_RAN = "'executorch.exir.program' in sys.modules"
+
+
+@pytest.mark.parametrize("read_first", [True, False], ids=["read, then run", "run alone"])
+def test_reading_checking_and_running_a_program_leaves_the_exporter_unimported(read_first, mul3_build, mul3_pte,
+                                                                               tmp_path):
+    code = f"""
+        import sys, torch
+        from flow import program
+        from flow.runtime import load_kernel_library, load_method_checked
+        read = program.read({mul3_pte!r}).operators if {read_first} else ["my_ops::mul3.out"]
+        after_reading = {INIT_RAN}
+        load_kernel_library({mul3_build.kernel_lib!r})
+        method = load_method_checked({mul3_pte!r})
+        outputs = [method.execute([torch.ones(2, 3)])[0].tolist() for _ in range(2)]
+        result = [read, outputs, after_reading, {INIT_RAN}]
+    """
+    env = {"CUSTOM_OPS_CODEGEN_CACHE": str(tmp_path / "codegen-cache")}
+    expected = [["my_ops::mul3.out"], [[[3.0] * 3] * 2] * 2]
+    first = run_in_fresh_python(code, env=env)  # makes the kinds table (importing the registries: the exporter)
+    assert first[:3] == expected + [False] and first[3] is True
+    assert run_in_fresh_python(code, env=env) == expected + [False, False]
+
+
+def test_each_light_module_loads_without_the_packages_init():
+    result = run_in_fresh_python(f"""
+        import importlib, sys
+        from flow import lazy_exir
+        lazy_exir.defer_exir_package()
+        for name in lazy_exir.LIGHT_MODULES:
+            importlib.import_module("executorch.exir." + name)
+        from executorch.exir import schema  # an attribute that is a light module: imported, not the package
+        result = [{INIT_RAN}, lazy_exir.is_deferred(), schema.__name__]
+    """)
+    assert result == [False, True, "executorch.exir.schema"]
+
+
+@pytest.mark.parametrize("first_use", [
+    "from executorch.exir import to_edge",  # an attribute of the package
+    "import executorch.exir.passes; from executorch.exir import to_edge",  # a submodule outside the light ones
+    "import executorch.exir as exir; to_edge = exir.to_edge",
+])
+def test_a_process_that_goes_on_to_export_gets_the_whole_package(first_use):
+    result = run_in_fresh_python(f"""
+        import sys, torch
+        from flow import lazy_exir
+        lazy_exir.defer_exir_package()
+        import executorch.exir._serialize._program
+        before = {INIT_RAN}
+        {first_use}
+        class Double(torch.nn.Module):
+            def forward(self, x):
+                return x * 2
+        buffer = to_edge(torch.export.export(Double(), (torch.ones(3),))).to_executorch().buffer
+        from executorch.runtime import Runtime
+        (y,) = Runtime.get().load_program(buffer).load_method("forward").execute([torch.ones(3)])
+        result = [before, {INIT_RAN}, lazy_exir.is_deferred(), y.tolist()]
+    """)
+    assert result == [False, True, False, [2.0, 2.0, 2.0]]
+
+
+def test_the_cached_table_is_the_live_one_and_a_damaged_one_is_made_again(tmp_path):
+    from flow import argument_kinds
+
+    live = argument_kinds.runtime_table()
+    made = argument_kinds._cached_table(str(tmp_path))
+    (path,) = tmp_path.iterdir()
+    assert made == live and argument_kinds._cached_table(str(tmp_path)) == live  # the second read from the file
+    with open(path) as f:
+        assert len(json.load(f)) == len(live)
+    path.write_text('{"aten::add.out": [')  # cut short, as by a full disk
+    assert argument_kinds._cached_table(str(tmp_path)) == live
+    assert os.listdir(tmp_path) == [path.name]  # no leftover temporary file
