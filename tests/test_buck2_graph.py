@@ -144,3 +144,14 @@ def test_the_compile_cache_keys_on_the_headers_a_source_reads(tmp_path, monkeypa
     changed, ran = compile_with("c", "#define VALUE 2\n")
     assert ran and changed != first
     assert compile_with("d", "#define VALUE 1\n", extra="more.h")[1]  # a tree offering other names: compiled
+
+
+def test_the_buckconfig_names_this_interpreters_torch_and_its_abi():
+    # tools/buckconfig_local.py reads the ABI from libc10's symbols rather than importing torch: it must say what
+    # torch itself says.
+    import torch
+
+    written = subprocess.run([sys.executable, os.path.join(REPO_ROOT, "tools", "buckconfig_local.py")],
+                             capture_output=True, text=True, check=True).stdout
+    assert f"  torch_dir = {os.path.dirname(torch.__file__)}\n" in written
+    assert f"  torch_cxx11_abi = {int(torch._C._GLIBCXX_USE_CXX11_ABI)}\n" in written
