@@ -12,6 +12,7 @@ import importlib
 import importlib.abc
 import importlib.util
 import sys
+import threading
 import types
 
 PACKAGE = "executorch.exir"
@@ -71,16 +72,23 @@ def is_deferred() -> bool:
     return type(sys.modules.get(PACKAGE)) is _DeferredPackage
 
 
+# Held while the __init__ runs: another thread needing the package waits for the whole of it, as it would wait on
+# the import lock of a package being imported; the running thread itself passes (its own nested uses see the package
+# as a package importing itself sees it).
+_INIT_LOCK = threading.RLock()
+
+
 def run_exir_init() -> None:
     """Runs the deferred package's __init__ (a no-op when it ran already)."""
-    module = sys.modules.get(PACKAGE)
-    if type(module) is not _DeferredPackage:
-        return
-    module.__class__ = types.ModuleType
-    if _FINDER in sys.meta_path:
-        sys.meta_path.remove(_FINDER)
-    try:
-        module.__spec__.loader.exec_module(module)
-    except BaseException:
-        del sys.modules[PACKAGE]  # as a failed import leaves it: the next import tries again
-        raise
+    with _INIT_LOCK:
+        module = sys.modules.get(PACKAGE)
+        if type(module) is not _DeferredPackage:
+            return
+        module.__class__ = types.ModuleType
+        if _FINDER in sys.meta_path:
+            sys.meta_path.remove(_FINDER)
+        try:
+            module.__spec__.loader.exec_module(module)
+        except BaseException:
+            del sys.modules[PACKAGE]  # as a failed import leaves it: the next import tries again
+            raise
