@@ -392,9 +392,9 @@ def profile_model(name: str, runner: str, out_dir: str, declared_ops, new_tokens
 
 
 def main() -> int:
-    from flow import declarations, program, registration
+    from flow import declarations, registration
     from flow.export import etrecord_path, example_of, export_to_pte
-    from flow.verify import VerificationError, program_custom_ops, random_input
+    from flow.verify import VerificationError
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--build_dir", required=True, help="a CMake build with the runner (and the AOT library)")
@@ -418,29 +418,39 @@ def main() -> int:
             model.register_ops(args.build_dir)
             return profile_model(args.model, runner, out_dir, list(declared.values()), args.new_tokens)
         if args.pte:
-            pte = args.pte
-            method = program.read(pte).method("forward")
-            ops, _ = program_custom_ops(method.operators, declared)
-            registration.register_with_pytorch(ops, aot_library=aot_library)
-            generator = torch.Generator().manual_seed(0)
-            inputs = [random_input(value, generator) for value in method.inputs]
+            return profile_program(args.pte, args.build_dir, out_dir, args.num_executions, declared)
+        ops = [declarations.find(args.op)] if args.op else list(declared.values())
+        registration.register_with_pytorch(ops, aot_library=aot_library)
+        torch.manual_seed(0)
+        if args.op:
+            model, runs = example_of(ops[0])
+            inputs, name = runs[0], ops[0].example_program
         else:
-            ops = [declarations.find(args.op)] if args.op else list(declared.values())
-            registration.register_with_pytorch(ops, aot_library=aot_library)
-            torch.manual_seed(0)
-            if args.op:
-                model, runs = example_of(ops[0])
-                inputs, name = runs[0], ops[0].example_program
-            else:
-                model = EveryOp(ops).eval()
-                inputs, name = (torch.randn(4, 32), *model.example_inputs), "every_op"
-            pte = export_to_pte(model, inputs, os.path.join(out_dir, f"{name}.pte"), etrecord=True)
-            print(f"Exported {pte} with its ETRecord {etrecord_path(pte)}")
+            model = EveryOp(ops).eval()
+            inputs, name = (torch.randn(4, 32), *model.example_inputs), "every_op"
+        pte = export_to_pte(model, inputs, os.path.join(out_dir, f"{name}.pte"), etrecord=True)
+        print(f"Exported {pte} with its ETRecord {etrecord_path(pte)}")
         run_args = input_args(inputs, args.num_executions, out_dir, os.path.splitext(os.path.basename(pte))[0])
         return profile(pte, runner, out_dir, ops, run_args, lambda _: [inputs] * args.num_executions)
     except (declarations.DeclarationError, VerificationError, OSError, RuntimeError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
+
+
+def profile_program(pte: str, build_dir: str, out_dir: str, num_executions: int, declared) -> int:
+    """--pte: a program exported with its ETRecord, run on seeded random inputs in the build's runner and checked op by
+    op against the declared references (registered from the build's AOT library). Returns the exit code."""
+    from flow import program, registration
+    from flow.verify import program_custom_ops, random_input
+
+    method = program.read(pte).method("forward")
+    ops, _ = program_custom_ops(method.operators, declared)
+    registration.register_with_pytorch(ops, aot_library=os.path.join(build_dir, "libcustom_ops_aot_lib.so"))
+    generator = torch.Generator().manual_seed(0)
+    inputs = [random_input(value, generator) for value in method.inputs]
+    run_args = input_args(inputs, num_executions, out_dir, os.path.splitext(os.path.basename(pte))[0])
+    runner = os.path.join(build_dir, "custom_ops_executor_runner")
+    return profile(pte, runner, out_dir, ops, run_args, lambda _: [inputs] * num_executions)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from flow.compare import assert_bit_exact
-from helpers import REPO_ROOT, run_flow, run_runner
+from helpers import REPO_ROOT, run_flow, run_in_fresh_python, run_runner
 
 NUM_EXECUTIONS = 5
 
@@ -126,18 +126,50 @@ def programs_with_etrecords(mul4_aot, tmp_path_factory):
                                         ("input_dies_early", InputDiesEarly(), (torch.randn(4, 8), torch.randn(4, 8))))}
 
 
-@pytest.mark.parametrize("program", ["chain", "input_dies_early"])
-@pytest.mark.parametrize("executions", [1, 2, 5])
-def test_profile_checks_every_execution_of_a_multi_op_program(program, executions, programs_with_etrecords,
-                                                             combined_build, tmp_path):
-    proc = run_flow("profile", "--build_dir", combined_build.build_dir, "--pte", programs_with_etrecords[program],
-                    "--num_executions", str(executions), "--output_dir", str(tmp_path))
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    checked = proc.stdout.split("Intermediate outputs")[1]
+MULTI_OP_CASES = [(program, executions) for program in ("chain", "input_dies_early") for executions in (1, 2, 5)]
+
+
+@pytest.fixture(scope="module")
+def profiled_programs(programs_with_etrecords, combined_build, tmp_path_factory) -> dict:
+    """Each case's (exit code, output) of flow.profile.profile_program, what `python -m flow.profile --pte` runs: in one
+    fresh process for all (each alone imported ExecuTorch's devtools and exporter again, ~7 s of CPU)."""
+    out = tmp_path_factory.mktemp("profiled_programs")
+    return {tuple(case): (code, output) for case, code, output in run_in_fresh_python(f"""
+        import contextlib, io, os
+        from flow import declarations
+        from flow.profile import profile_program
+        result = []
+        for program, executions in {MULTI_OP_CASES!r}:
+            output, directory = io.StringIO(), os.path.join({str(out)!r}, f"{{program}}-{{executions}}")
+            os.makedirs(directory)
+            with contextlib.redirect_stdout(output):
+                code = profile_program({programs_with_etrecords!r}[program], {combined_build.build_dir!r}, directory,
+                                       executions, declarations.load())
+            result.append([[program, executions], code, output.getvalue()])
+    """, timeout=600)}
+
+
+def assert_every_execution_checked(output, executions):
+    checked = output.split("Intermediate outputs")[1]
     for kernel, calls in (("mul3.out", 2), ("mul4.out", 1)):
         assert f"{kernel:<24} ok       max |diff| 0 (bit for bit; {calls * executions} calls in {executions} " \
                "executions)" in checked, checked
-    assert "every op of every execution matches its reference" in proc.stdout
+    assert "every op of every execution matches its reference" in output
+
+
+@pytest.mark.parametrize("program, executions", MULTI_OP_CASES)
+def test_profile_checks_every_execution_of_a_multi_op_program(program, executions, profiled_programs):
+    code, output = profiled_programs[program, executions]
+    assert code == 0, output[-3000:]
+    assert_every_execution_checked(output, executions)
+
+
+def test_the_profile_command_takes_a_program(programs_with_etrecords, combined_build, tmp_path):
+    # The command line of the cases above (python -m flow.profile --pte), once.
+    proc = run_flow("profile", "--build_dir", combined_build.build_dir, "--pte", programs_with_etrecords["chain"],
+                    "--num_executions", "2", "--output_dir", str(tmp_path))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert_every_execution_checked(proc.stdout, 2)
 
 
 @pytest.fixture(scope="module")
