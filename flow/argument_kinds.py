@@ -10,6 +10,7 @@ time (CMake: cmake/ExecuTorchCodegen.cmake; Buck2: targets.bzl), so both refuse 
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 
@@ -132,17 +133,12 @@ def runtime_table() -> dict[str, Arguments]:
     return dict(sorted(table.items()))
 
 
+@functools.cache
 def runtime_arguments() -> dict[str, Arguments]:
     """runtime_table(), kept as JSON in $CUSTOM_OPS_CODEGEN_CACHE (test_custom_ops.sh sets it) by the versions of
     torch and executorch and this file: making it imports three of ExecuTorch's op registries, which import its whole
     exporter (4-5 s of CPU), and every process that checks a program needs it. Without the variable, made here."""
-    global _runtime_arguments
-    if _runtime_arguments is None:
-        _runtime_arguments = _cached_table(os.environ.get("CUSTOM_OPS_CODEGEN_CACHE"))
-    return _runtime_arguments
-
-
-_runtime_arguments: dict[str, Arguments] | None = None
+    return _cached_table(os.environ.get("CUSTOM_OPS_CODEGEN_CACHE"))
 
 
 def _cached_table(cache: str | None) -> dict[str, Arguments]:
@@ -150,24 +146,29 @@ def _cached_table(cache: str | None) -> dict[str, Arguments]:
     import json
     from importlib import metadata
 
+    from my_ops.hf.runtime import cached
+
     if not cache:
         return runtime_table()
     with open(__file__, "rb") as f:
-        digest = hashlib.sha256(f.read())
-    digest.update(f"torch={metadata.version('torch')};executorch={metadata.version('executorch')}".encode())
-    path = os.path.join(cache, f"argument_kinds-{digest.hexdigest()}.json")
-    try:
+        key = f"{hashlib.sha256(f.read()).hexdigest()};torch={metadata.version('torch')};" \
+              f"executorch={metadata.version('executorch')}"
+
+    def make(path):
+        with open(path, "w") as f:
+            json.dump(runtime_table(), f)
+
+    def read(path):
         with open(path) as f:
             return {name: tuple((arg, type_name, None if kinds is None else tuple(kinds))
                                 for arg, type_name, kinds in args) for name, args in json.load(f).items()}
-    except (OSError, ValueError):  # not made yet, or damaged: made again below
-        pass
-    table = runtime_table()
-    os.makedirs(cache, exist_ok=True)
-    with open(f"{path}.{os.getpid()}.tmp", "w") as f:
-        json.dump(table, f)
-    os.replace(f"{path}.{os.getpid()}.tmp", path)  # whole or absent for a concurrent reader
-    return table
+
+    path, _ = cached(cache, "argument_kinds.json", key, make)
+    try:
+        return read(path)
+    except ValueError:  # damaged by something else (cached() writes it whole or not at all): made again
+        os.remove(path)
+        return read(cached(cache, "argument_kinds.json", key, make)[0])
 
 
 def cpp_header(table: dict[str, Arguments]) -> str:
