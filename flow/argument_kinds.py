@@ -142,33 +142,30 @@ def runtime_arguments() -> dict[str, Arguments]:
 
 
 def _cached_table(cache: str | None) -> dict[str, Arguments]:
+    # Its own few lines, not my_ops.hf.runtime.cached: importing the my_ops package registers the built ops, and a
+    # fresh checkout's first flow checks programs before any tree that holds them all is built.
     import hashlib
     import json
     from importlib import metadata
 
-    from my_ops.hf.runtime import cached
-
     if not cache:
         return runtime_table()
     with open(__file__, "rb") as f:
-        key = f"{hashlib.sha256(f.read()).hexdigest()};torch={metadata.version('torch')};" \
-              f"executorch={metadata.version('executorch')}"
-
-    def make(path):
-        with open(path, "w") as f:
-            json.dump(runtime_table(), f)
-
-    def read(path):
+        digest = hashlib.sha256(f.read())
+    digest.update(f"torch={metadata.version('torch')};executorch={metadata.version('executorch')}".encode())
+    path = os.path.join(cache, f"argument_kinds-{digest.hexdigest()}.json")
+    try:
         with open(path) as f:
             return {name: tuple((arg, type_name, None if kinds is None else tuple(kinds))
                                 for arg, type_name, kinds in args) for name, args in json.load(f).items()}
-
-    path, _ = cached(cache, "argument_kinds.json", key, make)
-    try:
-        return read(path)
-    except ValueError:  # damaged by something else (cached() writes it whole or not at all): made again
-        os.remove(path)
-        return read(cached(cache, "argument_kinds.json", key, make)[0])
+    except (OSError, ValueError):  # not made yet, or damaged: made again below
+        pass
+    table = runtime_table()
+    os.makedirs(cache, exist_ok=True)
+    with open(f"{path}.{os.getpid()}.tmp", "w") as f:
+        json.dump(table, f)
+    os.replace(f"{path}.{os.getpid()}.tmp", path)  # whole or absent for a concurrent reader
+    return table
 
 
 def cpp_header(table: dict[str, Arguments]) -> str:
