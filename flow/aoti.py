@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -46,7 +47,15 @@ def package(name: str, exported: torch.export.ExportedProgram, metadata: dict[st
         if made != path:
             os.replace(made, path)
 
-    return artifact_cache.cached(PACKAGE_DIR, f"{name}.pt2", make, str(sorted(INDUCTOR_CONFIGS.items())))[0]
+    return artifact_cache.cached(PACKAGE_DIR, f"{name}.pt2", make, str(sorted(INDUCTOR_CONFIGS.items())),
+                                 str(sorted((metadata or {}).items())), ops=called_ops(exported))[0]
+
+
+def called_ops(exported: torch.export.ExportedProgram) -> set[str]:
+    """The ops the program calls, by name ("my_ops::rope"): every op its code names, a call's target or an argument
+    (a higher-order op's, e.g. auto_functionalized's in-place op). What of the op library a package is made from."""
+    code = exported.graph_module.print_readable(print_output=False)
+    return {f"{namespace}::{name}" for namespace, name in re.findall(r"\btorch\.ops\.(\w+)\.(\w+)", code)}
 
 
 def runner_command(build_dir: str, package_file: str, op_libraries: Sequence[str] | None = None) -> list[str]:

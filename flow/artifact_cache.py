@@ -9,17 +9,21 @@ import functools
 import glob
 import hashlib
 import os
+import re
 from importlib import metadata
-from typing import Callable
+from typing import Callable, Iterable
 
-from flow import REPO_ROOT
+from flow import REPO_ROOT, declarations
 
 CACHE_ROOT = os.path.join(REPO_ROOT, "cmake-out")
-# The project's sources an export reads: the declarations, the ops' Python and C++ (registrations, Meta kernels), the
-# kernel helpers, the example models, the flow package and the my_ops package (its module swaps).
-SOURCE_PATTERNS = ("*.py", "*.cpp", "custom_ops.bzl", "ops/**/*.py", "ops/**/*.cpp", "ops/**/*.h", "kernel_helpers/*.h",
-                   "examples/*.py", "flow/*.py", "my_ops/**/*.py")
+# What every artifact is made from: the machinery that exports, lowers and packages (the flow and my_ops packages, the
+# kernel helpers, the example models, the top-level scripts and sources). The ops' own folders and declarations enter
+# per artifact (op_files): those of the ops it calls, so declaring or editing another op keeps it.
+MACHINERY_PATTERNS = ("*.py", "*.cpp", "kernel_helpers/*.h", "examples/*.py", "flow/*.py", "my_ops/**/*.py")
 PACKAGES = ("torch", "executorch", "transformers")
+# How an op's file reaches another op's folder: a C++ include by its path from the repository, a Python module path.
+_INCLUDE = re.compile(r'#\s*include\s*"(ops/[^"]+)"')
+_MODULE = re.compile(r"\bops\.(\w+)\b")
 
 
 def _version(package: str) -> str:
@@ -29,25 +33,76 @@ def _version(package: str) -> str:
         return "absent"
 
 
+def _module_file(module: str | None) -> list[str]:
+    """The repository file of a module the declarations name ("ops.rope.rope.rope_reference"'s module), if it is one."""
+    path = os.path.join(*module.split(".")) + ".py" if module else ""
+    return [path] if path and os.path.isfile(os.path.join(REPO_ROOT, path)) else []
+
+
+def op_files(names) -> list[str]:
+    """The files the ops `names` ("my_ops::rope") are made of, relative to the repository: every file of each folder
+    under ops/ their declared sources are in, and of every folder those files reach (a C++ #include "ops/x/..." line,
+    a Python `ops.x` module), to a fixed point; and their declared files outside ops/."""
+    declared = declarations.load(os.path.join(REPO_ROOT, "custom_ops.bzl"))
+    folders: set[str] = set()
+    files: set[str] = set()
+    pending: list[str] = []
+
+    def reach(relative: str) -> None:
+        parts = os.path.normpath(relative).split(os.sep)
+        if parts[0] != "ops" or len(parts) < 2:
+            pending.append(relative)
+        elif parts[1] not in folders:
+            folders.add(parts[1])
+            pending.extend(os.path.relpath(p, REPO_ROOT) for p in glob.glob(
+                os.path.join(REPO_ROOT, "ops", glob.escape(parts[1]), "**"), recursive=True) if os.path.isfile(p))
+
+    for name in names:
+        if (op := declared.get(name)) is None:
+            continue  # another library's op: the package versions key it
+        for relative in [*op.kernel_sources, *op.aot_sources, *op.cuda_sources, *op.without_python_sources,
+                         *_module_file(op.python_module), *_module_file(op.reference.rpartition(".")[0]),
+                         *_module_file((op.example_model or "").rpartition(".")[0])]:
+            reach(relative)
+    while pending:
+        relative = os.path.normpath(pending.pop())
+        if relative in files or not os.path.isfile(os.path.join(REPO_ROOT, relative)):
+            continue
+        files.add(relative)
+        if relative.startswith("ops" + os.sep):
+            with open(os.path.join(REPO_ROOT, relative), errors="replace") as f:
+                text = f.read()
+            found = _MODULE.findall(text) if relative.endswith(".py") else [
+                p.split("/")[1] for p in _INCLUDE.findall(text)]
+            for folder in found:
+                reach(os.path.join("ops", folder, ""))
+    return sorted(files)
+
+
 @functools.cache
-def source_hash(*settings: str) -> str:
-    """A hash of the installed versions of PACKAGES, `settings` (configuration an artifact is made with) and the
-    contents of every file of SOURCE_PATTERNS. Once per process: the sources a process imported are the ones its
-    artifacts are made from."""
+def source_hash(*settings: str, ops: tuple[str, ...] = ()) -> str:
+    """A hash of the installed versions of PACKAGES, `settings` (configuration an artifact is made with), the contents
+    of every machinery file (MACHINERY_PATTERNS) and the declarations and files of `ops` (op_files). Once per process:
+    the sources a process imported are the ones its artifacts are made from."""
+    declared = declarations.load(os.path.join(REPO_ROOT, "custom_ops.bzl"))
     digest = hashlib.sha256(" ".join([*(f"{p}={_version(p)}" for p in PACKAGES), *settings]).encode())
-    files = sorted({p for pattern in SOURCE_PATTERNS
-                    for p in glob.glob(os.path.join(REPO_ROOT, pattern), recursive=True)})
-    for path in files:
-        digest.update(os.path.relpath(path, REPO_ROOT).encode() + b"\0")
-        with open(path, "rb") as f:
+    digest.update(repr([declared.get(name) for name in sorted(set(ops))]).encode())
+    machinery = {os.path.relpath(p, REPO_ROOT) for pattern in MACHINERY_PATTERNS
+                 for p in glob.glob(os.path.join(REPO_ROOT, pattern), recursive=True)}
+    for relative in sorted(machinery | set(op_files(ops))):
+        digest.update(relative.encode() + b"\0")
+        with open(os.path.join(REPO_ROOT, relative), "rb") as f:
             digest.update(hashlib.sha256(f.read()).digest())
     return digest.hexdigest()[:16]
 
 
-def cached(directory: str, name: str, make: Callable[[str], None], *settings: str) -> tuple[str, bool]:
+def cached(directory: str, name: str, make: Callable[[str], None], *settings: str,
+           ops: Iterable[str] = ()) -> tuple[str, bool]:
     """The path of artifact `name` (e.g. "llama.pte") under cmake-out/<directory>, made by make(path) once per source
-    hash; and whether it was made now. Made beside its place and renamed into it, so a process reading the cache sees
-    a whole artifact or none (my_ops.hf.runtime.cached, the cache `python -m my_ops.hf` keeps its programs in)."""
+    hash (the ops it calls: their declared names, "my_ops::rope"); and whether it was made now. Made beside its place and
+    renamed into it, so a process reading the cache sees a whole artifact or none (my_ops.hf.runtime.cached, the cache
+    `python -m my_ops.hf` keeps its programs in)."""
     from my_ops.hf.runtime import cached as keyed
 
-    return keyed(os.path.join(CACHE_ROOT, directory), name, source_hash(*settings), make)
+    key = source_hash(*settings, ops=tuple(sorted(set(ops))))
+    return keyed(os.path.join(CACHE_ROOT, directory), name, key, make)

@@ -50,12 +50,14 @@ def programs_of(names) -> list[tuple[str, bool]]:
 def export_all(programs, output_dir: str) -> list[str]:
     """Makes each checkpoint, loads it back, swaps and exports each (model, quantized); returns the programs written.
     An export takes seconds a program, so programs are cached in cmake-out/hf_programs/ by a hash of every source and
-    package version they come from (flow/artifact_cache.py); the checkpoints, which the checks read, are made anew."""
+    package version they come from (flow/artifact_cache.py: the machinery and the ops my_ops.hf puts in programs);
+    the checkpoints, which the checks read, are made anew."""
     import shutil
 
     import my_ops.hf
     from flow import artifact_cache
     from flow.export import written_whole
+    from my_ops.hf.runtime import PROGRAM_OPS
 
     m = hf_models()
     # Each checkpoint made once per call, never reused from an earlier run (examples/hf_models.py may have changed).
@@ -70,7 +72,8 @@ def export_all(programs, output_dir: str) -> list[str]:
                 program.write_to_file(f)
 
         destination = program_path(output_dir, name, quantized)
-        cached, made = artifact_cache.cached(CACHE_DIR, os.path.basename(destination), export)
+        cached, made = artifact_cache.cached(CACHE_DIR, os.path.basename(destination), export,
+                                             ops=[f"my_ops::{op}" for op in PROGRAM_OPS])
         with open(cached, "rb") as source:  # a copy: the cache keeps its own
             written.append(written_whole(destination, lambda f: shutil.copyfileobj(source, f)))
         print(f"{'Exported' if made else 'Reused (sources unchanged)'} {os.path.relpath(written[-1])}")

@@ -29,6 +29,31 @@ def test_the_decoder_package_decodes_like_eager_twice_in_the_cpp_runner(build_di
     assert lines[0].startswith(f"{aoti.MODEL}: [")
 
 
+def ops_of_nodes(exported) -> set[str]:
+    """The ops a graph's nodes call, from the nodes (an in-place op through auto_functionalized: its first argument)."""
+    calls = set()
+    for node in exported.graph.nodes:
+        for target in (node.target, *node.args[:1]):
+            if isinstance(target, torch._ops.OpOverload):
+                calls.add(target._schema.name)
+    return calls
+
+
+@pytest.mark.parametrize("program", ["update_cache", "update_cache decomposed", "decoder"])
+def test_a_package_is_keyed_by_every_op_its_program_calls(build_dir, declared, program):
+    # flow/artifact_cache.py keys a package by the files of the ops it calls: one missed would reuse a stale package.
+    # Decomposed, the in-place update_cache is an argument of auto_functionalized, not a node's target.
+    if program == aoti.MODEL:
+        exported = aoti.export_model()
+    else:
+        _, exported, _ = aoti.example_package(declared["my_ops::update_cache"])
+        if program.endswith("decomposed"):
+            exported = exported.run_decompositions({})
+    expected = ops_of_nodes(exported)
+    assert "my_ops::update_cache" in expected and ("my_ops::rms_norm" in expected or program != aoti.MODEL)
+    assert expected <= aoti.called_ops(exported)
+
+
 def _library(build_dir, name):
     return os.path.join(build_dir, name)
 
