@@ -49,6 +49,8 @@ VARIANTS = {
     "decoder_undelegated": Variant(xnnpack=False),
 }
 TESTED = ("decoder", "decoder_q8")  # what `test_custom_ops.sh model` checks; the benchmark times them all
+# The declared ops the example model calls: what of the op library its programs are made from (export_cached's key).
+CALLED_OPS = ("my_ops::rms_norm", "my_ops::sdpa_with_cache", "my_ops::update_cache")
 
 
 def model_module():
@@ -108,6 +110,29 @@ def export(name: str, output_dir: str, *, etrecord: bool = False, max_seq: int |
     return export_to_pte(build(variant, max_seq=max_seq), m.prompt_inputs(), os.path.join(output_dir, f"{name}.pte"),
                          dynamic_shapes=m.dynamic_shapes(config(max_seq)), etrecord=etrecord,
                          partitioners=[XnnpackPartitioner()] if variant.xnnpack else ())
+
+
+def export_cached(name: str, output_dir: str) -> str:
+    """export(name)'s program copied to <output_dir>/<name>.pte, made once per source hash into cmake-out/
+    (flow/artifact_cache.py: the machinery and CALLED_OPS' files). A program that calls another declared op is an
+    error, not a cache entry keyed without that op's files."""
+    import shutil
+
+    from flow import artifact_cache, declarations, program
+    from flow.export import written_whole
+
+    def make(path: str) -> None:
+        with tempfile.TemporaryDirectory() as tmp:
+            made = export(name, tmp)
+            declared = {f"{op.name}.out" for op in declarations.load().values()}
+            if others := sorted(set(program.read(made).operators) & declared - {f"{op}.out" for op in CALLED_OPS}):
+                raise RuntimeError(f"{name} calls {', '.join(others)}, which flow/model.py's CALLED_OPS does not "
+                                   "name; add them, so its cached program is made again when they change")
+            os.replace(made, path)
+
+    cached, _ = artifact_cache.cached("decoder_programs", f"{name}.pte", make, ops=CALLED_OPS)
+    with open(cached, "rb") as source:  # a copy: the cache keeps its own
+        return written_whole(os.path.join(output_dir, f"{name}.pte"), lambda f: shutil.copyfileobj(source, f))
 
 
 @dataclass

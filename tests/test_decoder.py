@@ -51,6 +51,23 @@ def test_the_comparison_sees_a_wrong_cache_position(programs, expected, load_met
     assert model.difference(off, expected["decoder"], model.FLOAT32_TOLERANCE) is not None
 
 
+def test_the_cached_programs_call_the_ops_their_key_names(programs, declared):
+    # flow.model.export_cached keys its programs by CALLED_OPS' files: an op the model calls and the list lacks would
+    # leave a stale program after that op's edit.
+    called = {op for path in programs.values() for op in read(path).operators}
+    assert {f"{op}.out" for op in model.CALLED_OPS} == called & {op.out_name for op in declared.values()}
+
+
+def test_a_program_calling_an_op_its_key_does_not_name_is_not_cached(monkeypatch, tmp_path, aot_ops, python_ops):
+    from flow import artifact_cache
+
+    monkeypatch.setattr(artifact_cache, "CACHE_ROOT", str(tmp_path / "cache"))
+    monkeypatch.setattr(model, "CALLED_OPS", ("my_ops::rms_norm", "my_ops::sdpa_with_cache"))
+    with pytest.raises(RuntimeError, match=r"decoder calls my_ops::update_cache.out, which flow/model.py's CALLED_OPS"):
+        model.export_cached("decoder", str(tmp_path))
+    assert not os.listdir(tmp_path / "cache" / "decoder_programs")
+
+
 @pytest.mark.parametrize("name", model.TESTED)
 def test_the_custom_ops_stay_on_their_kernels_and_the_linears_go_to_xnnpack(name, programs):
     program = read(programs[name])
