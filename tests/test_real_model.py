@@ -171,3 +171,17 @@ def test_a_cut_outside_the_models_layers_is_refused(real):
         real.load(layers=31)
     with pytest.raises(UnsupportedModelError, match="layers=0: keep at least one layer"):
         real.load(layers=0)
+
+
+def test_the_files_configuration_is_the_one_transformers_reads(real, checkpoint, tmp_path):
+    # my_ops.hf.checkpoint hands from_pretrained the configuration it made from its own reading of the file (one
+    # reading of the metadata, not two): it must be what transformers makes from the file itself, the cut included.
+    from transformers import AutoConfig
+
+    path = real.SMOLLM2.path()
+    os.symlink(path, tmp_path / os.path.basename(path))
+    theirs = AutoConfig.from_pretrained(str(tmp_path), gguf_file=os.path.basename(path),
+                                        num_hidden_layers=real.TESTED_LAYERS).to_dict()
+    ours = checkpoint.model.config.to_dict()
+    differing = {k: (ours.get(k), theirs.get(k)) for k in set(ours) | set(theirs) if ours.get(k) != theirs.get(k)}
+    assert set(differing) <= {"_name_or_path", "dtype"}, differing

@@ -107,6 +107,16 @@ def _load_folder(path: str, layers: int | None) -> Checkpoint:
                       bool(getattr(tokenizer, "add_bos_token", False)))
 
 
+def gguf_config(parsed: dict, overrides: dict | None = None):
+    """The model's configuration from transformers' reading of a GGUF file (check_and_parse), as from_pretrained makes
+    it from the file: given to from_pretrained, it spares a second reading of the file's metadata (3 s for SmolLM2's
+    vocabulary)."""
+    from transformers import AutoConfig
+
+    values = {**parsed["config"], **(overrides or {})}
+    return AutoConfig.for_model(values.pop("model_type"), **values)
+
+
 def _load_gguf(path: str, layers: int | None) -> Checkpoint:
     from transformers import AutoModelForCausalLM
 
@@ -116,13 +126,13 @@ def _load_gguf(path: str, layers: int | None) -> Checkpoint:
 
     path, header, parsed = check_and_parse(path)
     vocabulary = parsed["tokenizer"]
+    config = gguf_config(parsed, _first_layers(path, layers, parsed["config"].get("num_hidden_layers")))
     with tempfile.TemporaryDirectory() as folder:
         os.symlink(path, os.path.join(folder, os.path.basename(path)))
         with open(os.path.join(folder, "generation_config.json"), "w") as f:
             json.dump({k: vocabulary[k] for k in ("bos_token_id", "eos_token_id") if k in vocabulary}, f)
-        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=os.path.basename(path), dtype=torch.float32,
-                                                     **_first_layers(path, layers,
-                                                                     parsed["config"].get("num_hidden_layers")))
+        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=os.path.basename(path), config=config,
+                                                     dtype=torch.float32)
     tokenizer, add_bos = from_file(path, header, parsed)
     return Checkpoint(model, tokenizer, path, _stop_ids(vocabulary.get("eos_token_id"), tokenizer), add_bos)
 
