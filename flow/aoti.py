@@ -10,7 +10,8 @@ custom op through AOTInductor's proxy executor, which finds it in PyTorch's disp
 runner loads the libraries that register them (--op_library), as Python would import them: libcustom_ops_aot_lib.so
 for ops registered from C++, libcustom_ops_without_python.so for the C++ kernels of ops registered from Python (each
 declared op's without_python_sources). Packaging takes seconds to a minute per program, so packages are cached under
-cmake-out/aoti_packages/, named by a hash of every source that can change them (flow/artifact_cache.py).
+cmake-out/aoti_packages/, named by a hash of every source that can change them: the machinery and the ops the program
+calls (flow/artifact_cache.py).
 """
 
 from __future__ import annotations
