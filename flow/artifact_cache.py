@@ -39,11 +39,12 @@ def _module_file(module: str | None) -> list[str]:
     return [path] if path and os.path.isfile(os.path.join(REPO_ROOT, path)) else []
 
 
-def op_files(names) -> list[str]:
+def op_files(names, declared: dict | None = None) -> list[str]:
     """The files the ops `names` ("my_ops::rope") are made of, relative to the repository: every file of each folder
     under ops/ their declared sources are in, and of every folder those files reach (a C++ #include "ops/x/..." line,
-    a Python `ops.x` module), to a fixed point; and their declared files outside ops/."""
-    declared = declarations.load(os.path.join(REPO_ROOT, "custom_ops.bzl"))
+    a Python `ops.x` module), to a fixed point; and their declared files outside ops/. `declared`: custom_ops.bzl's
+    ops, if the caller read them already."""
+    declared = declared or declarations.load(os.path.join(REPO_ROOT, "custom_ops.bzl"))
     folders: set[str] = set()
     files: set[str] = set()
     pending: list[str] = []
@@ -89,7 +90,7 @@ def source_hash(*settings: str, ops: tuple[str, ...] = ()) -> str:
     digest.update(repr([declared.get(name) for name in sorted(set(ops))]).encode())
     machinery = {os.path.relpath(p, REPO_ROOT) for pattern in MACHINERY_PATTERNS
                  for p in glob.glob(os.path.join(REPO_ROOT, pattern), recursive=True)}
-    for relative in sorted(machinery | set(op_files(ops))):
+    for relative in sorted(machinery | set(op_files(ops, declared))):
         digest.update(relative.encode() + b"\0")
         with open(os.path.join(REPO_ROOT, relative), "rb") as f:
             digest.update(hashlib.sha256(f.read()).digest())
