@@ -109,11 +109,12 @@ def perplexity(model_file: str, text_file: str, ctx: int, threads: int, chunks: 
     return float(found.group(1))
 
 
-def tokenize(model_file: str, text: str) -> list[int]:
+def tokenize(model_file: str, text: str, parse_special: bool = True) -> list[int]:
     """llama-tokenize's token ids for `text` (as given: no escapes processed; BOS as the file says; special tokens
-    parsed, the tool's default)."""
+    parsed, the tool's default, or left as text as llama-perplexity reads its file)."""
     proc = subprocess.run([tools()["llama-tokenize"], "-m", model_file, "--stdin", "--ids", "--no-escape",
-                           "--log-disable"], input=text.encode(), capture_output=True)
+                           "--log-disable"] + ([] if parse_special else ["--no-parse-special"]),
+                          input=text.encode(), capture_output=True)
     found = re.findall(rb"^\[[0-9, ]*\]$", proc.stdout, re.M)
     if proc.returncode != 0 or len(found) != 1:
         output = (proc.stdout + proc.stderr)[-2000:].decode(errors="replace")

@@ -1,8 +1,8 @@
 """The GGUF files people download, on their own tensors (`test_custom_ops.sh real`, after the shipped file's checks):
 llama-quantize's presets (Q4_K_M, Q5_K_M, Q6_K, Q3_K_M, Q2_K, Q5_0) made from the shipped SmolLM2 file (flow/real.py),
 that file itself, and Gemma 3 270M's Q4_K_M file as downloaded (`gemma3`: flow/real.py's GEMMA3, at its context of
-1024, where its local layers' window slides), each exported with --quantize gguf (my_ops.gguf: every tensor in its own
-format), then
+1024, where its local layers' window slides, on examples/alice_chapters1_3.txt), each exported with --quantize gguf
+(my_ops.gguf: every tensor in its own format), then
 
     its perplexity of examples/alice_chapter1.txt by llama-perplexity's protocol (chunks of CTX tokens, the second
     half of each scored), computed in ExecuTorch, beside llama-perplexity's own on the same file and text (within
@@ -58,27 +58,29 @@ def tensor_types(path: str) -> str:
     return ", ".join(f"{kind} {count}" for kind, count in counts.most_common())
 
 
-def measure(label: str, path: str, threads: int, ctx: int = CTX, max_seq_len: int | None = None) -> dict:
-    """One row, for the GGUF file at `path`: the program's and llama.cpp's perplexity of the text in chunks of `ctx`,
-    the float32 model's, sizes, tensor types. The program holds max_seq_len positions (default: the real mode's)."""
+def measure(label: str, path: str, threads: int, ctx: int = CTX, max_seq_len: int | None = None,
+            text: str | None = None) -> dict:
+    """One row, for the GGUF file at `path`: the program's and llama.cpp's perplexity of `text` (default: the real
+    mode's) in chunks of `ctx`, the float32 model's, sizes, tensor types. The program holds max_seq_len positions
+    (default: the real mode's)."""
     from flow import llama_cpp, real
     from flow.runtime import load_method_checked
     from my_ops.hf.checkpoint import load
     from my_ops.hf.runtime import default_cache_dir, export_cached
-    from my_ops.hf.text import chunked_perplexity, eager_chunked_perplexity
+    from my_ops.hf.text import chunked_perplexity, eager_chunked_perplexity, perplexity_ids
 
+    text = text or real.TEXT
     checkpoint = load(path)
-    with open(real.TEXT, encoding="utf-8") as f:
-        ids = list(checkpoint.tokenizer.encode(f.read(), add_special_tokens=False))
     bos = checkpoint.tokenizer.bos_token_id if checkpoint.add_bos else None
-    ids = ([bos] if bos is not None else []) + ids  # the text as llama.cpp tokenizes it
+    with open(text, encoding="utf-8") as f:
+        ids = perplexity_ids(checkpoint.tokenizer, f.read(), bos)  # the text as llama-perplexity tokenizes it
     float32, scored = eager_chunked_perplexity(checkpoint.model, ids, ctx, None, bos)
     pte, _ = export_cached(copy.deepcopy(checkpoint), "gguf", max_seq_len or real.MAX_SEQ_LEN, default_cache_dir())
     method = load_method_checked(pte)
     ours, _ = chunked_perplexity(lambda t, p: method.execute([t, p])[0], ids, ctx, None, bos)
     return {"preset": label, "types": tensor_types(path), "file_mib": os.path.getsize(path) / 2 ** 20,
-            "pte_mib": os.path.getsize(pte) / 2 ** 20, "ctx": ctx, "scored": scored, "project": ours,
-            "float32": float32, "llama_cpp": llama_cpp.perplexity(path, real.TEXT, ctx, threads)}
+            "pte_mib": os.path.getsize(pte) / 2 ** 20, "ctx": ctx, "text": text, "scored": scored, "project": ours,
+            "float32": float32, "llama_cpp": llama_cpp.perplexity(path, text, ctx, threads)}
 
 
 def measure_preset(preset: str, threads: int) -> dict:
@@ -88,18 +90,16 @@ def measure_preset(preset: str, threads: int) -> dict:
     if preset in other_models():
         model = real.MODELS[preset]
         return measure(os.path.basename(model.path()), model.path(), threads, ctx=model.perplexity_ctx,
-                       max_seq_len=model.max_seq_len)
+                       max_seq_len=model.max_seq_len, text=model.perplexity_text)
     return measure(preset, preset_file(preset), threads)
 
 
 def report(rows: list[dict]) -> tuple[list[str], list[str]]:
     """The table's lines, and each goal missed (none: all met)."""
-    from flow import real
-
-    chunks = sorted({(row["ctx"], row["scored"]) for row in rows})
-    lines = [f"GGUF files on their own tensors (--quantize gguf): perplexity of {os.path.relpath(real.TEXT, REPO_ROOT)}"
-             " by llama-perplexity's protocol (" + "; ".join(f"chunks of {ctx}, the second half of each scored: "
-                                                            f"{scored} tokens" for ctx, scored in chunks) +
+    chunks = sorted({(os.path.relpath(row["text"], REPO_ROOT), row["ctx"], row["scored"]) for row in rows})
+    lines = ["GGUF files on their own tensors (--quantize gguf): perplexity by llama-perplexity's protocol (" +
+             "; ".join(f"{text} in chunks of {ctx}, the second half of each scored: {scored} tokens"
+                       for text, ctx, scored in chunks) +
              "), the program in ExecuTorch beside `llama-perplexity` on the same file and text and beside the "
              "float32 model transformers dequantizes from the same file.", "",
              "| file | tensor types (besides F32 norms) | context | file MiB | .pte MiB | perplexity, program "

@@ -1,8 +1,10 @@
 """The tokenizer my_ops.hf builds for each real model's GGUF file against llama.cpp's own on the same file
-(`llama-tokenize`, built from the pinned source by flow/llama_cpp.py): the ids of examples/alice_chapter1.txt and
-examples/varied_text.txt (prose in twenty languages, numbers, code, markup, whitespace runs, emoji), whole and line
-by line, must be equal. The `real` mode runs it; the suite checks the same tokenizers against llama.cpp's algorithm
-written out in Python (tests/test_gguf_tokenizer.py).
+(`llama-tokenize`, built from the pinned source by flow/llama_cpp.py): the ids of examples/alice_chapter1.txt,
+examples/alice_chapters1_3.txt (Gemma 3's perplexity text) and examples/varied_text.txt (prose in twenty languages,
+numbers, code, markup, whitespace runs, emoji), whole and line by line, must be equal; and each whole text as a
+perplexity reads it (special tokens' names left as text, as llama-perplexity tokenizes its file) equal to
+`llama-tokenize --no-parse-special`'s. The `real` mode runs it; the suite checks the same tokenizers against
+llama.cpp's algorithm written out in Python (tests/test_gguf_tokenizer.py).
 
     python -m flow.tokens [--models smollm2,gemma3]
 """
@@ -15,7 +17,8 @@ import sys
 
 from flow import REPO_ROOT
 
-TEXTS = [os.path.join(REPO_ROOT, "examples", name) for name in ("alice_chapter1.txt", "varied_text.txt")]
+TEXTS = [os.path.join(REPO_ROOT, "examples", name)
+         for name in ("alice_chapter1.txt", "varied_text.txt", "alice_chapters1_3.txt")]
 
 
 def model_files() -> dict:
@@ -28,22 +31,25 @@ def differences(path: str) -> tuple[int, list[str]]:
     """(texts compared, one line per text whose ids differ from llama-tokenize's)."""
     from flow.llama_cpp import tokenize
     from my_ops.hf import gguf_tokenizer
+    from my_ops.hf.text import perplexity_ids
 
     tokenizer, add_bos = gguf_tokenizer.load(path)
     bos = [tokenizer.bos_token_id] if add_bos else []
-    texts = []
+    cases = []  # (what, our ids, llama-tokenize's)
     for name in TEXTS:
         with open(name, encoding="utf-8") as f:
             text = f.read()
-        texts += [text] + [line for line in text.splitlines() if line]
+        for piece in [text] + [line for line in text.splitlines() if line]:
+            cases.append((repr(piece[:60]), bos + tokenizer.encode(piece, add_special_tokens=False),
+                          tokenize(path, piece)))
+        cases.append((f"{os.path.basename(name)} as a perplexity reads it",
+                      perplexity_ids(tokenizer, text, bos[0] if bos else None), tokenize(path, text, False)))
     wrong = []
-    for text in texts:
-        ours = bos + tokenizer.encode(text, add_special_tokens=False)
-        theirs = tokenize(path, text)
+    for what, ours, theirs in cases:
         if ours != theirs:
             at = next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b), min(len(ours), len(theirs)))
-            wrong.append(f"{text[:60]!r}...: from token {at}, ours {ours[at:at + 5]}, llama.cpp's {theirs[at:at + 5]}")
-    return len(texts), wrong
+            wrong.append(f"{what}...: from token {at}, ours {ours[at:at + 5]}, llama.cpp's {theirs[at:at + 5]}")
+    return len(cases), wrong
 
 
 def main() -> int:

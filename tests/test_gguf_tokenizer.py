@@ -120,7 +120,8 @@ def test_a_damaged_vocabulary_is_refused_by_name(gguf_tokenizer):
 
 @pytest.fixture(scope="module")
 def gemma3(gguf_tokenizer):
-    """The file's header, and the tokenizer my_ops.hf loads with the model (its `tokenizers` backend)."""
+    """The file's header, the tokenizer my_ops.hf loads with the model (its `tokenizers` backend), and that tokenizer
+    itself (transformers')."""
     from flow.real import gemma3_path
     from my_ops.hf.gguf_file import check
 
@@ -128,11 +129,11 @@ def gemma3(gguf_tokenizer):
     header = check(path)
     tokenizer, add_bos = gguf_tokenizer.from_file(path, header, None)  # what load() makes of this file
     assert add_bos
-    return header.metadata, tokenizer.backend_tokenizer
+    return header.metadata, tokenizer.backend_tokenizer, tokenizer
 
 
 def test_gemma3s_vocabulary_splits_varied_text_as_llama_cpp_does(gemma3):
-    metadata, tokenizer = gemma3
+    metadata, tokenizer, _ = gemma3
     expected = reference(metadata)
     words = 0
     for path in TEXTS:
@@ -148,6 +149,22 @@ def test_gemma3s_vocabulary_splits_varied_text_as_llama_cpp_does(gemma3):
     assert words > 3000
     # What llama-tokenize gives for the issue's prompt (its token ids, read off the tool on this file).
     assert tokenizer.encode("The capital of France is").ids == [2, 818, 5279, 529, 7001, 563]
+
+
+def test_a_perplexity_text_keeps_special_token_names_as_text_as_llama_perplexity_does(gemma3):
+    # llama-perplexity tokenizes its file without parsing special tokens: varied_text.txt's "<bos>" and
+    # "<start_of_turn>" are text there. Parsed as tokens instead, they scored 1.4% of perplexity on a longer text.
+    from my_ops.hf.text import perplexity_ids
+
+    metadata, _, tokenizer = gemma3
+    expected = reference(metadata)
+    bos = metadata["tokenizer.ggml.bos_token_id"]
+    with open(TEXTS[1], encoding="utf-8") as f:
+        text = f.read()
+    assert "<bos>" in text and "<start_of_turn>" in text
+    ids = perplexity_ids(tokenizer, text, bos)
+    assert ids == expected.encode(text, parse_special=False)
+    assert ids != expected.encode(text) and ids[1:].count(bos) == 0
 
 
 # llama.cpp's pre-tokenizer of the `smollm` type (llama-vocab.cpp): every number character apart, then GPT-2's regex.
@@ -200,7 +217,7 @@ def test_the_real_modes_long_gemma3_prompt_passes_the_sliding_window(gemma3):
     # hold more tokens than the window (read from the file) and leave room for the new tokens in the program.
     from flow import real
 
-    metadata, tokenizer = gemma3
+    metadata, tokenizer, _ = gemma3
     window = metadata["gemma3.attention.sliding_window"]
     tokens = len(tokenizer.encode(real.GEMMA3.prompts[-1][0]).ids)
     assert window < tokens <= real.GEMMA3.max_seq_len - real.NEW_TOKENS, (window, tokens)

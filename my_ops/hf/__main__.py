@@ -169,16 +169,16 @@ def _generate(args, checkpoint, quantize) -> int:
 def _perplexity(args, checkpoint, quantize) -> int:
     import copy
 
-    from .text import chunked_perplexity, eager_chunked_perplexity, eager_perplexity, perplexity
+    from .text import chunked_perplexity, eager_chunked_perplexity, eager_perplexity, perplexity, perplexity_ids
 
     with open(args.text, encoding="utf-8") as f:
-        ids = list(checkpoint.tokenizer.encode(f.read(), add_special_tokens=False))
+        text = f.read()
     reference = copy.deepcopy(checkpoint.model)  # the export swaps the model in place
     if args.ctx is not None:
         if not 4 <= args.ctx <= args.max_seq_len:
             raise ValueError(f"--ctx {args.ctx}: give 4 to --max_seq_len ({args.max_seq_len}) tokens a chunk")
         bos = checkpoint.tokenizer.bos_token_id if checkpoint.add_bos else None
-        ids = ([bos] if bos is not None else []) + ids  # the text as llama.cpp tokenizes it
+        ids = perplexity_ids(checkpoint.tokenizer, text, bos)  # the text as llama-perplexity tokenizes it
         eager, _ = eager_chunked_perplexity(reference, ids, args.ctx, args.chunks, bos)
         pte = _program(args, checkpoint, quantize)
         program, method = runtime.load_method(pte)
@@ -187,6 +187,7 @@ def _perplexity(args, checkpoint, quantize) -> int:
                f"scored; `llama-perplexity -c {args.ctx}"
                f"{'' if args.chunks is None else f' --chunks {args.chunks}'}` on the same file and text)")
     else:
+        ids = perplexity_ids(checkpoint.tokenizer, text)
         window = args.window or args.max_seq_len
         eager, _ = eager_perplexity(reference, ids, window)
         pte = _program(args, checkpoint, quantize)

@@ -28,6 +28,14 @@ def prompt_ids(tokenizer, prompt: str, *, chat: bool = False) -> list[int]:
     return list(encoded["input_ids"] if hasattr(encoded, "keys") else encoded)
 
 
+def perplexity_ids(tokenizer, text: str, bos: int | None = None) -> list[int]:
+    """A text's token ids for its perplexity, as llama-perplexity reads a text file: a special token's name written in
+    the text (`<bos>`, `<start_of_turn>`) stays text, since llama.cpp tokenizes the file without parsing them; `bos`
+    first when given (the model adds one)."""
+    ids = tokenizer.encode(text, add_special_tokens=False, split_special_tokens=True)
+    return ([bos] if bos is not None else []) + list(ids)
+
+
 class TextStream:
     """Decoded text as tokens arrive: each call returns what the new token adds. Text is decoded from all the tokens so
     far (a token may be part of a character, or change how the previous one reads), and nothing ending in an
