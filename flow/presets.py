@@ -4,8 +4,8 @@ that file itself, and Gemma 3 270M's Q4_K_M file as downloaded (`gemma3`: flow/r
 1024, where its local layers' window slides, on examples/alice_chapters1_3.txt), each exported with --quantize gguf
 (my_ops.gguf: every tensor in its own format), then
 
-    its perplexity of examples/alice_chapter1.txt by llama-perplexity's protocol (chunks of CTX tokens, the second
-    half of each scored), computed in ExecuTorch, beside llama-perplexity's own on the same file and text (within
+    its perplexity of examples/alice_chapter1.txt (Gemma 3: its own text and context) by llama-perplexity's protocol
+    (chunks of CTX tokens, the second half of each scored), computed in ExecuTorch, beside llama-perplexity's own on the same file and text (within
     LLAMA_GOAL) and beside the float32 model transformers dequantizes from the same file (within FLOAT32_GOAL);
     the program's size beside the file's (within SIZE_GOAL).
 
