@@ -5,9 +5,9 @@ that file itself, and Gemma 3 270M's Q4_K_M file as downloaded (`gemma3`: flow/r
 (my_ops.gguf: every tensor in its own format), then
 
     its perplexity of examples/alice_chapter1.txt (Gemma 3: its own text and context) by llama-perplexity's protocol
-    (chunks of CTX tokens, the second half of each scored), computed in ExecuTorch, beside llama-perplexity's own on the same file and text (within
-    LLAMA_GOAL) and beside the float32 model transformers dequantizes from the same file (within FLOAT32_GOAL);
-    the program's size beside the file's (within SIZE_GOAL).
+    (chunks of CTX tokens, the second half of each scored), computed in ExecuTorch, beside llama-perplexity's own on
+    the same file and text (within LLAMA_GOAL) and beside the float32 model transformers dequantizes from the same
+    file (within FLOAT32_GOAL); the program's size beside the file's (within SIZE_GOAL).
 
     python -m flow.presets --build_dir cmake-out/all_ops [--presets Q4_K_M,Q2_K,gemma3] [--threads 2]
 """
