@@ -35,11 +35,12 @@ def differences(path: str) -> tuple[int, list[str]]:
 
     tokenizer, add_bos = gguf_tokenizer.load(path)
     bos = [tokenizer.bos_token_id] if add_bos else []
-    cases = []  # (what, our ids, llama-tokenize's)
+    cases, seen = [], set()  # (what, our ids, llama-tokenize's); a line two texts share (chapter one's) once
     for name in TEXTS:
         with open(name, encoding="utf-8") as f:
             text = f.read()
-        for piece in [text] + [line for line in text.splitlines() if line]:
+        for piece in [text] + [line for line in text.splitlines() if line and line not in seen]:
+            seen.add(piece)
             cases.append((repr(piece[:60]), bos + tokenizer.encode(piece, add_special_tokens=False),
                           tokenize(path, piece)))
         cases.append((f"{os.path.basename(name)} as a perplexity reads it",
