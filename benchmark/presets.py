@@ -7,7 +7,7 @@ gguf) in ExecuTorch's Python runtime at 1 thread and at every core
 as llama-bench times it after a warm-up), decode tokens/s over NEW_TOKENS. Ratios are taken within a round; the table gives medians and the min-max across rounds.
 `bash test_custom_ops.sh bench presets` runs this alone; `bench real` runs it after its own tables.
 
-    python benchmark/presets.py --build_dir cmake-out/all_ops [--presets Q4_K_M,Q2_K,gemma3] [--rounds 3]
+    python benchmark/presets.py --build_dir cmake-out/all_ops [--presets Q4_K_M,Q2_K,gemma3] [--rounds 3] [--isa avx2]
 """
 
 from __future__ import annotations
@@ -28,6 +28,25 @@ PROMPT_TOKENS = NEW_TOKENS = 128
 DECODE_GOAL = 1.25  # the program over llama.cpp on the same file, at the same threads
 
 
+def add_isa_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--isa", choices=("native", "avx2"), default="native",
+                        help="avx2: the project capped at AVX2 (CUSTOM_OPS_ISA) beside llama.cpp built for AVX2 without "
+                             "AVX-512, to measure the AVX2 code on an AVX-512 host; native: each side's best")
+
+
+def use_isa(isa: str) -> None:
+    """Caps this process's kernels (read once, at their first call: before any runs)."""
+    if isa == "avx2":
+        os.environ["CUSTOM_OPS_ISA"] = "avx2"
+
+
+def isa_line(isa: str) -> str:
+    """What each side runs: the project's kernels (flow/cpu.py) and llama.cpp's build flags."""
+    from flow import cpu, llama_cpp
+
+    return f"ISA: {cpu.describe()}; llama.cpp: {' '.join(llama_cpp.BUILDS[isa])}"
+
+
 def thread_counts() -> list[int]:
     cores = os.cpu_count() or 1
     return [1] if cores == 1 else [1, cores]
@@ -45,9 +64,9 @@ def time_program(pte: str, ids: list[int], threads: int) -> dict:
     return {"prefill": run["warm_prefill_tokens_per_s"], "decode": run["decode_tokens_per_s"]}
 
 
-def measure(label: str, types: str, pte: str, gguf: str, ids: list[int], rounds: int) -> dict:
-    """A program and llama-bench on `gguf` at each thread count, in interleaved rounds; the pool is left at every
-    core, as it was."""
+def measure(label: str, types: str, pte: str, gguf: str, ids: list[int], rounds: int, isa: str = "native") -> dict:
+    """A program and llama-bench (built for `isa`: flow/llama_cpp.py's BUILDS) on `gguf` at each thread count, in
+    interleaved rounds; the pool is left at every core, as it was."""
     from executorch.extension.pybindings import portable_lib
 
     from flow import llama_cpp
@@ -58,7 +77,7 @@ def measure(label: str, types: str, pte: str, gguf: str, ids: list[int], rounds:
         for threads in thread_counts() if r % 2 == 0 else reversed(thread_counts()):
             found[threads] = {"project": time_program(pte, ids, threads),
                               "llama.cpp": {key: value[0] for key, value in llama_cpp.bench(
-                                  gguf, threads, PROMPT_TOKENS, NEW_TOKENS, 1).items() if key != "peak_rss_mib"}}
+                                  gguf, threads, PROMPT_TOKENS, NEW_TOKENS, 1, isa).items() if key != "peak_rss_mib"}}
         per_round.append(found)
     portable_lib._unsafe_reset_threadpool(thread_counts()[-1])
     print(f"{label}: " + ", ".join(f"{t} threads {r['project']['decode']:.1f} vs {r['llama.cpp']['decode']:.1f}"
@@ -66,7 +85,7 @@ def measure(label: str, types: str, pte: str, gguf: str, ids: list[int], rounds:
     return {"preset": label, "types": types, "rounds": per_round}
 
 
-def rows(presets: list[str], rounds: int) -> list[dict]:
+def rows(presets: list[str], rounds: int, isa: str = "native") -> list[dict]:
     """Per file: its programs' and llama-bench's tokens/s at each thread count, every round."""
     import copy
 
@@ -83,7 +102,7 @@ def rows(presets: list[str], rounds: int) -> list[dict]:
         max_seq_len = real.MODELS.get(preset, real.SMOLLM2).max_seq_len  # a preset is SmolLM2's file
         pte, _ = export_cached(copy.deepcopy(checkpoint), "gguf", max_seq_len, default_cache_dir())
         del checkpoint
-        measured.append(measure(preset, files.tensor_types(path), pte, path, ids, rounds))
+        measured.append(measure(preset, files.tensor_types(path), pte, path, ids, rounds, isa))
     return measured
 
 
@@ -189,7 +208,9 @@ def main() -> int:
     parser.add_argument("--presets", default=None, help="files: Q4_1 (the shipped one), llama-quantize presets of it, "
                                                         "gemma3 (Gemma 3 270M's Q4_K_M file)")
     parser.add_argument("--rounds", type=int, default=3)
+    add_isa_argument(parser)
     args = parser.parse_args()
+    use_isa(args.isa)
     torch.set_num_threads(1)
     from flow import presets as files
     from flow.model import register_ops
@@ -201,8 +222,8 @@ def main() -> int:
     load_kernel_library(os.path.join(args.build_dir, "libcustom_ops_lib.so"))
     print(f"\nGGUF files on their own tensors: the project's program (Python runtime) against llama-bench on the same "
           f"file, {PROMPT_TOKENS}-token prompt, {NEW_TOKENS} new tokens, medians of {args.rounds} interleaved rounds, "
-          "min-max of each ratio:\n")
-    print("\n".join(report(rows(chosen, args.rounds))))
+          f"min-max of each ratio.\n{isa_line(args.isa)}\n")
+    print("\n".join(report(rows(chosen, args.rounds, args.isa))))
     return 0
 
 

@@ -178,14 +178,14 @@ def llm_runner_rounds(programs: dict[str, str], tokenizer_json: str, text: str, 
                                               for key in ("prefill", "decode")}}
 
 
-def llama_cpp_rows(gguf: str, rounds: int) -> dict[str, dict]:
+def llama_cpp_rows(gguf: str, rounds: int, isa: str = "native") -> dict[str, dict]:
     """llama-bench on the shipped file and on Q8_0 and F32 files made from it: tokens/s of pp and tg (mean, standard
     deviation), the file's size, llama-bench's peak resident memory."""
     from flow import llama_cpp
 
     files = {"Q4_1": gguf, **{kind: llama_cpp.quantized(gguf, kind, llama_cpp.ROOT) for kind in ("Q8_0", "F32")}}
     return {kind: {"size_mib": os.path.getsize(path) / 2 ** 20,
-                   **llama_cpp.bench(path, THREADS, PROMPT_TOKENS, NEW_TOKENS, rounds)} for kind, path in files.items()}
+                   **llama_cpp.bench(path, THREADS, PROMPT_TOKENS, NEW_TOKENS, rounds, isa)} for kind, path in files.items()}
 
 
 LAYERS = "decoder layers (my_ops::decoder_layer: a whole layer, its projections included)"
@@ -282,7 +282,11 @@ def main() -> int:
     parser.add_argument("--no_llama_cpp", action="store_true", help="skip llama.cpp (its first build takes minutes), "
                                                                      "and with it the GGUF presets")
     parser.add_argument("--memcpy", default=None, help="benchmark/memcpy_bandwidth built (CUSTOM_OPS_BUILD_BENCHMARK)")
+    import presets
+
+    presets.add_isa_argument(parser)
     args = parser.parse_args()
+    presets.use_isa(args.isa)
     torch.set_num_threads(1)
     from flow import real
     from flow.model import chosen, register_ops
@@ -333,11 +337,11 @@ def main() -> int:
             row["memcpy_tokens_per_s"], row["read_tokens_per_s"] = 1e6 / copy_us, 1e6 / read_us
         rows[name] = row
         print(json.dumps({name: row}), flush=True)
-    llama = {} if args.no_llama_cpp or not smollm2 else llama_cpp_rows(real.gguf_path(), args.rounds)
+    llama = {} if args.no_llama_cpp or not smollm2 else llama_cpp_rows(real.gguf_path(), args.rounds, args.isa)
 
     print(f"\n{model.title}, {PROMPT_TOKENS}-token prompt, {NEW_TOKENS} new tokens, {THREADS} threads; ExecuTorch's "
           f"Python runtime, medians of {args.rounds} interleaved rounds, min-max of each ratio (project over "
-          "optimum-executorch; load: optimum's time over the project's).\n")
+          f"optimum-executorch; load: optimum's time over the project's).\n{presets.isa_line(args.isa)}\n")
     print("| precision | decode tok/s project | optimum | ratio | prefill tok/s project | optimum | ratio | load ms "
           "project / optimum | .pte MiB project / optimum | memory MiB project / optimum | same tokens |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
@@ -404,15 +408,13 @@ def main() -> int:
     if not smollm2:
         print(f"\n{model.title} beside llama.cpp at 1 and every thread: bench presets --presets {model.name}")
     elif not args.no_llama_cpp:  # each program at 1 thread and every core, beside llama-bench -t 1 and -t N
-        import presets
-
         from flow import llama_cpp
 
         scaling = []
         for name, pair in programs.items():
             kind = LLAMA_CPP_TYPES[name]  # quantized() makes each file once
             gguf = real.gguf_path() if kind == "Q4_1" else llama_cpp.quantized(real.gguf_path(), kind, llama_cpp.ROOT)
-            scaling.append(presets.measure(name, kind, pair["project"], gguf, ids, args.rounds))
+            scaling.append(presets.measure(name, kind, pair["project"], gguf, ids, args.rounds, args.isa))
         print(f"\nEach program at 1 thread and at every core ({presets.thread_counts()[-1]}), beside llama-bench on "
               f"the GGUF file of its precision at the same threads, {presets.PROMPT_TOKENS}-token prompt, "
               f"{presets.NEW_TOKENS} new tokens, medians of {args.rounds} interleaved rounds:\n")
@@ -426,7 +428,7 @@ def main() -> int:
 
         print(f"\nGGUF files on their own tensors against llama-bench on the same file, {presets.PROMPT_TOKENS}-token "
               f"prompt, {presets.NEW_TOKENS} new tokens, medians of {args.rounds} interleaved rounds:\n")
-        print("\n".join(presets.report(presets.rows([SHIPPED, *PRESETS], args.rounds))))
+        print("\n".join(presets.report(presets.rows([SHIPPED, *PRESETS], args.rounds, args.isa))))
     return 0
 
 

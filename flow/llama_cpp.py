@@ -3,7 +3,8 @@ below, checked by hash) and kept under cmake-out/llama.cpp/: llama-bench, llama-
 llama-tokenize, built once (about 8 minutes on 2 cores), then reused by the `real` mode (the GGUF presets, the
 tokenizer) and `bench real`.
 
-    python -m flow.llama_cpp        builds (or finds) the tools and prints their paths
+    python -m flow.llama_cpp [ISA]  builds (or finds) the tools for ISA (native, the default, or avx2) and prints
+                                    their paths
 """
 
 from __future__ import annotations
@@ -66,19 +67,27 @@ def source() -> str:
     return os.path.join(tree, "llama.cpp")
 
 
-def tools() -> dict[str, str]:
-    """{tool name: path} of the TOOLS, built once (Release, this machine's ISA: GGML_NATIVE)."""
-    build = os.path.join(ROOT, "build")
-    found = {tool: os.path.join(build, "bin", tool) for tool in TOOLS}
+# The ISAs llama.cpp is built for: this machine's best (GGML_NATIVE), or AVX2 without AVX-512 (what most x86 laptops
+# and desktops run), to measure the project's AVX2 code (CUSTOM_OPS_ISA=avx2) against llama.cpp's on an AVX-512 host.
+BUILDS = {"native": ["-DGGML_NATIVE=ON"],
+          "avx2": ["-DGGML_NATIVE=OFF", "-DGGML_AVX=ON", "-DGGML_AVX2=ON", "-DGGML_FMA=ON", "-DGGML_F16C=ON",
+                   "-DGGML_BMI2=ON", "-DGGML_AVX512=OFF", "-DGGML_AVX512_VNNI=OFF", "-DGGML_AVX512_BF16=OFF",
+                   "-DGGML_AVX_VNNI=OFF"]}
+
+
+def tools(isa: str = "native", targets: tuple[str, ...] = TOOLS) -> dict[str, str]:
+    """{tool name: path} of `targets`, built once for `isa` (a key of BUILDS; Release)."""
+    build = os.path.join(ROOT, "build" if isa == "native" else f"build-{isa}")
+    found = {tool: os.path.join(build, "bin", tool) for tool in targets}
     if all(os.access(path, os.X_OK) for path in found.values()):
         return found
     tree = source()
-    log = os.path.join(ROOT, "build.log")
+    log = os.path.join(ROOT, "build.log" if isa == "native" else f"build-{isa}.log")
     with open(log, "w") as out:
-        for command in (["cmake", "-S", tree, "-B", build, "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release",
-                         "-DGGML_NATIVE=ON", "-DLLAMA_CURL=OFF", "-DLLAMA_BUILD_TESTS=OFF",
-                         "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_SERVER=OFF"],
-                        ["cmake", "--build", build, "--target", *TOOLS, "-j", str(os.cpu_count() or 2)]):
+        for command in (["cmake", "-S", tree, "-B", build, "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release", *BUILDS[isa],
+                         "-DLLAMA_CURL=OFF", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF",
+                         "-DLLAMA_BUILD_SERVER=OFF"],
+                        ["cmake", "--build", build, "--target", *targets, "-j", str(os.cpu_count() or 2)]):
             if subprocess.run(command, stdout=out, stderr=subprocess.STDOUT).returncode != 0:
                 raise RuntimeError(f"building llama.cpp failed: {' '.join(command)} (log: {log})")
     return found
@@ -122,13 +131,15 @@ def tokenize(model_file: str, text: str, parse_special: bool = True) -> list[int
     return json.loads(found[0])
 
 
-def bench(model_file: str, threads: int, prompt_tokens: int, new_tokens: int, repetitions: int) -> dict:
-    """llama-bench on `model_file` at `threads`: {"prefill": (mean, sd), "decode": (mean, sd)} in tokens/s, and its peak
-    resident memory in MiB (ru_maxrss of a child started through tools/own_peak_rss.py)."""
+def bench(model_file: str, threads: int, prompt_tokens: int, new_tokens: int, repetitions: int,
+          isa: str = "native") -> dict:
+    """llama-bench (built for `isa`, a key of BUILDS) on `model_file` at `threads`: {"prefill": (mean, sd), "decode":
+    (mean, sd)} in tokens/s, and its peak resident memory in MiB (ru_maxrss of a child started through
+    tools/own_peak_rss.py)."""
     import tempfile
 
     with tempfile.NamedTemporaryFile("r") as rss:
-        proc = subprocess.run([sys.executable, OWN_PEAK_RSS, rss.name, tools()["llama-bench"], "-m", model_file, "-t",
+        proc = subprocess.run([sys.executable, OWN_PEAK_RSS, rss.name, tools(isa, ("llama-bench",))["llama-bench"], "-m", model_file, "-t",
                                str(threads), "-p", str(prompt_tokens), "-n", str(new_tokens), "-r", str(repetitions),
                                "-o", "json"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         if proc.returncode != 0:
@@ -140,5 +151,5 @@ def bench(model_file: str, threads: int, prompt_tokens: int, new_tokens: int, re
 
 
 if __name__ == "__main__":
-    print(json.dumps(tools(), indent=1))
+    print(json.dumps(tools(sys.argv[1] if len(sys.argv) > 1 else "native"), indent=1))
     sys.exit(0)

@@ -1,8 +1,8 @@
 // The helper for row-wise ops (a reduction over the last dimension, then a pass over the row: norms, softmax, per-row
 // quantization): the rows of a contiguous tensor split across the thread pool, whole rows per task, with the same
 // grain as the elementwise loop so small inputs stay on the calling thread. Rows of 16-bit floats are widened to float
-// a block at a time, in order, so a kernel accumulates in float; a kernel compiled for AVX-512 (elementwise's
-// CUSTOM_OPS_AVX512, chosen by elementwise::detected_isa()) converts whole blocks with it.
+// a block at a time, in order, so a kernel accumulates in float; a kernel compiled for AVX2 or AVX-512 (elementwise's
+// CUSTOM_OPS_AVX2 and CUSTOM_OPS_AVX512, chosen by elementwise::detected_isa()) converts whole blocks with it.
 #pragma once
 
 #include <algorithm>
@@ -31,10 +31,39 @@ bool for_each_row(int64_t rows, int64_t bytes_per_row, const Fn& fn) {
 // a reduction over the row must see the same order whatever the ISA, so its result does not depend on the CPU.
 constexpr int64_t kBlock = elementwise::kConvertBlock;
 
+// The vector code a row kernel's body is compiled into (it is inlined into a function with that target).
+enum class Vector { kNone, kAvx2, kAvx512 };
+
 #ifdef CUSTOM_OPS_X86_DISPATCH
-// Whole blocks with AVX-512, in order (the elementwise loop's bfloat16 blocks are lane-permuted, which an elementwise
-// op may ignore and a reduction may not): bfloat16 zero-extended and shifted, narrowed with the same rounding and
-// packed back in order; half through the hardware conversions, which keep the order.
+// Whole blocks with AVX2 or AVX-512, in order (the elementwise loop's bfloat16 blocks are lane-permuted, which an
+// elementwise op may ignore and a reduction may not): bfloat16 zero-extended and shifted, narrowed with the same
+// rounding and packed back in order; half through the hardware conversions, which keep the order.
+CUSTOM_OPS_AVX2 inline void widen_block_avx2(const c10::BFloat16* in, float* block) {
+  for (int64_t k = 0; k < kBlock; k += 8) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(elementwise::bits_of(in) + k));
+    _mm256_store_si256(reinterpret_cast<__m256i*>(block + k), _mm256_slli_epi32(_mm256_cvtepu16_epi32(v), 16));
+  }
+}
+
+CUSTOM_OPS_AVX2 inline void narrow_block_avx2(const float* block, c10::BFloat16* out) {
+  for (int64_t k = 0; k < kBlock; k += 16) {
+    const auto* from = reinterpret_cast<const __m256i*>(block + k);
+    const __m256i lo = elementwise::round_to_bfloat16_avx2(_mm256_load_si256(from));
+    const __m256i hi = elementwise::round_to_bfloat16_avx2(_mm256_load_si256(from + 1));
+    // packus interleaves the 128-bit lanes (lo 0-3, hi 0-3, lo 4-7, hi 4-7); the permute puts them back in order.
+    const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(lo, hi), 0xD8);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(elementwise::bits_of(out) + k), packed);
+  }
+}
+
+CUSTOM_OPS_AVX2 inline void widen_block_avx2(const c10::Half* in, float* block) {
+  elementwise::widen_block_avx2(in, block);
+}
+
+CUSTOM_OPS_AVX2 inline void narrow_block_avx2(const float* block, c10::Half* out) {
+  elementwise::narrow_block_avx2(block, out);
+}
+
 CUSTOM_OPS_AVX512 inline void widen_block_avx512(const c10::BFloat16* in, float* block) {
   for (int64_t k = 0; k < kBlock; k += 16) {
     const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(elementwise::bits_of(in) + k));
@@ -58,15 +87,18 @@ CUSTOM_OPS_AVX512 inline void narrow_block_avx512(const float* block, c10::Half*
 }
 #endif
 
-// kAvx512: called from a function compiled for AVX-512 (see rms_norm's kernel), whole blocks converted with it.
-template <typename T, bool kAvx512 = false>
+// V: the vector code of the function this is inlined into (see rms_norm's kernel), whole blocks converted with it.
+template <typename T, Vector V = Vector::kNone>
 __attribute__((always_inline)) inline void load_floats(const T* in, float* block, int64_t n) {
   if constexpr (std::is_same_v<T, float>) {
     std::copy(in, in + n, block);
   } else if (n == kBlock) {
 #ifdef CUSTOM_OPS_X86_DISPATCH
-    if constexpr (kAvx512) {
+    if constexpr (V == Vector::kAvx512) {
       widen_block_avx512(in, block);
+      return;
+    } else if constexpr (V == Vector::kAvx2) {
+      widen_block_avx2(in, block);
       return;
     }
 #endif
@@ -77,14 +109,17 @@ __attribute__((always_inline)) inline void load_floats(const T* in, float* block
 }
 
 // Rounds n floats once to T.
-template <typename T, bool kAvx512 = false>
+template <typename T, Vector V = Vector::kNone>
 __attribute__((always_inline)) inline void store_floats(const float* block, T* out, int64_t n) {
   if constexpr (std::is_same_v<T, float>) {
     std::copy(block, block + n, out);
   } else if (n == kBlock) {
 #ifdef CUSTOM_OPS_X86_DISPATCH
-    if constexpr (kAvx512) {
+    if constexpr (V == Vector::kAvx512) {
       narrow_block_avx512(block, out);
+      return;
+    } else if constexpr (V == Vector::kAvx2) {
+      narrow_block_avx2(block, out);
       return;
     }
 #endif

@@ -45,7 +45,7 @@ def shapes(fmt: str) -> list[tuple[int, int, int]]:
 
 
 def in_panels(fmt: str, tokens: int, inputs: int) -> bool:
-    """Whether a row format's AVX-512 code takes these activations in panels (ops/blocks/block_ops.h)."""
+    """Whether a row format's vector code (AVX2, AVX-512) takes these activations in panels (ops/blocks/block_ops.h)."""
     return tokens >= (16 if fmt == "F32" else 32) and inputs % 16 == 0
 
 
@@ -85,7 +85,7 @@ def cpu_has_vnni() -> bool:
 
 @pytest.mark.parametrize("isa", ["baseline", "avx2", "avx512"])
 def test_every_format_equals_its_reference_on_every_vector_isa(isa, combined_build):
-    # The block formats' AVX-512 code needs VNNI: on an AVX-512 CPU without it they run the AVX2 loop (rows do not).
+    # The block formats' AVX-512 code needs VNNI: on an AVX-512 CPU without it they run the AVX2 tiles (rows do not).
     from test_kernel_paths import expected_isa
 
     if expected_isa(isa) != isa:
@@ -98,8 +98,41 @@ def test_every_format_equals_its_reference_on_every_vector_isa(isa, combined_bui
     expected[blocks_isa] += counts["blocks"]
     assert counts["blocks"] > 0 and counts["rows"] > 0 and counts["panels"] > 0
     assert {k: counts[k] for k in expected} == expected, counts
-    # The row formats' prefills in panels: AVX-512 code only.
-    assert counts["row_panel_outputs"] == (counts["panels"] if isa == "avx512" else 0), counts
+    # The row formats' prefills in panels: the vector code (AVX2 and AVX-512) only.
+    assert counts["row_panel_outputs"] == (counts["panels"] if isa != "baseline" else 0), counts
+
+
+# Every block format's outputs, and the row formats' prefills in panels, as bits: the AVX2 tiles form the AVX-512
+# tiles' integer sums with other instructions and do the same float arithmetic per lane in the same order.
+BITS_PROBE = """
+import torch
+from flow import registration
+registration.load_aot_library({aot!r})
+from test_block_formats import FORMATS, blocks_module, in_panels, shapes
+module = blocks_module()
+generator = torch.Generator().manual_seed(7)
+result = {{}}
+for fmt in FORMATS:
+    for tokens, outputs, inputs in shapes(fmt):
+        weight = module.random_weight(fmt, outputs, inputs, generator)
+        x = torch.randn(tokens, inputs, generator=generator) * 3
+        if fmt in module.ROW_FORMATS and not in_panels(fmt, tokens, inputs):
+            continue
+        y = torch.ops.my_ops.linear_blocks(x, weight, fmt)
+        result[f"{{fmt}} {{tokens}}x{{outputs}}x{{inputs}}"] = y.view(torch.int32).flatten().tolist()
+"""
+
+
+def test_the_avx2_tiles_give_the_avx512_tiles_bits(combined_build):
+    from test_kernel_paths import expected_isa
+
+    if expected_isa("avx512") != "avx512" or not cpu_has_vnni():
+        pytest.skip("this CPU has no AVX-512 VNNI tiles to compare with")
+    outputs = {isa: run_in_fresh_python(BITS_PROBE.format(aot=combined_build.aot_lib), env={"CUSTOM_OPS_ISA": isa})
+               for isa in ("avx2", "avx512")}
+    assert {case.split()[0] for case in outputs["avx2"]} == set(FORMATS), sorted(outputs["avx2"])
+    differ = [case for case in outputs["avx512"] if outputs["avx2"][case] != outputs["avx512"][case]]
+    assert differ == [], differ
 
 
 # A decode step's cost on a second core is its hand-offs to the pool: counted in the runtime's kernels, where the

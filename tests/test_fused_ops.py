@@ -146,14 +146,14 @@ for name, pte in {ptes!r}.items():
 
 def test_the_gated_activations_count_each_element_where_it_ran(combined_build, tmp_path):
     # A float32 range of a vector or more runs the AVX-512 exp where that is the best ISA (its tail of 7 too, counted
-    # with the range, as every kernel's tail is); capped at baseline, the scalar loop runs all of it.
+    # with the range, as every kernel's tail is); capped at AVX2 or the baseline, the scalar loop runs all of it.
     from helpers import COUNT_PATHS, run_in_fresh_python
-    from test_kernel_paths import expected_isa
+    from test_kernel_paths import expected_isa, isas_here
 
     n = 4 * 1024 + 7
     ptes = {name: export_to_pte(module, (torch.randn(n), torch.randn(n)), str(tmp_path / f"{name}.pte"))
             for name, module in (("silu_mul", CallSiluMul()), ("gelu_mul", CallGeluMul()))}
-    for cap in (None, "baseline"):
+    for cap in (None, *isas_here()[:-1]):
         env = dict(COUNT_PATHS, **({"CUSTOM_OPS_ISA": cap} if cap else {}))
         counts = run_in_fresh_python(GATED_PROBE.format(lib=combined_build.kernel_lib, n=n, ptes=ptes), env=env)
         vector = n if expected_isa(cap) == "avx512" else 0
@@ -318,22 +318,37 @@ for threads in (1, 2, 3):
 """
 
 
-@pytest.mark.parametrize("formats", LAYER_FORMATS.values(), ids=LAYER_FORMATS.keys())
-def test_the_decoder_layer_gives_the_bits_of_the_ops_it_replaces_in_one_hand_off(formats, combined_build, tmp_path):
+def layer_cases() -> list:
+    """Each format set on this CPU's best code; the row formats' also capped at AVX2 where the CPU has more (the
+    layer's prefill panels and decode rows on the other vector code)."""
+    from test_kernel_paths import hardware_isa
+
+    cases = [pytest.param(formats, None, id=name) for name, formats in LAYER_FORMATS.items()]
+    if hardware_isa() == "avx512":
+        cases.append(pytest.param(LAYER_FORMATS["F32 BF16 F16 F32"], "avx2", id="F32 BF16 F16 F32, avx2"))
+    return cases
+
+
+@pytest.mark.parametrize("formats, cap", layer_cases())
+def test_the_decoder_layer_gives_the_bits_of_the_ops_it_replaces_in_one_hand_off(formats, cap, combined_build,
+                                                                                   tmp_path):
     # Each format's kernels, prompts and decode steps over the caches the steps before wrote, at 1, 2 and 3 threads
     # (a fresh process: the pool is the process's): every output equal to the unfused program's, bit for bit. At a
     # decode step on 2 threads the layer hands the pool one range where the ops it replaces hand it four (the
     # projections; attention over 6 positions stays on the calling thread), and its time counts as a layer's.
     from helpers import COUNT_PATHS, run_in_fresh_python
+    from test_kernel_paths import expected_isa
 
     result = run_in_fresh_python(LAYER_PROBE.format(build_dir=combined_build.build_dir,
                                                     kernel_lib=combined_build.kernel_lib, formats=formats,
-                                                    out=str(tmp_path / "layer")), env=COUNT_PATHS, timeout=600)
+                                                    out=str(tmp_path / "layer")),
+                                 env=dict(COUNT_PATHS, **({"CUSTOM_OPS_ISA": cap} if cap else {})), timeout=600)
     assert result["differ"] == []
     assert result["handoffs"] == {"True": [1, 1], "False": [4, 4]}, result
-    # Row formats' prefills in panels, in the layer as in the ops it replaces (the same outputs).
+    # Row formats' prefills in panels (the vector code's), in the layer as in the ops it replaces (the same outputs).
     panels = result["panel_outputs"]
-    assert panels["True"] == panels["False"] and (panels["True"] > 0) == ("F32" in formats), result
+    in_panels = "F32" in formats and expected_isa(cap) != "baseline"
+    assert panels["True"] == panels["False"] and (panels["True"] > 0) == in_panels, result
     assert result["layer_work_ns"] > 0
 
 

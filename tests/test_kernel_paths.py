@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from flow.compare import assert_bit_exact, bit_difference
+from flow.cpu import ISA_ORDER, hardware_isa, kernel_isa
 from helpers import ALL_DTYPES, COUNT_PATHS, PATH_COUNTERS, full_range, run_in_fresh_python
 from pte_surgery import rewrite_output_tensor
 
@@ -30,19 +31,20 @@ def numel(dtype_name: str) -> int:
     return CALL_BYTES // getattr(torch, dtype_name).itemsize + 37  # 37: a tail after the last whole block
 
 
-def cpu_isa() -> str:
-    """The best loop this CPU runs (the dispatcher's rule: every feature the variant is compiled for)."""
-    with open("/proc/cpuinfo") as f:
-        flags = set(next(line for line in f if line.startswith("flags")).split())
-    if not {"avx2", "fma", "f16c"} <= flags:
-        return "baseline"
-    return "avx512" if {"avx512f", "avx512bw", "avx512vl", "avx512dq"} <= flags else "avx2"
-
-
 def expected_isa(cap: str | None) -> str:
-    order = ["baseline", "avx2", "avx512"]
-    best = cpu_isa()
-    return best if cap is None else order[min(order.index(best), order.index(cap))]
+    """The loop the kernels run in a process started with CUSTOM_OPS_ISA=cap, or (None) with this process's own
+    environment, as a run of the whole suite capped at AVX2 passes it on: never above what the CPU has."""
+    return kernel_isa(cap)
+
+
+def cpu_isa() -> str:
+    """The best loop the kernels run here (this process's cap included)."""
+    return expected_isa(None)
+
+
+def isas_here() -> list[str]:
+    """Every loop this CPU runs, capped with CUSTOM_OPS_ISA: the ones a test runs each of."""
+    return ISA_ORDER[:ISA_ORDER.index(hardware_isa()) + 1]
 
 
 # Runs in the fresh process: reads a library's counters, compares with the op's declared reference.

@@ -242,9 +242,10 @@ struct LinearTasks {
   }
 };
 
-// Tokens from which a row format's AVX-512 code takes its activations in panels (block_formats.h): below, a panel's
-// unused lanes, or a half-precision weight's conversion shared by too few tokens, cost more than the tiles'
-// horizontal sums (measured on the AMD EPYC, docs/benchmarks.md: float32 gains from 16 tokens, F16 and BF16 from 32).
+// Tokens from which a row format's vector code (AVX2, AVX-512) takes its activations in panels (block_layout.h):
+// below, a panel's unused lanes, or a half-precision weight's conversion shared by too few tokens, cost more than the
+// tiles' horizontal sums (measured with AVX-512 on the AMD EPYC, docs/benchmarks.md: float32 gains from 16 tokens,
+// F16 and BF16 from 32).
 inline int64_t panel_tokens(Storage storage) {
   return storage == Storage::kFloat32 ? 16 : 32;
 }
@@ -253,7 +254,7 @@ inline int64_t panel_tokens(Storage storage) {
 inline LinearTasks plan_linear(const FormatKernels& f, const float* x, int64_t tokens, int64_t k, const void* weight,
                                int64_t n, float* out, Activations& activations, int64_t threads) {
   const Isa which = isa_of(f);
-  const bool panels = !f.quantizes_activations && which == Isa::kAvx512 && tokens >= panel_tokens(f.storage) &&
+  const bool panels = !f.quantizes_activations && which != Isa::kBaseline && tokens >= panel_tokens(f.storage) &&
                       k % kPanel == 0;
   if (f.quantizes_activations) {
     activations.resize(tokens, k, f.weights_per_block);

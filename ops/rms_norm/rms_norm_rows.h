@@ -1,7 +1,7 @@
 // rms_norm's row code, shared by my_ops::rms_norm and my_ops::add_rms_norm (whose norm must give rms_norm's bits, so
 // that the export pass's fusion changes no output): y = x / sqrt(mean(x^2) + eps) * weight per row, one read for the
-// sum of squares and one read-and-write pass, in float for the half types; on a CPU with AVX-512 a variant compiled
-// for it (the same sums in the same order: the same bits), bfloat16 rows converted in registers.
+// sum of squares and one read-and-write pass, in float for the half types; on a CPU with AVX2 or AVX-512 a variant
+// compiled for it (the same sums in the same order: the same bits), AVX-512's bfloat16 rows converted in registers.
 #pragma once
 
 #include <cmath>
@@ -39,8 +39,8 @@ __attribute__((always_inline)) inline float add_pairwise(float (&acc)[kPartialSu
   return acc[0];
 }
 
-// kAvx512: inlined into rms_norm_rows_avx512, so the whole body is compiled for AVX-512.
-template <typename T, bool kAvx512>
+// V: the vector code of the function this is inlined into (rms_norm_rows_avx2, rms_norm_rows_avx512).
+template <typename T, rows::Vector V>
 __attribute__((always_inline)) inline void rms_norm_rows_body(const T* in, const T* weight, T* out, int64_t first,
                                                               int64_t end, int64_t cols, float eps) {
   alignas(64) float x[rows::kBlock];
@@ -54,7 +54,7 @@ __attribute__((always_inline)) inline void rms_norm_rows_body(const T* in, const
       if constexpr (std::is_same_v<T, float>) {
         sum_of_squares(row + c, n, acc);
       } else {
-        rows::load_floats<T, kAvx512>(row + c, x, n);
+        rows::load_floats<T, V>(row + c, x, n);
         sum_of_squares(x, n, acc);
       }
     }
@@ -66,12 +66,12 @@ __attribute__((always_inline)) inline void rms_norm_rows_body(const T* in, const
           out_row[c + i] = row[c + i] * inv_rms * weight[c + i];
         }
       } else {
-        rows::load_floats<T, kAvx512>(row + c, x, n);
-        rows::load_floats<T, kAvx512>(weight + c, w, n);
+        rows::load_floats<T, V>(row + c, x, n);
+        rows::load_floats<T, V>(weight + c, w, n);
         for (int64_t i = 0; i < n; ++i) {
           x[i] = x[i] * inv_rms * w[i];
         }
-        rows::store_floats<T, kAvx512>(x, out_row + c, n);
+        rows::store_floats<T, V>(x, out_row + c, n);
       }
     }
   }
@@ -79,10 +79,16 @@ __attribute__((always_inline)) inline void rms_norm_rows_body(const T* in, const
 
 template <typename T>
 void rms_norm_rows(const T* in, const T* weight, T* out, int64_t first, int64_t end, int64_t cols, float eps) {
-  rms_norm_rows_body<T, false>(in, weight, out, first, end, cols, eps);
+  rms_norm_rows_body<T, rows::Vector::kNone>(in, weight, out, first, end, cols, eps);
 }
 
 #ifdef CUSTOM_OPS_X86_DISPATCH
+template <typename T>
+CUSTOM_OPS_AVX2 void rms_norm_rows_avx2(const T* in, const T* weight, T* out, int64_t first, int64_t end,
+                                        int64_t cols, float eps) {
+  rms_norm_rows_body<T, rows::Vector::kAvx2>(in, weight, out, first, end, cols, eps);
+}
+
 // 16 bfloat16 as floats, in order (masked-off lanes read nothing and are zero).
 CUSTOM_OPS_AVX512 inline __m512 widen_bfloat16_avx512(const c10::BFloat16* p, __mmask16 lanes) {
   const __m256i bits = _mm256_maskz_loadu_epi16(lanes, elementwise::bits_of(p));
@@ -182,20 +188,25 @@ CUSTOM_OPS_AVX512 void rms_norm_rows_avx512(const T* in, const T* weight, T* out
   if constexpr (std::is_same_v<T, c10::BFloat16>) {
     rms_norm_rows_bfloat16_avx512(in, weight, out, first, end, cols, eps, stream);
   } else {
-    rms_norm_rows_body<T, true>(in, weight, out, first, end, cols, eps);
+    rms_norm_rows_body<T, rows::Vector::kAvx512>(in, weight, out, first, end, cols, eps);
   }
 }
 #endif
 
-enum class Isa { kBaseline, kAvx512, kAvx512Streaming };
+enum class Isa { kBaseline, kAvx2, kAvx512, kAvx512Streaming };
 
 // The variant rows of T run in, for an output of `bytes` (past the elementwise loop's streaming threshold, bfloat16
 // rows on AVX-512 are written with non-temporal stores).
 template <typename T>
 Isa row_isa(size_t bytes) {
 #ifdef CUSTOM_OPS_X86_DISPATCH
-  if (elementwise::detected_isa() == elementwise::Isa::kAvx512) {
-    return elementwise::streams(bytes) ? Isa::kAvx512Streaming : Isa::kAvx512;
+  switch (elementwise::detected_isa()) {
+    case elementwise::Isa::kAvx512:
+      return elementwise::streams(bytes) ? Isa::kAvx512Streaming : Isa::kAvx512;
+    case elementwise::Isa::kAvx2:
+      return Isa::kAvx2;
+    case elementwise::Isa::kBaseline:
+      break;
   }
 #endif
   (void)bytes;
@@ -207,6 +218,10 @@ template <typename T>
 void normalize_rows(const T* in, const T* weight, T* out, int64_t first, int64_t end, int64_t cols, float eps,
                     Isa isa) {
 #ifdef CUSTOM_OPS_X86_DISPATCH
+  if (isa == Isa::kAvx2) {
+    rms_norm_rows_avx2<T>(in, weight, out, first, end, cols, eps);
+    return;
+  }
   if (isa != Isa::kBaseline) {
     rms_norm_rows_avx512<T>(in, weight, out, first, end, cols, eps, isa == Isa::kAvx512Streaming);
     return;
@@ -218,7 +233,9 @@ void normalize_rows(const T* in, const T* weight, T* out, int64_t first, int64_t
 
 // The path counters: elements by the ISA loop that computed them.
 inline void count_rows(Isa isa, int64_t elements) {
-  elementwise::count(isa == Isa::kBaseline ? elementwise::kBaselineElements : elementwise::kAvx512Elements,
+  elementwise::count(isa == Isa::kBaseline ? elementwise::kBaselineElements
+                     : isa == Isa::kAvx2     ? elementwise::kAvx2Elements
+                                             : elementwise::kAvx512Elements,
                      static_cast<uint64_t>(elements));
 }
 

@@ -1,0 +1,380 @@
+// The block formats' AVX2 tiles (the layout is block_layout.h's), for the x86-64 CPUs without AVX-512 VNNI: a group's
+// 16 rows as two halves of 8, one row per 32-bit lane, each quad of codes multiplied with vpmaddubsw (unsigned codes
+// times four signed activations broadcast, pairs added into 16 bits) and vpmaddwd (pairs into 32), as llama.cpp's x86
+// quants do; the same integer sums as the AVX-512 tiles' vpdpbusd, so the same float arithmetic per lane gives the same
+// bits. The row formats' decode rows and prefill panels on 256-bit FMA.
+#pragma once
+
+#include "block_layout.h"
+
+#if defined(CUSTOM_OPS_X86_DISPATCH) && !defined(CUSTOM_OPS_BLOCKS_PORTABLE_ONLY)
+namespace custom {
+namespace native {
+namespace blocks {
+
+#define CUSTOM_OPS_BLOCKS_AVX2 __attribute__((target("avx2,fma,f16c")))
+
+constexpr int kHalf = 8;  // rows a 256-bit vector holds
+
+// Which of a half group's rows exist: `valid` of them (a short group's last half may have none to all).
+struct HalfLanes {
+  int64_t first;  // the half's first row in the group
+  int valid;
+  __m256i mask;   // lanes < valid, for vpmaskmov
+};
+
+CUSTOM_OPS_BLOCKS_AVX2 CUSTOM_OPS_BLOCKS_INLINE HalfLanes half_lanes(int64_t rows, int half) {
+  const int valid = static_cast<int>(std::clamp<int64_t>(rows - half * kHalf, 0, kHalf));
+  return {half * kHalf, valid,
+          _mm256_cmpgt_epi32(_mm256_set1_epi32(valid), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7))};
+}
+
+// Four bytes of each of the half's rows from a run of R rows' 4 bytes (missing rows read as zero, never past the
+// tensor: vpmaskmovd does not touch masked-off lanes).
+template <bool kFull>
+CUSTOM_OPS_BLOCKS_AVX2 CUSTOM_OPS_BLOCKS_INLINE Words8 load_half(const uint8_t* p, const HalfLanes& h) {
+  const auto* at = reinterpret_cast<const int*>(p + h.first * 4);
+  return reinterpret_cast<Words8>(kFull ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(at))
+                                        : _mm256_maskload_epi32(at, h.mask));
+}
+
+// The half's fp16 values of one field (2 bytes a row) as floats.
+template <bool kFull>
+CUSTOM_OPS_BLOCKS_AVX2 CUSTOM_OPS_BLOCKS_INLINE Reals8 load_half_fp16(const uint8_t* p, const HalfLanes& h) {
+  __m128i bits;
+  if constexpr (kFull) {
+    bits = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + h.first * 2));
+  } else {  // no 16-bit masked load on AVX2: the valid rows' bytes copied
+    alignas(16) uint16_t copy[kHalf] = {};
+    std::memcpy(copy, p + h.first * 2, static_cast<size_t>(h.valid) * 2);
+    bits = _mm_load_si128(reinterpret_cast<const __m128i*>(copy));
+  }
+  return reinterpret_cast<Reals8>(_mm256_cvtph_ps(bits));
+}
+
+template <class F, bool kFull>
+CUSTOM_OPS_BLOCKS_AVX2 CUSTOM_OPS_BLOCKS_INLINE void half_record(const uint8_t* record, int64_t R, const HalfLanes& h,
+                                                                 Words8* words, Reals8* halves) {
+  int offset = 0, w = 0, f = 0;
+  CUSTOM_OPS_UNROLL
+  for (int size : F::kFields) {
+    const uint8_t* p = record + offset * R;
+    if (size == 4) {
+      words[w++] = load_half<kFull>(p, h);
+    } else {
+      halves[f++] = load_half_fp16<kFull>(p, h);
+    }
+    offset += size;
+  }
+}
+
+// Four activations of token t from input k, broadcast to every lane.
+CUSTOM_OPS_BLOCKS_AVX2 CUSTOM_OPS_BLOCKS_INLINE __m256i four_avx2(const Activations& a, int64_t t, int64_t k) {
+  int32_t bytes;
+  std::memcpy(&bytes, a.row(t) + k, sizeof(bytes));
+  return _mm256_set1_epi32(bytes);
+}
+
+// vpmaddubsw adds two products of an unsigned code and a signed activation (|q| <= 127) into 16 bits, saturating: codes
+// of 8 bits (Q8_0's, offset 128) could pass 32767, so they are made signed (code - 128) and multiplied as
+// |w| * (x with w's sign), under 2 * 128 * 127; narrower codes stay unsigned and several quads' pairs add in 16 bits
+// before vpmaddwd, as many as cannot pass 32767.
+template <class F>
+constexpr bool signed_codes() {
+  static_assert(chunks<F>() < 8 || F::kOffset == 128, "8-bit codes are made signed by subtracting 128");
+  return chunks<F>() == 8;
+}
+template <class F>
+constexpr int quads_in_16_bits() {
+  if constexpr (signed_codes<F>()) {
+    return 1;
+  } else {
+    const int largest_pair = 2 * ((1 << chunks<F>()) - 1) * 127;
+    return std::clamp(32767 / largest_pair, 1, F::kSub / 4);
+  }
+}
+
+// The integer sums of one half group and block against T tokens from t0, as block_sums_avx512 makes them (per token,
+// the sub-block dots times their sub-scales, and the sub-mins times the sub-blocks' sums of x).
+template <class F, int T, bool kFull>
+CUSTOM_OPS_BLOCKS_AVX2 CUSTOM_OPS_BLOCKS_INLINE void half_block_sums(const Task& task, const uint8_t* block, int64_t R,
+                                                                     const HalfLanes& lanes, const Words8* words,
+                                                                     int64_t b, int64_t t0, __m256i* dots,
+                                                                     __m256i* mins) {
+  constexpr int kPieces = F::kWeights / kBlock, kChunks = chunks<F>(), kQuads = F::kSub / 4;
+  constexpr int kIn16 = quads_in_16_bits<F>();
+  const Activations& a = *task.a;
+  const __m256i ones = _mm256_set1_epi16(1);
+  CUSTOM_OPS_UNROLL
+  for (int t = 0; t < T; ++t) {
+    dots[t] = mins[t] = _mm256_setzero_si256();
+  }
+  for (int i = 0; i < kPieces; ++i) {
+    const uint8_t* quants = block + i * R * kChunks * 4;
+    Words8 chunk[kChunks];
+    CUSTOM_OPS_UNROLL
+    for (int c = 0; c < kChunks; ++c) {
+      if (lanes.first == 0) {  // the first half's pass asks for both halves' line
+        _mm_prefetch(reinterpret_cast<const char*>(quants + c * R * 4) + kPrefetchBytes, _MM_HINT_T0);
+      }
+      chunk[c] = load_half<kFull>(quants + c * R * 4, lanes);
+    }
+    CUSTOM_OPS_UNROLL
+    for (int h = 0; h < kBlock / F::kSub; ++h) {
+      const int s = i * (kBlock / F::kSub) + h;
+      const int64_t first = b * F::kWeights + s * F::kSub;
+      Words8 sub_scale = Words8{} + 1, sub_min = sub_scale;
+      if constexpr (F::kSubScales) {
+        F::sub(words, s, sub_scale, sub_min);
+      }
+      __m256i dot[T], pairs[T];
+      CUSTOM_OPS_UNROLL
+      for (int t = 0; t < T; ++t) {
+        dot[t] = signed_codes<F>() ? _mm256_setzero_si256()
+                                   : _mm256_set1_epi32(-F::kOffset * a.sum(t0 + t, first, F::kSub));
+      }
+      CUSTOM_OPS_UNROLL
+      for (int q = 0; q < kQuads; ++q) {
+        Words8 code;
+        quad_codes<F>(chunk, h * kQuads + q, code);
+        __m256i w = reinterpret_cast<__m256i>(code);
+        if constexpr (signed_codes<F>()) {
+          w = _mm256_xor_si256(w, _mm256_set1_epi8(static_cast<char>(0x80)));  // code - 128, as int8
+        }
+        CUSTOM_OPS_UNROLL
+        for (int t = 0; t < T; ++t) {
+          const __m256i x = four_avx2(a, t0 + t, first + 4 * q);
+          const __m256i p = signed_codes<F>() ? _mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(x, w))
+                                              : _mm256_maddubs_epi16(w, x);
+          pairs[t] = q % kIn16 == 0 ? p : _mm256_add_epi16(pairs[t], p);
+          if (q % kIn16 == kIn16 - 1 || q == kQuads - 1) {
+            dot[t] = _mm256_add_epi32(dot[t], _mm256_madd_epi16(pairs[t], ones));
+          }
+        }
+      }
+      CUSTOM_OPS_UNROLL
+      for (int t = 0; t < T; ++t) {
+        if constexpr (F::kSubScales) {
+          dots[t] = _mm256_add_epi32(dots[t], _mm256_mullo_epi32(dot[t], reinterpret_cast<__m256i>(sub_scale)));
+          if constexpr (F::kHasMin) {
+            mins[t] = _mm256_add_epi32(mins[t], _mm256_mullo_epi32(reinterpret_cast<__m256i>(sub_min),
+                                                                   _mm256_set1_epi32(a.sum(t0 + t, first, F::kSub))));
+          }
+        } else {
+          dots[t] = _mm256_add_epi32(dots[t], dot[t]);
+        }
+      }
+    }
+  }
+}
+
+// Half `half` of group g (R rows; kFull: R = 16) against T tokens from t0, block after block: per lane the float
+// arithmetic of group_avx512, in its order.
+template <class F, int T, bool kFull>
+CUSTOM_OPS_BLOCKS_AVX2 CUSTOM_OPS_BLOCKS_INLINE void half_group_avx2(const Task& task, const Packed<F>& w, int64_t g,
+                                                                     int half, int64_t t0) {
+  const Activations& a = *task.a;
+  const int64_t R = kFull ? kGroup : w.rows(g);
+  const HalfLanes lanes = half_lanes(R, half);
+  __m256 acc[T];
+  CUSTOM_OPS_UNROLL
+  for (int t = 0; t < T; ++t) {
+    acc[t] = _mm256_setzero_ps();
+  }
+  for (int64_t b = 0; b < w.blocks; ++b) {
+    const uint8_t* block = w.block(g, b);
+    Words8 words[std::max(1, fields_of_size<F>(4))];
+    Reals8 halves[std::max(1, fields_of_size<F>(2))];
+    half_record<F, kFull>(block + R * quant_bytes<F>(), R, lanes, words, halves);
+    Reals8 scale, min = Reals8{};
+    F::block(halves, scale, min);
+    __m256i dots[T], mins[T];
+    half_block_sums<F, T, kFull>(task, block, R, lanes, words, b, t0, dots, mins);
+    CUSTOM_OPS_UNROLL
+    for (int t = 0; t < T; ++t) {
+      const float dx = a.scale(t0 + t, b);
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dots[t]),
+                               _mm256_mul_ps(reinterpret_cast<__m256>(scale), _mm256_set1_ps(dx)), acc[t]);
+      if constexpr (F::kHasMin && F::kSubScales) {
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(mins[t]),
+                                 _mm256_mul_ps(reinterpret_cast<__m256>(min), _mm256_set1_ps(dx)), acc[t]);
+      } else if constexpr (F::kHasMin) {
+        const float sum = static_cast<float>(a.sum(t0 + t, b * F::kWeights, F::kSub));
+        acc[t] = _mm256_fmadd_ps(reinterpret_cast<__m256>(min), _mm256_set1_ps(dx * sum), acc[t]);
+      }
+    }
+  }
+  CUSTOM_OPS_UNROLL
+  for (int t = 0; t < T; ++t) {
+    float* out = task.out + (t0 + t) * task.n + g * kGroup + lanes.first;
+    if constexpr (kFull) {
+      _mm256_storeu_ps(out, acc[t]);
+    } else {
+      _mm256_maskstore_ps(out, lanes.mask, acc[t]);
+    }
+  }
+}
+
+// The half-group tiles of format F for T tokens from t0, over groups [first, end). A group's second half reads what
+// the first half's pass brought into cache (a group's block rows are a few KB).
+template <class F>
+struct HalfGroupTiles {
+  template <int T>
+  CUSTOM_OPS_BLOCKS_AVX2 static void run(const Task& task, int64_t t0, int64_t first, int64_t end) {
+    const Packed<F> w{static_cast<const uint8_t*>(task.weight), task.n, task.k / F::kWeights};
+    for (int64_t g = first; g < end; ++g) {
+      for (int half = 0; half < 2; ++half) {
+        if (w.rows(g) == kGroup) {
+          half_group_avx2<F, T, true>(task, w, g, half, t0);
+        } else if (w.rows(g) > half * kHalf) {
+          half_group_avx2<F, T, false>(task, w, g, half, t0);
+        }
+      }
+    }
+  }
+};
+
+// Tokens at a time: the accumulators of a token (float, dots, mins, its dot and 16-bit pairs) in 16 registers.
+template <class F>
+constexpr int max_tokens_avx2() {
+  return F::kSubScales ? 2 : 4;
+}
+
+// ---- Row formats ----
+// 8 weights of a row as floats.
+template <class E>
+CUSTOM_OPS_BLOCKS_AVX2 CUSTOM_OPS_BLOCKS_INLINE __m256 load_weights8(const E* w) {
+  if constexpr (std::is_same_v<E, float>) {
+    return _mm256_loadu_ps(w);
+  } else if constexpr (std::is_same_v<E, c10::Half>) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w)));
+  } else {
+    return _mm256_castsi256_ps(
+        _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w))), 16));
+  }
+}
+
+CUSTOM_OPS_BLOCKS_AVX2 CUSTOM_OPS_BLOCKS_INLINE float add_lanes(__m256 v) {
+  const __m128 four = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 two = _mm_add_ps(four, _mm_movehl_ps(four, four));
+  return _mm_cvtss_f32(_mm_add_ss(two, _mm_movehdup_ps(two)));
+}
+
+// One row against one token, front to back as one stream (what the hardware prefetcher follows best), four sums of
+// 8 in flight; the tail past the last 8 in float, added last.
+template <class E>
+CUSTOM_OPS_BLOCKS_AVX2 CUSTOM_OPS_BLOCKS_INLINE void row_decode_avx2(const Task& task, int64_t r, int64_t t) {
+  const int64_t k = task.k;
+  const E* w = static_cast<const E*>(task.weight) + r * k;
+  const float* x = task.x + t * k;
+  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+  int64_t j = 0;
+  for (; j + 32 <= k; j += 32) {
+    CUSTOM_OPS_UNROLL
+    for (int a = 0; a < 4; ++a) {
+      acc[a] = _mm256_fmadd_ps(load_weights8(w + j + 8 * a), _mm256_loadu_ps(x + j + 8 * a), acc[a]);
+    }
+  }
+  for (int a = 0; j + 8 <= k; j += 8, ++a) {
+    acc[a] = _mm256_fmadd_ps(load_weights8(w + j), _mm256_loadu_ps(x + j), acc[a]);
+  }
+  float tail = 0.0f;
+  for (; j < k; ++j) {
+    tail += element_to_float(w[j]) * x[j];
+  }
+  task.out[t * task.n + r] =
+      add_lanes(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]))) + tail;
+}
+
+// Rows [first, end) against each token in turn: a row read from memory once, then from L1 for the next tokens.
+template <class E>
+CUSTOM_OPS_BLOCKS_AVX2 CUSTOM_OPS_BLOCKS_INLINE void rows_avx2(const Task& task, int64_t first, int64_t end) {
+  for (int64_t r = first; r < end; ++r) {
+    for (int64_t t = 0; t < task.tokens; ++t) {
+      row_decode_avx2<E>(task, r, t);
+    }
+  }
+}
+
+// ---- Row formats at prefill: the activations in panels (block_layout.h), a panel's 16 tokens in two vectors ----
+// 4 rows against one panel per input: 8 accumulators, 2 loads of x and 4 weights broadcast per 8 FMAs.
+constexpr int kPanelRowsAvx2 = 4;
+static_assert(kPanelRows % kPanelRowsAvx2 == 0, "a tile of the panels' rows is whole AVX2 tiles");
+
+template <int R>
+CUSTOM_OPS_BLOCKS_AVX2 CUSTOM_OPS_BLOCKS_INLINE void panel_tile_avx2(const Task& task, const float* w, int64_t r0,
+                                                                     int64_t p, const char* ahead,
+                                                                     int64_t ahead_step) {
+  const int64_t k = task.k;
+  const float* x = task.a->panels.data() + p * k * kPanel;
+  __m256 acc[R][2];
+  CUSTOM_OPS_UNROLL
+  for (int r = 0; r < R; ++r) {
+    acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+  }
+  for (int64_t j = 0; j < k; ++j) {
+    if (ahead != nullptr) {
+      _mm_prefetch(ahead + j * ahead_step, _MM_HINT_T0);
+    }
+    const __m256 x0 = _mm256_loadu_ps(x + j * kPanel), x1 = _mm256_loadu_ps(x + j * kPanel + 8);
+    CUSTOM_OPS_UNROLL
+    for (int r = 0; r < R; ++r) {
+      const __m256 wv = _mm256_broadcast_ss(w + r * k + j);
+      acc[r][0] = _mm256_fmadd_ps(wv, x0, acc[r][0]);
+      acc[r][1] = _mm256_fmadd_ps(wv, x1, acc[r][1]);
+    }
+  }
+  alignas(32) float lanes[R][kPanel];
+  CUSTOM_OPS_UNROLL
+  for (int r = 0; r < R; ++r) {
+    _mm256_store_ps(lanes[r], acc[r][0]);
+    _mm256_store_ps(lanes[r] + 8, acc[r][1]);
+  }
+  const int64_t t0 = p * kPanel, valid = std::min(kPanel, task.tokens - t0);
+  for (int64_t l = 0; l < valid; ++l) {
+    CUSTOM_OPS_UNROLL
+    for (int r = 0; r < R; ++r) {
+      task.out[(t0 + l) * task.n + r0 + r] = lanes[r][l];
+    }
+  }
+}
+
+// Rows [first, end) against every panel: tiles of kPanelRows rows (a half-precision weight's rows converted to floats
+// first, each tile once) as AVX2 tiles of 4, the first fetching the next tile's weights; the rest one row at a time.
+template <class E>
+CUSTOM_OPS_BLOCKS_AVX2 void rows_in_panels_avx2(const Task& task, int64_t first, int64_t end) {
+  const int64_t k = task.k, panels = (task.tokens + kPanel - 1) / kPanel;
+  const E* weight = static_cast<const E*>(task.weight);
+  thread_local std::vector<float> converted;
+  for (int64_t r = first; r < end; r += kPanelRows) {
+    const int64_t rows = std::min(kPanelRows, end - r);
+    const float* w = nullptr;
+    if constexpr (std::is_same_v<E, float>) {
+      w = weight + r * k;
+    } else {
+      converted.resize(static_cast<size_t>(kPanelRows * k));
+      for (int64_t j = 0; j < rows * k; j += 8) {  // k is a multiple of 16
+        _mm256_storeu_ps(converted.data() + j, load_weights8(weight + r * k + j));
+      }
+      w = converted.data();
+    }
+    const char* ahead = r + 2 * kPanelRows <= end ? reinterpret_cast<const char*>(weight + (r + kPanelRows) * k)
+                                                  : nullptr;
+    for (int64_t p = 0; p < panels; ++p) {
+      int64_t i = 0;
+      for (; i + kPanelRowsAvx2 <= rows; i += kPanelRowsAvx2) {
+        const char* fetch = p == 0 && ahead != nullptr ? ahead + i * k * static_cast<int64_t>(sizeof(E)) : nullptr;
+        panel_tile_avx2<kPanelRowsAvx2>(task, w + i * k, r + i, p, fetch, kPanelRowsAvx2 * sizeof(E));
+      }
+      for (; i < rows; ++i) {
+        panel_tile_avx2<1>(task, w + i * k, r + i, p, nullptr, 0);
+      }
+    }
+  }
+  elementwise::count(elementwise::kRowPanelOutputs, static_cast<uint64_t>((end - first) * task.tokens));
+}
+
+}  // namespace blocks
+}  // namespace native
+}  // namespace custom
+#endif
