@@ -38,6 +38,7 @@
 #                                             bench hf: my_ops.hf vs optimum-executorch on the same checkpoints
 #                                             bench real: SmolLM2-135M vs optimum-executorch and llama.cpp, and
 #                                             bench presets: the GGUF presets vs llama.cpp at 1 and all threads
+#                                             (real, presets: --isa avx2 runs both sides' AVX2 code)
 #                                             bench aoti: the decoder in ExecuTorch vs AOTInductor (speed, memory,
 #                                             size, start)
 set -euo pipefail
