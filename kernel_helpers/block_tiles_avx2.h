@@ -68,6 +68,52 @@ CUSTOM_OPS_BLOCKS_AVX2 CUSTOM_OPS_BLOCKS_INLINE void half_record(const uint8_t* 
   }
 }
 
+// Activations, the same values as quantize_block's, 8 at a time (the division and the rounding, to nearest with ties
+// to even, are IEEE operations; a maximum does not depend on its order): the scalar loop called libm's nearbyintf
+// for every value.
+CUSTOM_OPS_BLOCKS_AVX2 CUSTOM_OPS_BLOCKS_INLINE void quantize_block_avx2(const float* x, int64_t n, int8_t* q, float* d,
+                                                                         int32_t* sum16) {
+  const __m256 infinity = _mm256_set1_ps(std::numeric_limits<float>::infinity());
+  __m256 amax = _mm256_setzero_ps(), finite = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
+  for (int64_t j = 0; j < n; j += 8) {
+    const __m256 magnitude = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), _mm256_loadu_ps(x + j));
+    finite = _mm256_and_ps(finite, _mm256_cmp_ps(magnitude, infinity, _CMP_LT_OQ));  // false for NaN and infinities
+    amax = _mm256_max_ps(amax, magnitude);
+  }
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  m = _mm_max_ss(m, _mm_movehdup_ps(m));
+  const bool all_finite = _mm256_movemask_ps(finite) == 0xFF;
+  const float scale = all_finite ? _mm_cvtss_f32(m) / 127.0f : std::numeric_limits<float>::quiet_NaN();
+  const bool zero = !all_finite || scale == 0.0f;
+  const __m256 s = _mm256_set1_ps(scale);
+  constexpr int kNearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+  for (int64_t j = 0; j < n; j += 16) {
+    __m256i lo = _mm256_setzero_si256(), hi = lo;
+    if (!zero) {
+      lo = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_div_ps(_mm256_loadu_ps(x + j), s), kNearest));
+      hi = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_div_ps(_mm256_loadu_ps(x + j + 8), s), kNearest));
+    }
+    // 16 values in order: packs interleaves the 128-bit lanes, the permute puts them back.
+    const __m256i words = _mm256_permute4x64_epi64(_mm256_packs_epi32(lo, hi), 0xD8);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + j),
+                     _mm_packs_epi16(_mm256_castsi256_si128(words), _mm256_extracti128_si256(words, 1)));
+    const __m256i both = _mm256_add_epi32(lo, hi);
+    __m128i sum = _mm_add_epi32(_mm256_castsi256_si128(both), _mm256_extracti128_si256(both, 1));
+    sum = _mm_add_epi32(sum, _mm_shuffle_epi32(sum, 0x4E));
+    sum = _mm_add_epi32(sum, _mm_shuffle_epi32(sum, 0xB1));
+    sum16[j / 16] = _mm_cvtsi128_si32(sum);
+  }
+  *d = scale;
+}
+
+CUSTOM_OPS_BLOCKS_AVX2 inline void prepare_blocks_avx2(const float* x, int64_t first, int64_t end, Activations& a) {
+  for (int64_t b = first; b < end; ++b) {
+    const int64_t value = b * a.block;
+    quantize_block_avx2(x + value, a.block, &a.q[value], &a.d[b], &a.sum16[value / 16]);
+  }
+}
+
 // Four activations of token t from input k, broadcast to every lane.
 CUSTOM_OPS_BLOCKS_AVX2 CUSTOM_OPS_BLOCKS_INLINE __m256i four_avx2(const Activations& a, int64_t t, int64_t k) {
   int32_t bytes;

@@ -50,8 +50,9 @@ def in_panels(fmt: str, tokens: int, inputs: int) -> bool:
 
 
 def run_cases(seed: int = 0) -> dict[str, int]:
-    """Every shape of every format through the op and its reference (raises on a mismatch); the outputs computed per
-    kind of format, and those of the row formats a prefill's panels would take."""
+    """Every shape of every format through the op and its reference (raises on a mismatch), and the block formats'
+    special activations; the outputs computed per kind of format, and those of the row formats a prefill's panels
+    would take."""
     module = blocks_module()
     generator = torch.Generator().manual_seed(seed)
     computed = {"blocks": 0, "rows": 0, "panels": 0}
@@ -65,6 +66,9 @@ def run_cases(seed: int = 0) -> dict[str, int]:
             computed["rows" if fmt in module.ROW_FORMATS else "blocks"] += actual.numel()
             if fmt in module.ROW_FORMATS and in_panels(fmt, tokens, inputs):
                 computed["panels"] += actual.numel()
+        if fmt not in module.ROW_FORMATS:  # each ISA's activation quantizer on zeros, infinities, NaN and ties
+            check_special_activations(fmt)
+            computed["blocks"] += 4 * 8
     return computed
 
 
@@ -191,10 +195,9 @@ def test_hand_offs_are_counted_and_timed_for_their_user_where_the_pool_is_reache
     assert not any(one.values()), counts
 
 
-@pytest.mark.parametrize("fmt", BLOCK_FORMATS)
-def test_activation_blocks_of_zeros_infinities_and_ties(fmt, aot_ops):
-    # A block of zeros (d = 0) adds nothing; a block holding an infinity or a NaN makes every output NaN, as a float
-    # product would; values landing on x / d = k + 0.5 round to even, as the reference's torch.round does.
+def special_activations(fmt: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """(x, weight): four tokens of three blocks each: a block of zeros (d = 0), one of infinities, one holding a NaN,
+    and values landing on x / d = k + 0.5 (with a maximum of 127/16, d = 1/16)."""
     module = blocks_module()
     inputs = 3 * module.FORMATS[fmt].weights
     weight = module.random_weight(fmt, 8, inputs, torch.Generator().manual_seed(1))
@@ -202,11 +205,25 @@ def test_activation_blocks_of_zeros_infinities_and_ties(fmt, aot_ops):
     x[0, :32] = 0
     x[1, 32:64] = torch.inf
     x[2, 70] = torch.nan
-    x[3, :32] = (torch.arange(32) - 16 + 0.5) / 16  # with a maximum of 127/16, d = 1/16 and x / d = k + 0.5
+    x[3, :32] = (torch.arange(32) - 16 + 0.5) / 16
     x[3, 0] = 127 / 16
-    actual, expected = torch.ops.my_ops.linear_blocks(x, weight, fmt), module.linear_blocks_reference(x, weight, fmt)
-    assert actual[1:3].isnan().all() and not actual[[0, 3]].isnan().any()
-    torch.testing.assert_close(actual, expected, **TOLERANCE, equal_nan=True)
+    return x, weight
+
+
+def check_special_activations(fmt: str) -> None:
+    # A block of zeros adds nothing; a block holding an infinity or a NaN makes every output NaN, as a float product
+    # would; ties round to even, as the reference's torch.round does.
+    x, weight = special_activations(fmt)
+    actual = torch.ops.my_ops.linear_blocks(x, weight, fmt)
+    expected = blocks_module().linear_blocks_reference(x, weight, fmt)
+    assert actual[1:3].isnan().all() and not actual[[0, 3]].isnan().any(), fmt
+    torch.testing.assert_close(actual, expected, **TOLERANCE, equal_nan=True, msg=f"{fmt} special activations")
+
+
+@pytest.mark.parametrize("fmt", BLOCK_FORMATS)
+def test_activation_blocks_of_zeros_infinities_and_ties(fmt, aot_ops):
+    # This process's ISA; run_cases takes them through every ISA's quantizer too.
+    check_special_activations(fmt)
 
 
 @pytest.mark.parametrize("fmt", FORMATS)

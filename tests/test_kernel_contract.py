@@ -43,15 +43,18 @@ def test_the_steps_of_one_region_run_in_order_and_a_failing_unit_reaches_the_cal
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stdout + proc.stderr
 
 
-def test_the_vector_exp_gives_std_exps_bits_and_silu_mul_and_gelu_mul_their_scalar_loops(combined_build):
+@pytest.mark.parametrize("isa", ["avx2", "avx512"])
+def test_the_vector_exp_gives_std_exps_bits_and_silu_mul_and_gelu_mul_their_scalar_loops(isa, combined_build):
     # kernel_helpers/vector_expf.h (silu_mul's and gelu_mul's float32 vector code) against this libm's std::exp on
     # every 61st float bit pattern (70M; `vector_expf 1` compares all 2^32), and both ops' vector ranges against their
-    # scalar loops.
+    # scalar loops, with each ISA's code (capped with CUSTOM_OPS_ISA).
+    from test_kernel_paths import expected_isa
+
+    if expected_isa(isa) != isa:
+        pytest.skip(f"this CPU has no {isa}")
     proc = subprocess.run([os.path.join(combined_build.build_dir, "vector_expf"), "61"], capture_output=True,
-                          text=True, timeout=120)
-    if proc.stdout.strip() == "no avx512":
-        pytest.skip("this CPU has no AVX-512: silu_mul and gelu_mul run their scalar loops alone")
-    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stdout + proc.stderr
+                          text=True, timeout=120, env=dict(os.environ, CUSTOM_OPS_ISA=isa))
+    assert proc.returncode == 0 and proc.stdout.strip() == f"ok {isa}", proc.stdout + proc.stderr
 
 
 def test_the_isa_dispatcher_checks_every_feature_a_variant_is_compiled_for():

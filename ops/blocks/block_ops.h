@@ -214,9 +214,13 @@ struct LinearTasks {
       prepare_panels(task.x, first, end, *activations);
       return;
     }
-#ifdef CUSTOM_OPS_X86_DISPATCH
+#if defined(CUSTOM_OPS_X86_DISPATCH) && !defined(CUSTOM_OPS_BLOCKS_PORTABLE_ONLY)
     if (isa == Isa::kAvx512) {
       prepare_blocks_avx512(task.x, first, end, *activations);
+      return;
+    }
+    if (isa == Isa::kAvx2) {
+      prepare_blocks_avx2(task.x, first, end, *activations);
       return;
     }
 #endif

@@ -1,8 +1,9 @@
 // The elements of my_ops::gelu_mul: out = gelu_tanh(gate) * up, with gelu_tanh(g) = g / (1 + exp(-2z)) and
 // z = sqrt(2/pi) * (g + 0.044715 g^3) in float, the gelu rounded to the dtype, then the product. That is
 // 0.5 g (1 + tanh(z)) (ATen's and ExecuTorch's form) without its cancellation where tanh(z) nears -1, and with one exp
-// in place of a tanh: float32 runs 16 elements at a time with AVX-512 on kernel_helpers/vector_expf.h, whose bits are
-// std::exp's, so the vector code and the scalar loop give the same bits (tests/cpp/vector_expf.cpp checks).
+// in place of a tanh: float32 runs 16 elements at a time with AVX-512 (8 with AVX2) on kernel_helpers/vector_expf.h,
+// whose bits are std::exp's, so the vector code and the scalar loop give the same bits (tests/cpp/vector_expf.cpp
+// checks).
 #pragma once
 
 #include <cmath>
@@ -39,6 +40,20 @@ CUSTOM_OPS_AVX512 inline int64_t gelu_mul_avx512(const float* gate, const float*
   }
   return i;
 }
+
+CUSTOM_OPS_AVX2 inline int64_t gelu_mul_avx2(const float* gate, const float* up, float* out, int64_t first,
+                                             int64_t end) {
+  int64_t i = first;
+  for (; i + 8 <= end; i += 8) {
+    const __m256 g = _mm256_loadu_ps(gate + i);
+    const __m256 cubic = _mm256_mul_ps(_mm256_set1_ps(kCubic), _mm256_mul_ps(_mm256_mul_ps(g, g), g));
+    const __m256 z = _mm256_mul_ps(_mm256_set1_ps(kMinusTwoSqrtTwoOverPi), _mm256_add_ps(g, cubic));
+    const __m256 e = vector_expf::exp8_avx2(z);
+    const __m256 gelu = _mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+    _mm256_storeu_ps(out + i, _mm256_mul_ps(gelu, _mm256_loadu_ps(up + i)));
+  }
+  return i;
+}
 #endif
 
 // Elements [first, end); returns the path counter of the code that computed them (the vector code's where it ran).
@@ -48,9 +63,12 @@ elementwise::Path gelu_mul_range(const T* gate, const T* up, T* out, int64_t fir
   elementwise::Path path = elementwise::kBaselineElements;
 #ifdef CUSTOM_OPS_X86_DISPATCH
   if constexpr (std::is_same_v<T, float>) {
-    if (end - first >= 16 && vector_expf::available()) {
+    if (end - first >= 16 && vector_expf::isa() == vector_expf::Isa::kAvx512) {
       i = gelu_mul_avx512(gate, up, out, first, end);
       path = elementwise::kAvx512Elements;
+    } else if (end - first >= 8 && vector_expf::isa() == vector_expf::Isa::kAvx2) {
+      i = gelu_mul_avx2(gate, up, out, first, end);
+      path = elementwise::kAvx2Elements;
     }
   }
 #endif

@@ -1,7 +1,8 @@
 // The elements of my_ops::silu_mul, shared with my_ops::decoder_layer (the same bits in both): out = (gate *
 // sigmoid(gate)) * up with sigmoid(g) = 1 / (1 + exp(-g)) in float, each of the three results rounded to the dtype, the
 // operations of the ExecuTorch ops silu_mul replaces, in their order (silu_mul_out.cpp says why std::exp's bits).
-// float32 runs 16 elements at a time with AVX-512 where kernel_helpers/vector_expf.h gives this libm's exp bits.
+// float32 runs 16 elements at a time with AVX-512 (8 with AVX2) where kernel_helpers/vector_expf.h gives this libm's
+// exp bits.
 #pragma once
 
 #include <cmath>
@@ -28,6 +29,18 @@ CUSTOM_OPS_AVX512 inline int64_t silu_mul_avx512(const float* gate, const float*
   }
   return i;
 }
+
+CUSTOM_OPS_AVX2 inline int64_t silu_mul_avx2(const float* gate, const float* up, float* out, int64_t first,
+                                             int64_t end) {
+  int64_t i = first;
+  for (; i + 8 <= end; i += 8) {
+    const __m256 g = _mm256_loadu_ps(gate + i);
+    const __m256 e = vector_expf::exp8_avx2(_mm256_sub_ps(_mm256_setzero_ps(), g));
+    const __m256 sigmoid = _mm256_div_ps(_mm256_set1_ps(1.0f), _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+    _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_mul_ps(g, sigmoid), _mm256_loadu_ps(up + i)));
+  }
+  return i;
+}
 #endif
 
 // Elements [first, end); returns the path counter of the code that computed them (the vector code's where it ran).
@@ -37,9 +50,12 @@ elementwise::Path silu_mul_range(const T* gate, const T* up, T* out, int64_t fir
   elementwise::Path path = elementwise::kBaselineElements;
 #ifdef CUSTOM_OPS_X86_DISPATCH
   if constexpr (std::is_same_v<T, float>) {
-    if (end - first >= 16 && vector_expf::available()) {
+    if (end - first >= 16 && vector_expf::isa() == vector_expf::Isa::kAvx512) {
       i = silu_mul_avx512(gate, up, out, first, end);
       path = elementwise::kAvx512Elements;
+    } else if (end - first >= 8 && vector_expf::isa() == vector_expf::Isa::kAvx2) {
+      i = silu_mul_avx2(gate, up, out, first, end);
+      path = elementwise::kAvx2Elements;
     }
   }
 #endif

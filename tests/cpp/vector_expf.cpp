@@ -2,7 +2,8 @@
 // their scalar loops (ops/silu_mul/silu_mul_rows.h, ops/gelu_mul/gelu_mul_rows.h). tests/test_kernel_contract.py
 // runs it (built with -DCUSTOM_OPS_BUILD_CHECKS=ON):
 // `vector_expf STRIDE` compares every STRIDE-th float bit pattern (1: all 2^32, ~25 s on the AMD EPYC; the suite takes
-// a stride) and prints "ok", or "no avx512" where the vector code cannot run, or one line per failed check.
+// a stride) with the vector code this CPU runs (AVX-512, or AVX2: CUSTOM_OPS_ISA caps it) and prints "ok avx512" or
+// "ok avx2", or "no vector exp" where neither can run, or one line per failed check.
 #include <cmath>
 #include <initializer_list>
 #include <cstdio>
@@ -46,9 +47,10 @@ constexpr uint32_t kHardest[64] = {
     0xbeb7bdadu, 0xc2633f4cu, 0x3998e24bu, 0x3df0cb95u, 0xc23dd581u, 0xb6b50020u, 0xbab8080fu, 0xb2fffffeu,
 };
 
-// The hardest inputs, then every stride-th pattern, 16 at a time; the differences, the first few printed.
-CUSTOM_OPS_AVX512 uint64_t exp_differences(uint32_t stride) {
-  alignas(64) float in[16], out[16];
+// The hardest inputs, then every stride-th pattern, 16 at a time through `exp_block`; the differences, the first few
+// printed.
+uint64_t exp_differences(uint32_t stride, void (*exp_block)(const float* in, float* out)) {
+  float in[16], out[16];
   uint64_t differ = 0;
   const uint64_t hardest = 64, patterns = (uint64_t{1} << 32) / stride;
   for (uint64_t base = 0; base < hardest + patterns; base += 16) {
@@ -56,7 +58,7 @@ CUSTOM_OPS_AVX512 uint64_t exp_differences(uint32_t stride) {
       const uint64_t i = base + l;
       in[l] = from_bits(i < hardest ? kHardest[i] : static_cast<uint32_t>((i - hardest) * stride));
     }
-    _mm512_store_ps(out, vector_expf::exp16(_mm512_load_ps(in)));
+    exp_block(in, out);
     for (int l = 0; l < 16; ++l) {
       const float expected = std::exp(in[l]);
       if (bits_of(expected) != bits_of(out[l]) && differ++ < 5) {
@@ -73,7 +75,7 @@ CUSTOM_OPS_AVX512 uint64_t exp_differences(uint32_t stride) {
 // tail.
 template <typename Range, typename Formula>
 int range_differences(const char* op, const Range& range, const Formula& expected_of, uint32_t seed, float shift,
-                      std::initializer_list<float> edges) {
+                      std::initializer_list<float> edges, elementwise::Path vector_path) {
   std::mt19937 random(seed);
   std::normal_distribution<float> normal(0.0f, 4.0f);
   const int64_t n = 16 * 64 + 7;
@@ -95,7 +97,7 @@ int range_differences(const char* op, const Range& range, const Formula& expecte
       std::printf("%s(%a, %a): scalar %a, vector %a\n", op, gate[i], up[i], expected, out[i]);
     }
   }
-  if (path != elementwise::kAvx512Elements) {
+  if (path != vector_path) {
     std::printf("%s's float32 range did not take the vector code\n", op);
     ++differ;
   }
@@ -103,48 +105,52 @@ int range_differences(const char* op, const Range& range, const Formula& expecte
 }
 
 // silu_mul: around the sigmoid's range and its edges (|g| past 88, infinities, NaN).
-int silu_differences() {
+int silu_differences(elementwise::Path vector_path) {
   return range_differences(
       "silu_mul", swiglu::silu_mul_range<float>,
       [](float g, float up) { return g * (1.0f / (1.0f + std::exp(-g))) * up; }, 7, 0.0f,
-      {INFINITY, -INFINITY, NAN, 88.5f, -88.5f, 104.0f, -104.0f, 0.0f, -0.0f, 1e-40f});
+      {INFINITY, -INFINITY, NAN, 88.5f, -88.5f, 104.0f, -104.0f, 0.0f, -0.0f, 1e-40f}, vector_path);
 }
 
 // gelu_mul (its scalar loop's formula, gelu_mul_rows.h): the same edges, cubes past float's range, and gates near -3
 // and -10 (every seventh moved by -6), where tanh(z) nears -1.
-int gelu_differences() {
+int gelu_differences(elementwise::Path vector_path) {
   return range_differences(
       "gelu_mul", geglu::gelu_mul_range<float>,
       [](float g, float up) {
         return g / (1.0f + std::exp(-1.5957691216057308f * (g + 0.044715f * (g * g * g)))) * up;
       },
-      11, -6.0f, {INFINITY, -INFINITY, NAN, 88.5f, -88.5f, 1e13f, -1e13f, 0.0f, -0.0f, 1e-40f, -3.0f, -10.0f});
+      11, -6.0f, {INFINITY, -INFINITY, NAN, 88.5f, -88.5f, 1e13f, -1e13f, 0.0f, -0.0f, 1e-40f, -3.0f, -10.0f},
+      vector_path);
 }
 
 } // namespace
 
 int main(int argc, char** argv) {
 #ifdef CUSTOM_OPS_X86_DISPATCH
-  if (elementwise::detected_isa() != elementwise::Isa::kAvx512) {
-    std::printf("no avx512\n");
+  const bool avx512 = elementwise::detected_isa() == elementwise::Isa::kAvx512;
+  if (elementwise::detected_isa() == elementwise::Isa::kBaseline) {
+    std::printf("no vector exp\n");
     return 0;
   }
-  if (!vector_expf::available()) {
+  if (vector_expf::isa() == vector_expf::Isa::kBaseline) {
     std::printf("the vector exp disagrees with this libm's std::exp: silu_mul keeps std::exp\n");
     return 1;
   }
   const uint32_t stride = argc > 1 ? static_cast<uint32_t>(std::strtoul(argv[1], nullptr, 10)) : 1;
-  const uint64_t exp_differ = exp_differences(stride == 0 ? 1 : stride);
-  const int silu_differ = silu_differences(), gelu_differ = gelu_differences();
+  const uint64_t exp_differ = exp_differences(stride == 0 ? 1 : stride,
+                                              avx512 ? vector_expf::exp_block_avx512 : vector_expf::exp_block_avx2);
+  const elementwise::Path path = avx512 ? elementwise::kAvx512Elements : elementwise::kAvx2Elements;
+  const int silu_differ = silu_differences(path), gelu_differ = gelu_differences(path);
   if (exp_differ == 0 && silu_differ == 0 && gelu_differ == 0) {
-    std::printf("ok\n");
+    std::printf("ok %s\n", avx512 ? "avx512" : "avx2");
     return 0;
   }
   std::printf("%llu exp differences, %d silu_mul differences, %d gelu_mul differences\n",
               static_cast<unsigned long long>(exp_differ), silu_differ, gelu_differ);
   return 1;
 #else
-  std::printf("no avx512\n");
+  std::printf("no vector exp\n");
   return 0;
 #endif
 }
