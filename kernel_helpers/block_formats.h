@@ -1,16 +1,17 @@
 // A format's kernels, one per ISA, as the op's out kernels find them by name (ops/blocks/formats.h): the portable loop
-// (block_layout.h), the AVX2 tiles and the AVX-512 VNNI tiles, picked at run time.
+// (block_layout.h), the AVX2 tiles, the AVX-512 VNNI tiles and ARM64's dot-product tiles, picked at run time.
 #pragma once
 
 #include "block_layout.h"
 #include "block_tiles_avx2.h"
 #include "block_tiles_avx512.h"
+#include "block_tiles_dotprod.h"
 
 namespace custom {
 namespace native {
 namespace blocks {
 
-enum class Isa { kBaseline, kAvx2, kAvx512 };
+enum class Isa { kBaseline, kAvx2, kAvx512, kDotProd };
 enum class Storage { kBytes, kFloat32, kFloat16, kBFloat16 };  // the weight tensor's dtype
 
 using Units = void (*)(const Task&, int64_t first, int64_t end);
@@ -22,7 +23,7 @@ struct FormatKernels {
   int64_t weights_per_block, block_bytes;  // a row of k weights: k / weights_per_block * block_bytes bytes
   bool quantizes_activations;              // per block of weights_per_block; row formats multiply in float
   bool avx512_needs_vnni;
-  Units units[3];  // by Isa: units [first, end) of the weight (groups of 16 rows, or rows) against every token
+  Units units[4];  // by Isa: units [first, end) of the weight (groups of 16 rows, or rows) against every token
   Embed embed;
 };
 
@@ -34,7 +35,7 @@ void units_baseline(const Task& task, int64_t first, int64_t end) {
 #if defined(CUSTOM_OPS_X86_DISPATCH) && !defined(CUSTOM_OPS_BLOCKS_PORTABLE_ONLY)
 template <class F>
 CUSTOM_OPS_BLOCKS_AVX2 void units_avx2(const Task& task, int64_t first, int64_t end) {
-  in_token_runs<HalfGroupTiles<F>, max_tokens_avx2<F>()>(task, first, end);
+  in_token_runs<GroupTilesAvx2<F>, max_tokens_avx2<F>()>(task, first, end);
 }
 
 template <class F>
@@ -43,15 +44,38 @@ CUSTOM_OPS_AVX512_VNNI void units_avx512(const Task& task, int64_t first, int64_
 }
 #endif
 
+#ifdef CUSTOM_OPS_BLOCKS_DOTPROD_DISPATCH
+template <class F>
+CUSTOM_OPS_BLOCKS_DOTPROD void units_dotprod(const Task& task, int64_t first, int64_t end) {
+  in_token_runs<GroupTilesDotProd<F>, 2>(task, first, end);
+}
+#endif
+
+// Units an ISA has no kernel of (never picked: block_ops.h's isa_of names the ISAs this build and CPU have).
+template <class F>
+constexpr Units vector_units(Isa isa) {
+#if defined(CUSTOM_OPS_X86_DISPATCH) && !defined(CUSTOM_OPS_BLOCKS_PORTABLE_ONLY)
+  if (isa == Isa::kAvx2) {
+    return units_avx2<F>;
+  }
+  if (isa == Isa::kAvx512) {
+    return units_avx512<F>;
+  }
+#endif
+#ifdef CUSTOM_OPS_BLOCKS_DOTPROD_DISPATCH
+  if (isa == Isa::kDotProd) {
+    return units_dotprod<F>;
+  }
+#endif
+  return units_baseline<F>;
+}
+
 template <class F>
 constexpr FormatKernels kernels_of() {
-#if defined(CUSTOM_OPS_X86_DISPATCH) && !defined(CUSTOM_OPS_BLOCKS_PORTABLE_ONLY)
   return {F::kName, Storage::kBytes, F::kWeights, block_bytes<F>(), true, true,
-          {units_baseline<F>, units_avx2<F>, units_avx512<F>}, embed_blocks<F>};
-#else
-  return {F::kName, Storage::kBytes, F::kWeights, block_bytes<F>(), true, true,
-          {units_baseline<F>, units_baseline<F>, units_baseline<F>}, embed_blocks<F>};
-#endif
+          {units_baseline<F>, vector_units<F>(Isa::kAvx2), vector_units<F>(Isa::kAvx512),
+           vector_units<F>(Isa::kDotProd)},
+          embed_blocks<F>};
 }
 
 template <class E>
@@ -82,11 +106,11 @@ CUSTOM_OPS_AVX512_VNNI void rows_avx512_units(const Task& task, int64_t first, i
 template <class E>
 constexpr FormatKernels row_kernels_of(const char* name, Storage storage) {
 #if defined(CUSTOM_OPS_X86_DISPATCH) && !defined(CUSTOM_OPS_BLOCKS_PORTABLE_ONLY)
-  return {name, storage, 1, sizeof(E), false, false, {rows_baseline<E>, rows_avx2_units<E>, rows_avx512_units<E>},
-          embed_rows<E>};
+  return {name, storage, 1, sizeof(E), false, false,
+          {rows_baseline<E>, rows_avx2_units<E>, rows_avx512_units<E>, rows_baseline<E>}, embed_rows<E>};
 #else
-  return {name, storage, 1, sizeof(E), false, false, {rows_baseline<E>, rows_baseline<E>, rows_baseline<E>},
-          embed_rows<E>};
+  return {name, storage, 1, sizeof(E), false, false,
+          {rows_baseline<E>, rows_baseline<E>, rows_baseline<E>, rows_baseline<E>}, embed_rows<E>};
 #endif
 }
 

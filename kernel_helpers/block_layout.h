@@ -3,7 +3,8 @@
 // tied embedding and output projection are one constant). A format is data for this machinery: a traits struct in its
 // own source (ops/blocks/formats/<format>.cpp) saying how its codes and scales are stored; kernels_of<Format>()
 // (block_formats.h) makes its kernels: the portable loop here, which the compiler vectorizes for any ISA, the AVX2
-// tiles (block_tiles_avx2.h) and the AVX-512 VNNI tiles (block_tiles_avx512.h). These headers name no tensor type and
+// tiles (block_tiles_avx2.h), the AVX-512 VNNI tiles (block_tiles_avx512.h) and ARM64's dot-product tiles
+// (block_tiles_dotprod.h). These headers name no tensor type and
 // no thread pool: the op's out kernels (ops/blocks/*_out.cpp, both modes) check, split and call.
 //
 // The layout (packed at export by my_ops/hf/quantize.py; the op's reference, ops/blocks/blocks.py, reads it back with
@@ -116,6 +117,18 @@ CUSTOM_OPS_BLOCKS_INLINE SignedWords8 as_signed(Words8 v) {
 }
 CUSTOM_OPS_BLOCKS_INLINE Words8 as_unsigned(SignedWords8 v) {
   return reinterpret_cast<Words8&>(v);
+}
+#endif
+#if defined(__aarch64__)
+// A quarter group's 4 rows (the ARM64 dot-product tiles).
+typedef uint32_t Words4 __attribute__((vector_size(16)));
+typedef int32_t SignedWords4 __attribute__((vector_size(16)));
+typedef float Reals4 __attribute__((vector_size(16)));
+CUSTOM_OPS_BLOCKS_INLINE SignedWords4 as_signed(Words4 v) {
+  return reinterpret_cast<SignedWords4&>(v);
+}
+CUSTOM_OPS_BLOCKS_INLINE Words4 as_unsigned(SignedWords4 v) {
+  return reinterpret_cast<Words4&>(v);
 }
 #endif
 

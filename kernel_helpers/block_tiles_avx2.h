@@ -214,67 +214,78 @@ CUSTOM_OPS_BLOCKS_AVX2 CUSTOM_OPS_BLOCKS_INLINE void half_block_sums(const Task&
   }
 }
 
-// Half `half` of group g (R rows; kFull: R = 16) against T tokens from t0, block after block: per lane the float
+// Group g (R rows; kFull: R = 16) against T tokens from t0, block after block, each block's halves one after the other
+// (two passes over the group left the memory stream idle while the second ran from cache): per lane the float
 // arithmetic of group_avx512, in its order.
 template <class F, int T, bool kFull>
-CUSTOM_OPS_BLOCKS_AVX2 CUSTOM_OPS_BLOCKS_INLINE void half_group_avx2(const Task& task, const Packed<F>& w, int64_t g,
-                                                                     int half, int64_t t0) {
+CUSTOM_OPS_BLOCKS_AVX2 CUSTOM_OPS_BLOCKS_INLINE void group_avx2(const Task& task, const Packed<F>& w, int64_t g,
+                                                                int64_t t0) {
   const Activations& a = *task.a;
   const int64_t R = kFull ? kGroup : w.rows(g);
-  const HalfLanes lanes = half_lanes(R, half);
-  __m256 acc[T];
+  const int halves = R > kHalf ? 2 : 1;
+  const HalfLanes lanes[2] = {half_lanes(R, 0), half_lanes(R, 1)};
+  __m256 acc[2][T];
   CUSTOM_OPS_UNROLL
-  for (int t = 0; t < T; ++t) {
-    acc[t] = _mm256_setzero_ps();
+  for (int h = 0; h < 2; ++h) {
+    CUSTOM_OPS_UNROLL
+    for (int t = 0; t < T; ++t) {
+      acc[h][t] = _mm256_setzero_ps();
+    }
   }
   for (int64_t b = 0; b < w.blocks; ++b) {
     const uint8_t* block = w.block(g, b);
-    Words8 words[std::max(1, fields_of_size<F>(4))];
-    Reals8 halves[std::max(1, fields_of_size<F>(2))];
-    half_record<F, kFull>(block + R * quant_bytes<F>(), R, lanes, words, halves);
-    Reals8 scale, min = Reals8{};
-    F::block(halves, scale, min);
-    __m256i dots[T], mins[T];
-    half_block_sums<F, T, kFull>(task, block, R, lanes, words, b, t0, dots, mins);
     CUSTOM_OPS_UNROLL
-    for (int t = 0; t < T; ++t) {
-      const float dx = a.scale(t0 + t, b);
-      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dots[t]),
-                               _mm256_mul_ps(reinterpret_cast<__m256>(scale), _mm256_set1_ps(dx)), acc[t]);
-      if constexpr (F::kHasMin && F::kSubScales) {
-        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(mins[t]),
-                                 _mm256_mul_ps(reinterpret_cast<__m256>(min), _mm256_set1_ps(dx)), acc[t]);
-      } else if constexpr (F::kHasMin) {
-        const float sum = static_cast<float>(a.sum(t0 + t, b * F::kWeights, F::kSub));
-        acc[t] = _mm256_fmadd_ps(reinterpret_cast<__m256>(min), _mm256_set1_ps(dx * sum), acc[t]);
+    for (int h = 0; h < 2; ++h) {
+      if (!kFull && h >= halves) {
+        break;
+      }
+      Words8 words[std::max(1, fields_of_size<F>(4))];
+      Reals8 record_halves[std::max(1, fields_of_size<F>(2))];
+      half_record<F, kFull>(block + R * quant_bytes<F>(), R, lanes[h], words, record_halves);
+      Reals8 scale, min = Reals8{};
+      F::block(record_halves, scale, min);
+      __m256i dots[T], mins[T];
+      half_block_sums<F, T, kFull>(task, block, R, lanes[h], words, b, t0, dots, mins);
+      CUSTOM_OPS_UNROLL
+      for (int t = 0; t < T; ++t) {
+        const float dx = a.scale(t0 + t, b);
+        acc[h][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dots[t]),
+                                    _mm256_mul_ps(reinterpret_cast<__m256>(scale), _mm256_set1_ps(dx)), acc[h][t]);
+        if constexpr (F::kHasMin && F::kSubScales) {
+          acc[h][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(mins[t]),
+                                      _mm256_mul_ps(reinterpret_cast<__m256>(min), _mm256_set1_ps(dx)), acc[h][t]);
+        } else if constexpr (F::kHasMin) {
+          const float sum = static_cast<float>(a.sum(t0 + t, b * F::kWeights, F::kSub));
+          acc[h][t] = _mm256_fmadd_ps(reinterpret_cast<__m256>(min), _mm256_set1_ps(dx * sum), acc[h][t]);
+        }
       }
     }
   }
   CUSTOM_OPS_UNROLL
-  for (int t = 0; t < T; ++t) {
-    float* out = task.out + (t0 + t) * task.n + g * kGroup + lanes.first;
-    if constexpr (kFull) {
-      _mm256_storeu_ps(out, acc[t]);
-    } else {
-      _mm256_maskstore_ps(out, lanes.mask, acc[t]);
+  for (int h = 0; h < 2; ++h) {
+    CUSTOM_OPS_UNROLL
+    for (int t = 0; t < T; ++t) {
+      float* out = task.out + (t0 + t) * task.n + g * kGroup + lanes[h].first;
+      if constexpr (kFull) {
+        _mm256_storeu_ps(out, acc[h][t]);
+      } else if (h < halves) {
+        _mm256_maskstore_ps(out, lanes[h].mask, acc[h][t]);
+      }
     }
   }
 }
 
-// The half-group tiles of format F for T tokens from t0, over groups [first, end). A group's second half reads what
-// the first half's pass brought into cache (a group's block rows are a few KB).
+// The group tiles of format F for T tokens from t0, over groups [first, end).
 template <class F>
-struct HalfGroupTiles {
+struct GroupTilesAvx2 {
   template <int T>
   CUSTOM_OPS_BLOCKS_AVX2 static void run(const Task& task, int64_t t0, int64_t first, int64_t end) {
     const Packed<F> w{static_cast<const uint8_t*>(task.weight), task.n, task.k / F::kWeights};
     for (int64_t g = first; g < end; ++g) {
-      for (int half = 0; half < 2; ++half) {
-        if (w.rows(g) == kGroup) {
-          half_group_avx2<F, T, true>(task, w, g, half, t0);
-        } else if (w.rows(g) > half * kHalf) {
-          half_group_avx2<F, T, false>(task, w, g, half, t0);
-        }
+      if (w.rows(g) == kGroup) {
+        group_avx2<F, T, true>(task, w, g, t0);
+      } else {
+        group_avx2<F, T, false>(task, w, g, t0);
       }
     }
   }

@@ -1,7 +1,8 @@
 """ARM64: `bash test_custom_ops.sh aarch64` cross-compiles the runtime side with cmake/aarch64-linux-gnu.toolchain.cmake
 against the aarch64 executorch wheel and runs it under qemu-aarch64. Here: that mode end to end, every dtype and
 dynamic shapes bit for bit on an ARMv8.0 CPU (Cortex-A53: NEON, no half-precision arithmetic) and on QEMU's `max` CPU
-(FEAT_FP16), and the proof that the half-precision path runs on the second and never on the first."""
+(FEAT_FP16, FEAT_DotProd), and the proof that the half-precision path and the block formats' dot-product tiles run on
+the second and never on the first."""
 
 import os
 import re
@@ -12,7 +13,7 @@ import torch
 
 from conftest import cmake_build
 from helpers import ALL_DTYPES, REPO_ROOT, full_range, qemu
-from flow.compare import mismatches
+from flow.compare import bit_difference, mismatches
 from flow.runner import run_pte
 
 CPUS = ("cortex-a53", "max")
@@ -86,3 +87,67 @@ def test_half_arithmetic_runs_only_where_the_cpu_has_it(aarch64_build, dynamic_p
     translated = log.read_text()
     ran = any(re.search(rf"\s{e}\s", translated) for e in encodings)
     assert ran == expect_half_arithmetic, f"{cpu}: half-precision multiply {'ran' if ran else 'did not run'}"
+
+
+def dot_product_encodings(library: str) -> set[str]:
+    """The encodings of the library's `sdot` (signed 8-bit dot product, FEAT_DotProd) instructions."""
+    disassembly = subprocess.run(["aarch64-linux-gnu-objdump", "-d", library], capture_output=True, text=True,
+                                 check=True).stdout
+    return set(re.findall(r"^\s*[0-9a-f]+:\s+([0-9a-f]{8})\s+sdot\s", disassembly, re.M))
+
+
+# Every block format's linear layer in one program. Three tokens: a run of two and one; 40 rows: two whole groups and
+# one of 8 (two of its four quarters).
+BLOCK_TOKENS, BLOCK_OUTPUTS, BLOCK_INPUTS = 3, 40, 512
+
+
+@pytest.fixture(scope="module")
+def block_formats_program(aot_ops, tmp_path_factory):
+    """(.pte, x, the host's outputs, the reference's) for a program calling linear_blocks once per block format."""
+    from flow.export import export_to_pte
+    from test_block_formats import BLOCK_FORMATS, blocks_module
+
+    module = blocks_module()
+    generator = torch.Generator().manual_seed(11)
+    weights = {fmt: module.random_weight(fmt, BLOCK_OUTPUTS, BLOCK_INPUTS, generator) for fmt in BLOCK_FORMATS}
+
+    class EveryFormat(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            for i, weight in enumerate(weights.values()):
+                self.register_buffer(f"w{i}", weight)
+
+        def forward(self, x):
+            return tuple(torch.ops.my_ops.linear_blocks(x, getattr(self, f"w{i}"), fmt)
+                         for i, fmt in enumerate(weights))
+
+    x = torch.randn(BLOCK_TOKENS, BLOCK_INPUTS, generator=generator) * 3
+    pte = export_to_pte(EveryFormat(), (x,), str(tmp_path_factory.mktemp("blocks") / "every_format.pte"))
+    host = [torch.ops.my_ops.linear_blocks(x, w, fmt) for fmt, w in weights.items()]
+    reference = [module.linear_blocks_reference(x, w, fmt) for fmt, w in weights.items()]
+    return pte, x, host, reference
+
+
+@pytest.mark.parametrize("cpu,dot_product", [("cortex-a53", False), ("max", True)])
+def test_every_block_format_takes_the_dot_product_tiles_where_the_cpu_has_them(aarch64_build, block_formats_program,
+                                                                              tmp_path, cpu, dot_product):
+    # Within the reference's tolerance on both CPUs; on `max` the dot-product tiles' bits are the host's x86 tiles'
+    # (AVX2 or AVX-512: the same integer sums, the same float arithmetic per lane in the same order). QEMU logs every
+    # instruction it translates: `sdot` appears exactly where HWCAP says the CPU has it (on the Cortex-A53 it would be
+    # SIGILL).
+    from test_block_formats import BLOCK_FORMATS, TOLERANCE
+    from test_kernel_paths import expected_isa
+
+    pte, x, host, reference = block_formats_program
+    encodings = dot_product_encodings(aarch64_build.kernel_lib)
+    assert encodings, "the kernel library has no sdot (the dot-product tiles were not compiled)"
+    log = tmp_path / "in_asm.log"
+    actual = run_pte(aarch64_build.runner, pte, [x], host, emulator=[*qemu(cpu), "-d", "in_asm", "-D", str(log)])
+    for fmt, a, r in zip(BLOCK_FORMATS, actual, reference):
+        torch.testing.assert_close(a, r, **TOLERANCE, msg=f"{fmt} on {cpu}")
+    if dot_product and expected_isa(None) != "baseline":
+        differ = [fmt for fmt, a, h in zip(BLOCK_FORMATS, actual, host) if bit_difference(a, h) is not None]
+        assert differ == [], f"the dot-product tiles' bits differ from the host's vector tiles in {differ}"
+    translated = log.read_text()
+    ran = any(re.search(rf"\s{e}\s", translated) for e in encodings)
+    assert ran == dot_product, f"{cpu}: sdot {'ran' if ran else 'did not run'}"

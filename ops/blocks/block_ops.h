@@ -135,8 +135,14 @@ void output_sizes(const Tensor& lead, bool drop_last, int64_t last, Sizes& sizes
 
 // ---- The linear layer, split across the pool -------------------------------------------------------------------------
 // The code path a format runs on this CPU (capped by CUSTOM_OPS_ISA): the block formats' AVX-512 code needs VNNI too;
-// a sanitized build has the portable loop alone (kernel_helpers/block_formats.h).
+// on ARM64 the block formats take the dot-product tiles where the CPU has them (row formats: the portable loop); a
+// sanitized build has the portable loop alone (kernel_helpers/block_formats.h).
 inline Isa isa_of(const FormatKernels& f) {
+#ifdef CUSTOM_OPS_BLOCKS_DOTPROD_DISPATCH
+  if (f.quantizes_activations && cpu_has_dot_product()) {
+    return Isa::kDotProd;
+  }
+#endif
 #if defined(CUSTOM_OPS_X86_DISPATCH) && !defined(CUSTOM_OPS_BLOCKS_PORTABLE_ONLY)
   static const bool vnni = [] {
     __builtin_cpu_init();
@@ -239,8 +245,9 @@ struct LinearTasks {
   }
   // The path counters: the outputs, by the ISA whose code computed them.
   void count_outputs() const {
-    elementwise::count(isa == Isa::kAvx512 ? elementwise::kAvx512Elements
-                           : isa == Isa::kAvx2 ? elementwise::kAvx2Elements
+    elementwise::count(isa == Isa::kAvx512     ? elementwise::kAvx512Elements
+                       : isa == Isa::kAvx2     ? elementwise::kAvx2Elements
+                       : isa == Isa::kDotProd  ? elementwise::kDotProductElements
                                                : elementwise::kBaselineElements,
                        static_cast<uint64_t>(task.tokens * task.n));
   }
@@ -258,8 +265,8 @@ inline int64_t panel_tokens(Storage storage) {
 inline LinearTasks plan_linear(const FormatKernels& f, const float* x, int64_t tokens, int64_t k, const void* weight,
                                int64_t n, float* out, Activations& activations, int64_t threads) {
   const Isa which = isa_of(f);
-  const bool panels = !f.quantizes_activations && which != Isa::kBaseline && tokens >= panel_tokens(f.storage) &&
-                      k % kPanel == 0;
+  const bool panels = !f.quantizes_activations && (which == Isa::kAvx2 || which == Isa::kAvx512) &&
+                      tokens >= panel_tokens(f.storage) && k % kPanel == 0;
   if (f.quantizes_activations) {
     activations.resize(tokens, k, f.weights_per_block);
   } else if (panels) {

@@ -1,0 +1,227 @@
+// The block formats' ARM64 tiles for CPUs with the dot-product instructions (FEAT_DotProd, ARMv8.2-A and later:
+// Cortex-A55/A76 on, Apple, Neoverse; the kernel's HWCAP says so): a group's 16 rows as four quarters of 4, one row per
+// 32-bit lane, and each quad of codes multiplied by `sdot` against four activations picked by lane from 16 loaded once
+// (the layout is block_layout.h's). Codes are signed bytes here: those under 8 bits are non-negative as they are, Q8_0's
+// are made signed (code - 128). The integer sums are the AVX-512 tiles', and the float arithmetic per lane is theirs in
+// their order (AArch64's fmla is fused like vfmadd), so the same bits. Only these functions are compiled for
+// armv8.2-a+dotprod: the library runs on any ARMv8-A.
+#pragma once
+
+#include "block_layout.h"
+
+#if defined(__aarch64__) && defined(__linux__) && !defined(CUSTOM_OPS_BLOCKS_PORTABLE_ONLY)
+#define CUSTOM_OPS_BLOCKS_DOTPROD_DISPATCH 1
+#include <arm_neon.h>
+#include <asm/hwcap.h>
+#include <sys/auxv.h>
+
+namespace custom {
+namespace native {
+namespace blocks {
+
+#define CUSTOM_OPS_BLOCKS_DOTPROD __attribute__((target("arch=armv8.2-a+dotprod")))
+
+constexpr int kQuarter = 4;  // rows a 128-bit vector holds
+
+inline bool cpu_has_dot_product() {
+  static const bool has = (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0 && !elementwise::isa_capped_to_baseline();
+  return has;
+}
+
+// `bytes` bytes a row of the quarter's rows from a run of R rows (a short group's missing rows read as zero, never
+// past the tensor).
+template <bool kFull, class V>
+CUSTOM_OPS_BLOCKS_DOTPROD CUSTOM_OPS_BLOCKS_INLINE V load_quarter(const uint8_t* p, int64_t first, int valid, int bytes) {
+  V v{};
+  std::memcpy(&v, p + first * bytes, static_cast<size_t>(kFull ? kQuarter : valid) * bytes);
+  return v;
+}
+
+template <class F, bool kFull>
+CUSTOM_OPS_BLOCKS_DOTPROD CUSTOM_OPS_BLOCKS_INLINE void quarter_record(const uint8_t* record, int64_t R, int64_t first,
+                                                                      int valid, Words4* words, Reals4* halves) {
+  int offset = 0, w = 0, f = 0;
+  CUSTOM_OPS_UNROLL
+  for (int size : F::kFields) {
+    const uint8_t* p = record + offset * R;
+    if (size == 4) {
+      words[w++] = load_quarter<kFull, Words4>(p, first, valid, 4);
+    } else {
+      const uint16x4_t bits = load_quarter<kFull, uint16x4_t>(p, first, valid, 2);
+      const float32x4_t values = vcvt_f32_f16(vreinterpret_f16_u16(bits));
+      std::memcpy(&halves[f++], &values, sizeof(values));
+    }
+    offset += size;
+  }
+}
+
+template <class F>
+constexpr bool dotprod_signed_codes() {
+  static_assert(chunks<F>() < 8 || F::kOffset == 128, "8-bit codes are made signed by subtracting 128");
+  return chunks<F>() == 8;
+}
+
+// The integer sums of one quarter and block against T tokens from t0, as block_sums_avx512 makes them.
+template <class F, int T, bool kFull>
+CUSTOM_OPS_BLOCKS_DOTPROD CUSTOM_OPS_BLOCKS_INLINE void quarter_block_sums(const Task& task, const uint8_t* block,
+                                                                          int64_t R, int64_t first_row, int valid,
+                                                                          const Words4* words, int64_t b, int64_t t0,
+                                                                          int32x4_t* dots, int32x4_t* mins) {
+  constexpr int kPieces = F::kWeights / kBlock, kChunks = chunks<F>(), kQuads = F::kSub / 4;
+  const Activations& a = *task.a;
+  CUSTOM_OPS_UNROLL
+  for (int t = 0; t < T; ++t) {
+    dots[t] = mins[t] = vdupq_n_s32(0);
+  }
+  for (int i = 0; i < kPieces; ++i) {
+    const uint8_t* quants = block + i * R * kChunks * 4;
+    Words4 chunk[kChunks];
+    CUSTOM_OPS_UNROLL
+    for (int c = 0; c < kChunks; ++c) {
+      if (first_row == 0) {  // the first quarter's pass asks for the line
+        __builtin_prefetch(quants + c * R * 4 + kPrefetchBytes);
+      }
+      chunk[c] = load_quarter<kFull, Words4>(quants + c * R * 4, first_row, valid, 4);
+    }
+    CUSTOM_OPS_UNROLL
+    for (int h = 0; h < kBlock / F::kSub; ++h) {
+      const int s = i * (kBlock / F::kSub) + h;
+      const int64_t first = b * F::kWeights + s * F::kSub;
+      Words4 sub_scale = Words4{} + 1, sub_min = sub_scale;
+      if constexpr (F::kSubScales) {
+        F::sub(words, s, sub_scale, sub_min);
+      }
+      int32x4_t dot[T];
+      CUSTOM_OPS_UNROLL
+      for (int t = 0; t < T; ++t) {
+        dot[t] = vdupq_n_s32(dotprod_signed_codes<F>() ? 0 : -F::kOffset * a.sum(t0 + t, first, F::kSub));
+      }
+      CUSTOM_OPS_UNROLL
+      for (int q = 0; q < kQuads; q += 4) {  // 16 activations a load, four quads
+        int8x16_t x[T];
+        CUSTOM_OPS_UNROLL
+        for (int t = 0; t < T; ++t) {
+          x[t] = vld1q_s8(a.row(t0 + t) + first + 4 * q);
+        }
+        CUSTOM_OPS_UNROLL
+        for (int j = 0; j < 4; ++j) {
+          Words4 code;
+          quad_codes<F>(chunk, h * kQuads + q + j, code);
+          uint8x16_t bytes;
+          std::memcpy(&bytes, &code, sizeof(bytes));
+          if constexpr (dotprod_signed_codes<F>()) {
+            bytes = veorq_u8(bytes, vdupq_n_u8(0x80));  // code - 128, as int8
+          }
+          const int8x16_t w = vreinterpretq_s8_u8(bytes);
+          CUSTOM_OPS_UNROLL
+          for (int t = 0; t < T; ++t) {
+            switch (j) {  // the lane is an immediate
+              case 0: dot[t] = vdotq_laneq_s32(dot[t], w, x[t], 0); break;
+              case 1: dot[t] = vdotq_laneq_s32(dot[t], w, x[t], 1); break;
+              case 2: dot[t] = vdotq_laneq_s32(dot[t], w, x[t], 2); break;
+              default: dot[t] = vdotq_laneq_s32(dot[t], w, x[t], 3); break;
+            }
+          }
+        }
+      }
+      int32x4_t scale_lanes, min_lanes;
+      std::memcpy(&scale_lanes, &sub_scale, sizeof(scale_lanes));
+      std::memcpy(&min_lanes, &sub_min, sizeof(min_lanes));
+      CUSTOM_OPS_UNROLL
+      for (int t = 0; t < T; ++t) {
+        if constexpr (F::kSubScales) {
+          dots[t] = vmlaq_s32(dots[t], dot[t], scale_lanes);
+          if constexpr (F::kHasMin) {
+            mins[t] = vmlaq_n_s32(mins[t], min_lanes, a.sum(t0 + t, first, F::kSub));
+          }
+        } else {
+          dots[t] = vaddq_s32(dots[t], dot[t]);
+        }
+      }
+    }
+  }
+}
+
+// Group g (R rows; kFull: R = 16) against T tokens from t0, block after block, each block's quarters one after the
+// other: per lane the float arithmetic of group_avx512, in its order.
+template <class F, int T, bool kFull>
+CUSTOM_OPS_BLOCKS_DOTPROD CUSTOM_OPS_BLOCKS_INLINE void group_dotprod(const Task& task, const Packed<F>& w, int64_t g,
+                                                                     int64_t t0) {
+  const Activations& a = *task.a;
+  const int64_t R = kFull ? kGroup : w.rows(g);
+  const int quarters = static_cast<int>((R + kQuarter - 1) / kQuarter);
+  float32x4_t acc[4][T];
+  CUSTOM_OPS_UNROLL
+  for (int p = 0; p < 4; ++p) {
+    CUSTOM_OPS_UNROLL
+    for (int t = 0; t < T; ++t) {
+      acc[p][t] = vdupq_n_f32(0.0f);
+    }
+  }
+  for (int64_t b = 0; b < w.blocks; ++b) {
+    const uint8_t* block = w.block(g, b);
+    CUSTOM_OPS_UNROLL
+    for (int p = 0; p < 4; ++p) {
+      if (!kFull && p >= quarters) {
+        break;
+      }
+      const int64_t first = p * kQuarter;
+      const int valid = static_cast<int>(std::min<int64_t>(kQuarter, R - first));
+      Words4 words[std::max(1, fields_of_size<F>(4))];
+      Reals4 record_halves[std::max(1, fields_of_size<F>(2))];
+      quarter_record<F, kFull>(block + R * quant_bytes<F>(), R, first, valid, words, record_halves);
+      Reals4 scale_lanes, min_lanes = Reals4{};
+      F::block(record_halves, scale_lanes, min_lanes);
+      float32x4_t scale, min;
+      std::memcpy(&scale, &scale_lanes, sizeof(scale));
+      std::memcpy(&min, &min_lanes, sizeof(min));
+      int32x4_t dots[T], mins[T];
+      quarter_block_sums<F, T, kFull>(task, block, R, first, valid, words, b, t0, dots, mins);
+      CUSTOM_OPS_UNROLL
+      for (int t = 0; t < T; ++t) {
+        const float dx = a.scale(t0 + t, b);
+        acc[p][t] = vfmaq_f32(acc[p][t], vcvtq_f32_s32(dots[t]), vmulq_f32(scale, vdupq_n_f32(dx)));
+        if constexpr (F::kHasMin && F::kSubScales) {
+          acc[p][t] = vfmaq_f32(acc[p][t], vcvtq_f32_s32(mins[t]), vmulq_f32(min, vdupq_n_f32(dx)));
+        } else if constexpr (F::kHasMin) {
+          const float sum = static_cast<float>(a.sum(t0 + t, b * F::kWeights, F::kSub));
+          acc[p][t] = vfmaq_f32(acc[p][t], min, vdupq_n_f32(dx * sum));
+        }
+      }
+    }
+  }
+  CUSTOM_OPS_UNROLL
+  for (int p = 0; p < 4; ++p) {
+    CUSTOM_OPS_UNROLL
+    for (int t = 0; t < T; ++t) {
+      float* out = task.out + (t0 + t) * task.n + g * kGroup + p * kQuarter;
+      if constexpr (kFull) {
+        vst1q_f32(out, acc[p][t]);
+      } else if (p < quarters) {
+        float lanes[kQuarter];
+        vst1q_f32(lanes, acc[p][t]);
+        std::memcpy(out, lanes, static_cast<size_t>(std::min<int64_t>(kQuarter, R - p * kQuarter)) * sizeof(float));
+      }
+    }
+  }
+}
+
+template <class F>
+struct GroupTilesDotProd {
+  template <int T>
+  CUSTOM_OPS_BLOCKS_DOTPROD static void run(const Task& task, int64_t t0, int64_t first, int64_t end) {
+    const Packed<F> w{static_cast<const uint8_t*>(task.weight), task.n, task.k / F::kWeights};
+    for (int64_t g = first; g < end; ++g) {
+      if (w.rows(g) == kGroup) {
+        group_dotprod<F, T, true>(task, w, g, t0);
+      } else {
+        group_dotprod<F, T, false>(task, w, g, t0);
+      }
+    }
+  }
+};
+
+}  // namespace blocks
+}  // namespace native
+}  // namespace custom
+#endif
