@@ -263,6 +263,9 @@ inline void narrow_block(const float* block, c10::Half* out) {
 }
 #endif
 
+// The x86-64 vector ISAs a kernel is compiled for (every other architecture runs kBaseline's code: NEON on AArch64).
+enum class Isa { kBaseline, kAvx2, kAvx512 };
+
 // ---- Loops ---------------------------------------------------------------------------------------------------------
 // The body every ISA variant shares, compiled for that variant's ISA. 16-bit floats: whole blocks with WIDEN_BLOCK /
 // NARROW_BLOCK (which may permute a block's order, as long as NARROW_BLOCK undoes WIDEN_BLOCK: Op is elementwise), the
@@ -417,8 +420,6 @@ template <typename T, typename Op>
 CUSTOM_OPS_AVX512 void loop_avx512(const T* in, T* out, int64_t n) {
   CUSTOM_OPS_ELEMENTWISE_LOOP(widen_block_avx512, narrow_block_avx512)
 }
-
-enum class Isa { kBaseline, kAvx2, kAvx512 };
 
 // F16C from CPUID leaf 1 (ECX bit 29): clang's __builtin_cpu_supports has no "f16c".
 inline bool cpu_supports_f16c() {

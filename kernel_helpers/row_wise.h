@@ -31,9 +31,6 @@ bool for_each_row(int64_t rows, int64_t bytes_per_row, const Fn& fn) {
 // a reduction over the row must see the same order whatever the ISA, so its result does not depend on the CPU.
 constexpr int64_t kBlock = elementwise::kConvertBlock;
 
-// The vector code a row kernel's body is compiled into (it is inlined into a function with that target).
-enum class Vector { kNone, kAvx2, kAvx512 };
-
 #ifdef CUSTOM_OPS_X86_DISPATCH
 // Whole blocks with AVX2 or AVX-512, in order (the elementwise loop's bfloat16 blocks are lane-permuted, which an
 // elementwise op may ignore and a reduction may not): bfloat16 zero-extended and shifted, narrowed with the same
@@ -88,16 +85,16 @@ CUSTOM_OPS_AVX512 inline void narrow_block_avx512(const float* block, c10::Half*
 #endif
 
 // V: the vector code of the function this is inlined into (see rms_norm's kernel), whole blocks converted with it.
-template <typename T, Vector V = Vector::kNone>
+template <typename T, elementwise::Isa V = elementwise::Isa::kBaseline>
 __attribute__((always_inline)) inline void load_floats(const T* in, float* block, int64_t n) {
   if constexpr (std::is_same_v<T, float>) {
     std::copy(in, in + n, block);
   } else if (n == kBlock) {
 #ifdef CUSTOM_OPS_X86_DISPATCH
-    if constexpr (V == Vector::kAvx512) {
+    if constexpr (V == elementwise::Isa::kAvx512) {
       widen_block_avx512(in, block);
       return;
-    } else if constexpr (V == Vector::kAvx2) {
+    } else if constexpr (V == elementwise::Isa::kAvx2) {
       widen_block_avx2(in, block);
       return;
     }
@@ -109,16 +106,16 @@ __attribute__((always_inline)) inline void load_floats(const T* in, float* block
 }
 
 // Rounds n floats once to T.
-template <typename T, Vector V = Vector::kNone>
+template <typename T, elementwise::Isa V = elementwise::Isa::kBaseline>
 __attribute__((always_inline)) inline void store_floats(const float* block, T* out, int64_t n) {
   if constexpr (std::is_same_v<T, float>) {
     std::copy(block, block + n, out);
   } else if (n == kBlock) {
 #ifdef CUSTOM_OPS_X86_DISPATCH
-    if constexpr (V == Vector::kAvx512) {
+    if constexpr (V == elementwise::Isa::kAvx512) {
       narrow_block_avx512(block, out);
       return;
-    } else if constexpr (V == Vector::kAvx2) {
+    } else if constexpr (V == elementwise::Isa::kAvx2) {
       narrow_block_avx2(block, out);
       return;
     }

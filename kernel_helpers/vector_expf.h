@@ -142,17 +142,16 @@ inline bool agrees_with_libm(void (*exp_block)(const float* in, float* out)) {
 
 // The vector exp that runs here: the best ISA this CPU has (CUSTOM_OPS_ISA may cap it) whose code passed the check
 // above; the baseline (no vector exp) otherwise.
-enum class Isa { kBaseline, kAvx2, kAvx512 };
-
-inline Isa isa() {
+inline elementwise::Isa isa() {
+  using elementwise::Isa;
 #ifdef CUSTOM_OPS_X86_DISPATCH
   static const Isa which = [] {
     switch (elementwise::detected_isa()) {
-      case elementwise::Isa::kAvx512:
+      case Isa::kAvx512:
         return agrees_with_libm(exp_block_avx512) ? Isa::kAvx512 : Isa::kBaseline;
-      case elementwise::Isa::kAvx2:
+      case Isa::kAvx2:
         return agrees_with_libm(exp_block_avx2) ? Isa::kAvx2 : Isa::kBaseline;
-      case elementwise::Isa::kBaseline:
+      case Isa::kBaseline:
         break;
     }
     return Isa::kBaseline;

@@ -40,7 +40,7 @@ __attribute__((always_inline)) inline float add_pairwise(float (&acc)[kPartialSu
 }
 
 // V: the vector code of the function this is inlined into (rms_norm_rows_avx2, rms_norm_rows_avx512).
-template <typename T, rows::Vector V>
+template <typename T, elementwise::Isa V>
 __attribute__((always_inline)) inline void rms_norm_rows_body(const T* in, const T* weight, T* out, int64_t first,
                                                               int64_t end, int64_t cols, float eps) {
   alignas(64) float x[rows::kBlock];
@@ -79,14 +79,14 @@ __attribute__((always_inline)) inline void rms_norm_rows_body(const T* in, const
 
 template <typename T>
 void rms_norm_rows(const T* in, const T* weight, T* out, int64_t first, int64_t end, int64_t cols, float eps) {
-  rms_norm_rows_body<T, rows::Vector::kNone>(in, weight, out, first, end, cols, eps);
+  rms_norm_rows_body<T, elementwise::Isa::kBaseline>(in, weight, out, first, end, cols, eps);
 }
 
 #ifdef CUSTOM_OPS_X86_DISPATCH
 template <typename T>
 CUSTOM_OPS_AVX2 void rms_norm_rows_avx2(const T* in, const T* weight, T* out, int64_t first, int64_t end,
                                         int64_t cols, float eps) {
-  rms_norm_rows_body<T, rows::Vector::kAvx2>(in, weight, out, first, end, cols, eps);
+  rms_norm_rows_body<T, elementwise::Isa::kAvx2>(in, weight, out, first, end, cols, eps);
 }
 
 // 16 bfloat16 as floats, in order (masked-off lanes read nothing and are zero).
@@ -188,7 +188,7 @@ CUSTOM_OPS_AVX512 void rms_norm_rows_avx512(const T* in, const T* weight, T* out
   if constexpr (std::is_same_v<T, c10::BFloat16>) {
     rms_norm_rows_bfloat16_avx512(in, weight, out, first, end, cols, eps, stream);
   } else {
-    rms_norm_rows_body<T, rows::Vector::kAvx512>(in, weight, out, first, end, cols, eps);
+    rms_norm_rows_body<T, elementwise::Isa::kAvx512>(in, weight, out, first, end, cols, eps);
   }
 }
 #endif

@@ -133,7 +133,7 @@ int main(int argc, char** argv) {
     std::printf("no vector exp\n");
     return 0;
   }
-  if (vector_expf::isa() == vector_expf::Isa::kBaseline) {
+  if (vector_expf::isa() == elementwise::Isa::kBaseline) {
     std::printf("the vector exp disagrees with this libm's std::exp: silu_mul keeps std::exp\n");
     return 1;
   }
