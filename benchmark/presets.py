@@ -30,8 +30,8 @@ DECODE_GOAL = 1.25  # the program over llama.cpp on the same file, at the same t
 
 def add_isa_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--isa", choices=("native", "avx2"), default="native",
-                        help="avx2: the project capped at AVX2 (CUSTOM_OPS_ISA) beside llama.cpp built for AVX2 without "
-                             "AVX-512, to measure the AVX2 code on an AVX-512 host; native: each side's best")
+                        help="avx2: the project capped at AVX2 (CUSTOM_OPS_ISA) beside llama.cpp built for AVX2 "
+                             "without AVX-512, to measure the AVX2 code on an AVX-512 host; native: each side's best")
 
 
 def use_isa(isa: str) -> None:

@@ -185,7 +185,8 @@ def llama_cpp_rows(gguf: str, rounds: int, isa: str = "native") -> dict[str, dic
 
     files = {"Q4_1": gguf, **{kind: llama_cpp.quantized(gguf, kind, llama_cpp.ROOT) for kind in ("Q8_0", "F32")}}
     return {kind: {"size_mib": os.path.getsize(path) / 2 ** 20,
-                   **llama_cpp.bench(path, THREADS, PROMPT_TOKENS, NEW_TOKENS, rounds, isa)} for kind, path in files.items()}
+                   **llama_cpp.bench(path, THREADS, PROMPT_TOKENS, NEW_TOKENS, rounds, isa)}
+            for kind, path in files.items()}
 
 
 LAYERS = "decoder layers (my_ops::decoder_layer: a whole layer, its projections included)"

@@ -35,9 +35,12 @@ def kernel_isa(cap: str | None = None) -> str:
 def describe() -> str:
     """One line: what the block formats and the other kernels run here, and what the CPU has."""
     isa = kernel_isa()
-    vnni = "avx512_vnni" in cpu_flags()
+    flags = cpu_flags()
+    vnni = "avx512_vnni" in flags
     blocks = "avx2" if isa == "avx512" and not vnni else isa
     cap = os.environ.get("CUSTOM_OPS_ISA")
+    if "asimddp" in flags and cap != "baseline":  # ARM64 with the dot-product instructions
+        blocks = "dot product"
     return (f"my_ops kernels: {isa} (block formats: {blocks}{', VNNI' if blocks == 'avx512' else ''})"
             f"{f', capped by CUSTOM_OPS_ISA={cap}' if cap else ''}; this CPU: {hardware_isa()}"
             f"{' with VNNI' if vnni else ''}")

@@ -139,7 +139,8 @@ def bench(model_file: str, threads: int, prompt_tokens: int, new_tokens: int, re
     import tempfile
 
     with tempfile.NamedTemporaryFile("r") as rss:
-        proc = subprocess.run([sys.executable, OWN_PEAK_RSS, rss.name, tools(isa, ("llama-bench",))["llama-bench"], "-m", model_file, "-t",
+        llama_bench = tools(isa, ("llama-bench",))["llama-bench"]
+        proc = subprocess.run([sys.executable, OWN_PEAK_RSS, rss.name, llama_bench, "-m", model_file, "-t",
                                str(threads), "-p", str(prompt_tokens), "-n", str(new_tokens), "-r", str(repetitions),
                                "-o", "json"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         if proc.returncode != 0:

@@ -51,7 +51,8 @@ CUSTOM_OPS_BLOCKS_DOTPROD void units_dotprod(const Task& task, int64_t first, in
 }
 #endif
 
-// Units an ISA has no kernel of (never picked: block_ops.h's isa_of names the ISAs this build and CPU have).
+// An ISA's units of format F; the portable loop for an ISA this build has no tiles of (block_ops.h's isa_of picks
+// only the ISAs this build and CPU have).
 template <class F>
 constexpr Units vector_units(Isa isa) {
 #if defined(CUSTOM_OPS_X86_DISPATCH) && !defined(CUSTOM_OPS_BLOCKS_PORTABLE_ONLY)
@@ -103,15 +104,26 @@ CUSTOM_OPS_AVX512_VNNI void rows_avx512_units(const Task& task, int64_t first, i
 }
 #endif
 
+// An ISA's units of row format E, as vector_units (ARM64 runs the portable rows).
+template <class E>
+constexpr Units vector_rows(Isa isa) {
+#if defined(CUSTOM_OPS_X86_DISPATCH) && !defined(CUSTOM_OPS_BLOCKS_PORTABLE_ONLY)
+  if (isa == Isa::kAvx2) {
+    return rows_avx2_units<E>;
+  }
+  if (isa == Isa::kAvx512) {
+    return rows_avx512_units<E>;
+  }
+#endif
+  (void)isa;
+  return rows_baseline<E>;
+}
+
 template <class E>
 constexpr FormatKernels row_kernels_of(const char* name, Storage storage) {
-#if defined(CUSTOM_OPS_X86_DISPATCH) && !defined(CUSTOM_OPS_BLOCKS_PORTABLE_ONLY)
   return {name, storage, 1, sizeof(E), false, false,
-          {rows_baseline<E>, rows_avx2_units<E>, rows_avx512_units<E>, rows_baseline<E>}, embed_rows<E>};
-#else
-  return {name, storage, 1, sizeof(E), false, false,
-          {rows_baseline<E>, rows_baseline<E>, rows_baseline<E>, rows_baseline<E>}, embed_rows<E>};
-#endif
+          {rows_baseline<E>, vector_rows<E>(Isa::kAvx2), vector_rows<E>(Isa::kAvx512), vector_rows<E>(Isa::kDotProd)},
+          embed_rows<E>};
 }
 
 }  // namespace blocks
