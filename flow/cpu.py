@@ -1,4 +1,4 @@
-"""The vector code the kernels run on this CPU, by their rule (kernel_helpers/elementwise_loop.h: a variant runs where
+"""The vector code the kernels run on this CPU, by their rule (kernel_helpers/vector.h: a variant runs where
 the CPU has every feature it is compiled for, never above CUSTOM_OPS_ISA's cap; the block formats' AVX-512 tiles also
 need VNNI, ops/blocks/block_ops.h), for the benchmarks to say what each side ran and the tests what to expect."""
 

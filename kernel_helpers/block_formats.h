@@ -34,7 +34,7 @@ void units_baseline(const Task& task, int64_t first, int64_t end) {
 
 #if defined(CUSTOM_OPS_X86_DISPATCH) && !defined(CUSTOM_OPS_BLOCKS_PORTABLE_ONLY)
 template <class F>
-CUSTOM_OPS_BLOCKS_AVX2 void units_avx2(const Task& task, int64_t first, int64_t end) {
+CUSTOM_OPS_AVX2 void units_avx2(const Task& task, int64_t first, int64_t end) {
   in_token_runs<GroupTilesAvx2<F>, max_tokens_avx2<F>()>(task, first, end);
 }
 
@@ -46,7 +46,7 @@ CUSTOM_OPS_AVX512_VNNI void units_avx512(const Task& task, int64_t first, int64_
 
 #ifdef CUSTOM_OPS_BLOCKS_DOTPROD_DISPATCH
 template <class F>
-CUSTOM_OPS_BLOCKS_DOTPROD void units_dotprod(const Task& task, int64_t first, int64_t end) {
+CUSTOM_OPS_DOTPROD void units_dotprod(const Task& task, int64_t first, int64_t end) {
   in_token_runs<GroupTilesDotProd<F>, 2>(task, first, end);
 }
 #endif
@@ -86,7 +86,7 @@ void rows_baseline(const Task& task, int64_t first, int64_t end) {
 
 #if defined(CUSTOM_OPS_X86_DISPATCH) && !defined(CUSTOM_OPS_BLOCKS_PORTABLE_ONLY)
 template <class E>
-CUSTOM_OPS_BLOCKS_AVX2 void rows_avx2_units(const Task& task, int64_t first, int64_t end) {
+CUSTOM_OPS_AVX2 void rows_avx2_units(const Task& task, int64_t first, int64_t end) {
   if (task.a->in_panels) {
     rows_in_panels_avx2<E>(task, first, end);
   } else {

@@ -43,25 +43,9 @@
 #include <vector>
 
 #include "elementwise_loop.h"
+#include "vector.h"
 
-#define CUSTOM_OPS_BLOCKS_INLINE inline __attribute__((always_inline))
-// The tiles' loops over tokens and quads, unrolled: their accumulators then live in registers (without it GCC kept
-// them in memory, a store and a reload on every step of a dot, which tripled a decode step's time).
-#if defined(__clang__)
-#define CUSTOM_OPS_UNROLL _Pragma("unroll")
-#else
-#define CUSTOM_OPS_UNROLL _Pragma("GCC unroll 16")
-#endif
-#ifdef CUSTOM_OPS_X86_DISPATCH
-#define CUSTOM_OPS_AVX512_VNNI \
-  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")))
-#endif
-
-// The 512-bit vector types below are only ever passed between always-inlined functions, never across a call: the
-// compilers' note that passing them changed ABI does not apply, here or in the formats' sources that instantiate the
-// templates (so it stays off in a source that includes this header). Clang makes a vector passed by value between an
-// AVX-512 function and one without the feature an error, inlined or not: the AVX-512 code hands the shared formulas
-// (quad_codes, the formats' block and sub) pointers and references only.
+// vector.h's -Wpsabi pragma again: a precompiled header that holds vector.h (the AOT library's) does not carry it.
 #if defined(__clang__)
 #pragma clang diagnostic ignored "-Wpsabi"
 #elif defined(__GNUC__)
@@ -89,52 +73,25 @@ constexpr int64_t kGroup = 16;  // rows interleaved: one lane of a 512-bit vecto
 // ---- Lanes: one row (scalars) or a group's 16 rows (vectors), the same formulas on both --------------------------------
 // A format's sub-scale formula and the planes' code extraction are written once, as templates over these types: with
 // GCC's and Clang's vector extensions, >>, &, | and - mean the same on a uint32_t and on 16 of them.
-CUSTOM_OPS_BLOCKS_INLINE float to_float(uint32_t v) {  // a sub-scale may be negative (Q3_K's, Q6_K's)
+CUSTOM_OPS_INLINE float to_float(uint32_t v) {  // a sub-scale may be negative (Q3_K's, Q6_K's)
   return static_cast<float>(static_cast<int32_t>(v));
 }
-CUSTOM_OPS_BLOCKS_INLINE int32_t as_signed(uint32_t v) {
-  return static_cast<int32_t>(v);
-}
-CUSTOM_OPS_BLOCKS_INLINE uint32_t as_unsigned(int32_t v) {
-  return static_cast<uint32_t>(v);
-}
-#ifdef CUSTOM_OPS_X86_DISPATCH
-typedef uint32_t Words __attribute__((vector_size(64)));
-typedef int32_t SignedWords __attribute__((vector_size(64)));
-typedef float Reals __attribute__((vector_size(64)));
-CUSTOM_OPS_BLOCKS_INLINE SignedWords as_signed(Words v) {
-  return reinterpret_cast<SignedWords&>(v);
-}
-CUSTOM_OPS_BLOCKS_INLINE Words as_unsigned(SignedWords v) {
-  return reinterpret_cast<Words&>(v);
-}
-// A half group's 8 rows (the AVX2 tiles).
-typedef uint32_t Words8 __attribute__((vector_size(32)));
-typedef int32_t SignedWords8 __attribute__((vector_size(32)));
-typedef float Reals8 __attribute__((vector_size(32)));
-CUSTOM_OPS_BLOCKS_INLINE SignedWords8 as_signed(Words8 v) {
-  return reinterpret_cast<SignedWords8&>(v);
-}
-CUSTOM_OPS_BLOCKS_INLINE Words8 as_unsigned(SignedWords8 v) {
-  return reinterpret_cast<Words8&>(v);
-}
-#endif
-#if defined(__aarch64__)
-// A quarter group's 4 rows (the ARM64 dot-product tiles).
-typedef uint32_t Words4 __attribute__((vector_size(16)));
-typedef int32_t SignedWords4 __attribute__((vector_size(16)));
-typedef float Reals4 __attribute__((vector_size(16)));
-CUSTOM_OPS_BLOCKS_INLINE SignedWords4 as_signed(Words4 v) {
-  return reinterpret_cast<SignedWords4&>(v);
-}
-CUSTOM_OPS_BLOCKS_INLINE Words4 as_unsigned(SignedWords4 v) {
-  return reinterpret_cast<Words4&>(v);
-}
-#endif
+using simd::as_signed;
+using simd::as_unsigned;
+// A group's 16 rows (the AVX-512 tiles), a half group's 8 (AVX2), a quarter group's 4 (ARM64's dot-product tiles).
+using Words = simd::U<16>;
+using SignedWords = simd::I<16>;
+using Reals = simd::F<16>;
+using Words8 = simd::U<8>;
+using SignedWords8 = simd::I<8>;
+using Reals8 = simd::F<8>;
+using Words4 = simd::U<4>;
+using SignedWords4 = simd::I<4>;
+using Reals4 = simd::F<4>;
 
 // Byte `index` (0-3) of each word, sign-extended (Q6_K's int8 scales).
 template <class W>
-CUSTOM_OPS_BLOCKS_INLINE auto signed_byte(W word, int index) {
+CUSTOM_OPS_INLINE auto signed_byte(const W& word, int index) {
   return as_signed(word << (24 - 8 * index)) >> 24;
 }
 
@@ -165,20 +122,20 @@ struct Plane {
 // (w = ... - dmin * sub_min).
 struct ScaleOnly {
   template <class R>
-  CUSTOM_OPS_BLOCKS_INLINE static void block(const R* h, R& scale, R&) {
+  CUSTOM_OPS_INLINE static void block(const R* h, R& scale, R&) {
     scale = h[0];
   }
 };
 struct ScaleAndMin {
   template <class R>
-  CUSTOM_OPS_BLOCKS_INLINE static void block(const R* h, R& scale, R& min) {
+  CUSTOM_OPS_INLINE static void block(const R* h, R& scale, R& min) {
     scale = h[0];
     min = h[1];
   }
 };
 struct ScaleAndNegatedMin {
   template <class R>
-  CUSTOM_OPS_BLOCKS_INLINE static void block(const R* h, R& scale, R& min) {
+  CUSTOM_OPS_INLINE static void block(const R* h, R& scale, R& min) {
     scale = h[0];
     min = -h[1];
   }
@@ -224,7 +181,7 @@ constexpr int64_t block_bytes() {
 // The four codes of quad q (weights 4q .. 4q + 3 of a 32) in each byte of a word: `chunk` holds the 32 weights'
 // chunks, in plane order, as words (one row's 4 bytes, or 16 rows' in a vector).
 template <class F, class W>
-CUSTOM_OPS_BLOCKS_INLINE void quad_codes(const W* chunk, int q, W& code) {
+CUSTOM_OPS_INLINE void quad_codes(const W* chunk, int q, W& code) {
   int first = 0;
   for (size_t i = 0; i < F::kPlanes.size(); ++i) {
     const Plane p = F::kPlanes[i];
@@ -247,17 +204,17 @@ struct Packed {
   const uint8_t* data;
   int64_t n, blocks;
 
-  CUSTOM_OPS_BLOCKS_INLINE int64_t groups() const { return (n + kGroup - 1) / kGroup; }
-  CUSTOM_OPS_BLOCKS_INLINE int64_t rows(int64_t g) const { return std::min(kGroup, n - g * kGroup); }
+  CUSTOM_OPS_INLINE int64_t groups() const { return (n + kGroup - 1) / kGroup; }
+  CUSTOM_OPS_INLINE int64_t rows(int64_t g) const { return std::min(kGroup, n - g * kGroup); }
   // Block b of group g: its codes (rows(g) * quant_bytes), then its record. Every group before g is full.
-  CUSTOM_OPS_BLOCKS_INLINE const uint8_t* block(int64_t g, int64_t b) const {
+  CUSTOM_OPS_INLINE const uint8_t* block(int64_t g, int64_t b) const {
     return data + (g * kGroup * blocks + b * rows(g)) * block_bytes<F>();
   }
 };
 
 // Row l's record (of a group of R rows): its words and fp16 values, each in field order.
 template <class F>
-CUSTOM_OPS_BLOCKS_INLINE void row_record(const uint8_t* record, int64_t R, int64_t l, uint32_t* words, float* halves) {
+CUSTOM_OPS_INLINE void row_record(const uint8_t* record, int64_t R, int64_t l, uint32_t* words, float* halves) {
   int offset = 0, w = 0, h = 0;
   for (int size : F::kFields) {
     const uint8_t* p = record + offset * R + size * l;
@@ -273,7 +230,7 @@ CUSTOM_OPS_BLOCKS_INLINE void row_record(const uint8_t* record, int64_t R, int64
 // Row l's sub-block factors of one block as floats: w = scale[s] * (code - offset) + min[s], each the product
 // llama.cpp's dequantizer forms (d * sc, dmin * m), so a weight rounds as there.
 template <class F>
-CUSTOM_OPS_BLOCKS_INLINE void row_scales(const uint8_t* record, int64_t R, int64_t l, float* scale, float* min) {
+CUSTOM_OPS_INLINE void row_scales(const uint8_t* record, int64_t R, int64_t l, float* scale, float* min) {
   uint32_t words[std::max(1, fields_of_size<F>(4))];
   float halves[std::max(1, fields_of_size<F>(2))];
   row_record<F>(record, R, l, words, halves);
@@ -291,7 +248,7 @@ CUSTOM_OPS_BLOCKS_INLINE void row_scales(const uint8_t* record, int64_t R, int64
 
 // Row l's integer sub-scales and sub-mins of one block (1 for a format without them) and its float factors.
 template <class F>
-CUSTOM_OPS_BLOCKS_INLINE void row_integer_scales(const uint8_t* record, int64_t R, int64_t l, int32_t* sub_scale,
+CUSTOM_OPS_INLINE void row_integer_scales(const uint8_t* record, int64_t R, int64_t l, int32_t* sub_scale,
                                                  int32_t* sub_min, float& scale, float& min) {
   uint32_t words[std::max(1, fields_of_size<F>(4))];
   float halves[std::max(1, fields_of_size<F>(2))];
@@ -308,7 +265,7 @@ CUSTOM_OPS_BLOCKS_INLINE void row_integer_scales(const uint8_t* record, int64_t 
 
 // Row l's 32 codes of one 32-weight piece whose chunks start at `quants`.
 template <class F>
-CUSTOM_OPS_BLOCKS_INLINE void row_codes(const uint8_t* quants, int64_t R, int64_t l, uint8_t* codes) {
+CUSTOM_OPS_INLINE void row_codes(const uint8_t* quants, int64_t R, int64_t l, uint8_t* codes) {
   uint32_t chunk[chunks<F>()];
   for (int c = 0; c < chunks<F>(); ++c) {
     std::memcpy(&chunk[c], quants + (c * R + l) * 4, 4);
@@ -354,10 +311,10 @@ struct Activations {
   bool in_panels = false;      // a row format's activations: panels, blocks of kPanel values of one token each
   std::vector<float> panels;   // [tokens / kPanel, rounded up][k][kPanel]; the last panel's missing tokens zero
 
-  CUSTOM_OPS_BLOCKS_INLINE const int8_t* row(int64_t t) const { return q.data() + t * k; }
-  CUSTOM_OPS_BLOCKS_INLINE float scale(int64_t t, int64_t b) const { return d[t * blocks + b]; }
+  CUSTOM_OPS_INLINE const int8_t* row(int64_t t) const { return q.data() + t * k; }
+  CUSTOM_OPS_INLINE float scale(int64_t t, int64_t b) const { return d[t * blocks + b]; }
   // The sum of q over `count` (16 or 32) values from value `first` of token t's row.
-  CUSTOM_OPS_BLOCKS_INLINE int32_t sum(int64_t t, int64_t first, int count) const {
+  CUSTOM_OPS_INLINE int32_t sum(int64_t t, int64_t first, int count) const {
     const int32_t* s = &sum16[(t * k + first) / 16];
     return count == 32 ? s[0] + s[1] : s[0];
   }
@@ -430,7 +387,7 @@ constexpr int64_t kPrefetchBytes = 8192;
 // Groups [first, end): each row's blocks against every token, exact integer dots per sub-block summed with the
 // integer sub-scales, then one float product per block.
 template <class F>
-CUSTOM_OPS_BLOCKS_INLINE void groups_portable(const Task& task, int64_t first, int64_t end) {
+CUSTOM_OPS_INLINE void groups_portable(const Task& task, int64_t first, int64_t end) {
   constexpr int kSubs = F::kWeights / F::kSub, kPieces = F::kWeights / kBlock;
   const Activations& a = *task.a;
   const Packed<F> w{static_cast<const uint8_t*>(task.weight), task.n, task.k / F::kWeights};
@@ -507,14 +464,14 @@ inline void in_token_runs(const Task& task, int64_t first, int64_t end) {
 
 // ---- Row formats: F32, F16 and BF16 weights, plain rows [n, k] ---------------------------------------------------------
 template <class E>
-CUSTOM_OPS_BLOCKS_INLINE float element_to_float(E v) {
+CUSTOM_OPS_INLINE float element_to_float(E v) {
   return static_cast<float>(v);
 }
 
 // Rows [first, end): eight partial sums per token, added pairwise at the end (a fixed order, so the compiler may keep
 // them in one vector: the project compiles without reassociation).
 template <class E>
-CUSTOM_OPS_BLOCKS_INLINE void rows_portable(const Task& task, int64_t first, int64_t end) {
+CUSTOM_OPS_INLINE void rows_portable(const Task& task, int64_t first, int64_t end) {
   const int64_t k = task.k;
   for (int64_t r = first; r < end; ++r) {
     const E* w = static_cast<const E*>(task.weight) + r * k;

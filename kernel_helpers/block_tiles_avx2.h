@@ -12,8 +12,6 @@ namespace custom {
 namespace native {
 namespace blocks {
 
-#define CUSTOM_OPS_BLOCKS_AVX2 __attribute__((target("avx2,fma,f16c")))
-
 constexpr int kHalf = 8;  // rows a 256-bit vector holds
 
 // Which of a half group's rows exist: `valid` of them (a short group's last half may have none to all).
@@ -23,7 +21,7 @@ struct HalfLanes {
   __m256i mask;   // lanes < valid, for vpmaskmov
 };
 
-CUSTOM_OPS_BLOCKS_AVX2 CUSTOM_OPS_BLOCKS_INLINE HalfLanes half_lanes(int64_t rows, int half) {
+CUSTOM_OPS_AVX2 CUSTOM_OPS_INLINE HalfLanes half_lanes(int64_t rows, int half) {
   const int valid = static_cast<int>(std::clamp<int64_t>(rows - half * kHalf, 0, kHalf));
   return {half * kHalf, valid,
           _mm256_cmpgt_epi32(_mm256_set1_epi32(valid), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7))};
@@ -32,7 +30,7 @@ CUSTOM_OPS_BLOCKS_AVX2 CUSTOM_OPS_BLOCKS_INLINE HalfLanes half_lanes(int64_t row
 // Four bytes of each of the half's rows from a run of R rows' 4 bytes (missing rows read as zero, never past the
 // tensor: vpmaskmovd does not touch masked-off lanes).
 template <bool kFull>
-CUSTOM_OPS_BLOCKS_AVX2 CUSTOM_OPS_BLOCKS_INLINE Words8 load_half(const uint8_t* p, const HalfLanes& h) {
+CUSTOM_OPS_AVX2 CUSTOM_OPS_INLINE Words8 load_half(const uint8_t* p, const HalfLanes& h) {
   const auto* at = reinterpret_cast<const int*>(p + h.first * 4);
   return reinterpret_cast<Words8>(kFull ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(at))
                                         : _mm256_maskload_epi32(at, h.mask));
@@ -40,7 +38,7 @@ CUSTOM_OPS_BLOCKS_AVX2 CUSTOM_OPS_BLOCKS_INLINE Words8 load_half(const uint8_t* 
 
 // The half's fp16 values of one field (2 bytes a row) as floats.
 template <bool kFull>
-CUSTOM_OPS_BLOCKS_AVX2 CUSTOM_OPS_BLOCKS_INLINE Reals8 load_half_fp16(const uint8_t* p, const HalfLanes& h) {
+CUSTOM_OPS_AVX2 CUSTOM_OPS_INLINE Reals8 load_half_fp16(const uint8_t* p, const HalfLanes& h) {
   __m128i bits;
   if constexpr (kFull) {
     bits = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + h.first * 2));
@@ -53,7 +51,7 @@ CUSTOM_OPS_BLOCKS_AVX2 CUSTOM_OPS_BLOCKS_INLINE Reals8 load_half_fp16(const uint
 }
 
 template <class F, bool kFull>
-CUSTOM_OPS_BLOCKS_AVX2 CUSTOM_OPS_BLOCKS_INLINE void half_record(const uint8_t* record, int64_t R, const HalfLanes& h,
+CUSTOM_OPS_AVX2 CUSTOM_OPS_INLINE void half_record(const uint8_t* record, int64_t R, const HalfLanes& h,
                                                                  Words8* words, Reals8* halves) {
   int offset = 0, w = 0, f = 0;
   CUSTOM_OPS_UNROLL
@@ -71,7 +69,7 @@ CUSTOM_OPS_BLOCKS_AVX2 CUSTOM_OPS_BLOCKS_INLINE void half_record(const uint8_t* 
 // Activations, the same values as quantize_block's, 8 at a time (the division and the rounding, to nearest with ties
 // to even, are IEEE operations; a maximum does not depend on its order): the scalar loop called libm's nearbyintf
 // for every value.
-CUSTOM_OPS_BLOCKS_AVX2 CUSTOM_OPS_BLOCKS_INLINE void quantize_block_avx2(const float* x, int64_t n, int8_t* q, float* d,
+CUSTOM_OPS_AVX2 CUSTOM_OPS_INLINE void quantize_block_avx2(const float* x, int64_t n, int8_t* q, float* d,
                                                                          int32_t* sum16) {
   const __m256 infinity = _mm256_set1_ps(std::numeric_limits<float>::infinity());
   __m256 amax = _mm256_setzero_ps(), finite = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
@@ -107,7 +105,7 @@ CUSTOM_OPS_BLOCKS_AVX2 CUSTOM_OPS_BLOCKS_INLINE void quantize_block_avx2(const f
   *d = scale;
 }
 
-CUSTOM_OPS_BLOCKS_AVX2 inline void prepare_blocks_avx2(const float* x, int64_t first, int64_t end, Activations& a) {
+CUSTOM_OPS_AVX2 inline void prepare_blocks_avx2(const float* x, int64_t first, int64_t end, Activations& a) {
   for (int64_t b = first; b < end; ++b) {
     const int64_t value = b * a.block;
     quantize_block_avx2(x + value, a.block, &a.q[value], &a.d[b], &a.sum16[value / 16]);
@@ -115,7 +113,7 @@ CUSTOM_OPS_BLOCKS_AVX2 inline void prepare_blocks_avx2(const float* x, int64_t f
 }
 
 // Four activations of token t from input k, broadcast to every lane.
-CUSTOM_OPS_BLOCKS_AVX2 CUSTOM_OPS_BLOCKS_INLINE __m256i four_avx2(const Activations& a, int64_t t, int64_t k) {
+CUSTOM_OPS_AVX2 CUSTOM_OPS_INLINE __m256i four_avx2(const Activations& a, int64_t t, int64_t k) {
   int32_t bytes;
   std::memcpy(&bytes, a.row(t) + k, sizeof(bytes));
   return _mm256_set1_epi32(bytes);
@@ -143,7 +141,7 @@ constexpr int quads_in_16_bits() {
 // The integer sums of one half group and block against T tokens from t0, as block_sums_avx512 makes them (per token,
 // the sub-block dots times their sub-scales, and the sub-mins times the sub-blocks' sums of x).
 template <class F, int T, bool kFull>
-CUSTOM_OPS_BLOCKS_AVX2 CUSTOM_OPS_BLOCKS_INLINE void half_block_sums(const Task& task, const uint8_t* block, int64_t R,
+CUSTOM_OPS_AVX2 CUSTOM_OPS_INLINE void half_block_sums(const Task& task, const uint8_t* block, int64_t R,
                                                                      const HalfLanes& lanes, const Words8* words,
                                                                      int64_t b, int64_t t0, __m256i* dots,
                                                                      __m256i* mins) {
@@ -218,7 +216,7 @@ CUSTOM_OPS_BLOCKS_AVX2 CUSTOM_OPS_BLOCKS_INLINE void half_block_sums(const Task&
 // (two passes over the group left the memory stream idle while the second ran from cache): per lane the float
 // arithmetic of group_avx512, in its order.
 template <class F, int T, bool kFull>
-CUSTOM_OPS_BLOCKS_AVX2 CUSTOM_OPS_BLOCKS_INLINE void group_avx2(const Task& task, const Packed<F>& w, int64_t g,
+CUSTOM_OPS_AVX2 CUSTOM_OPS_INLINE void group_avx2(const Task& task, const Packed<F>& w, int64_t g,
                                                                 int64_t t0) {
   const Activations& a = *task.a;
   const int64_t R = kFull ? kGroup : w.rows(g);
@@ -279,7 +277,7 @@ CUSTOM_OPS_BLOCKS_AVX2 CUSTOM_OPS_BLOCKS_INLINE void group_avx2(const Task& task
 template <class F>
 struct GroupTilesAvx2 {
   template <int T>
-  CUSTOM_OPS_BLOCKS_AVX2 static void run(const Task& task, int64_t t0, int64_t first, int64_t end) {
+  CUSTOM_OPS_AVX2 static void run(const Task& task, int64_t t0, int64_t first, int64_t end) {
     const Packed<F> w{static_cast<const uint8_t*>(task.weight), task.n, task.k / F::kWeights};
     for (int64_t g = first; g < end; ++g) {
       if (w.rows(g) == kGroup) {
@@ -300,7 +298,7 @@ constexpr int max_tokens_avx2() {
 // ---- Row formats ----
 // 8 weights of a row as floats.
 template <class E>
-CUSTOM_OPS_BLOCKS_AVX2 CUSTOM_OPS_BLOCKS_INLINE __m256 load_weights8(const E* w) {
+CUSTOM_OPS_AVX2 CUSTOM_OPS_INLINE __m256 load_weights8(const E* w) {
   if constexpr (std::is_same_v<E, float>) {
     return _mm256_loadu_ps(w);
   } else if constexpr (std::is_same_v<E, c10::Half>) {
@@ -311,16 +309,10 @@ CUSTOM_OPS_BLOCKS_AVX2 CUSTOM_OPS_BLOCKS_INLINE __m256 load_weights8(const E* w)
   }
 }
 
-CUSTOM_OPS_BLOCKS_AVX2 CUSTOM_OPS_BLOCKS_INLINE float add_lanes(__m256 v) {
-  const __m128 four = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  const __m128 two = _mm_add_ps(four, _mm_movehl_ps(four, four));
-  return _mm_cvtss_f32(_mm_add_ss(two, _mm_movehdup_ps(two)));
-}
-
 // One row against one token, front to back as one stream (what the hardware prefetcher follows best), four sums of
 // 8 in flight; the tail past the last 8 in float, added last.
 template <class E>
-CUSTOM_OPS_BLOCKS_AVX2 CUSTOM_OPS_BLOCKS_INLINE void row_decode_avx2(const Task& task, int64_t r, int64_t t) {
+CUSTOM_OPS_AVX2 CUSTOM_OPS_INLINE void row_decode_avx2(const Task& task, int64_t r, int64_t t) {
   const int64_t k = task.k;
   const E* w = static_cast<const E*>(task.weight) + r * k;
   const float* x = task.x + t * k;
@@ -340,12 +332,13 @@ CUSTOM_OPS_BLOCKS_AVX2 CUSTOM_OPS_BLOCKS_INLINE void row_decode_avx2(const Task&
     tail += element_to_float(w[j]) * x[j];
   }
   task.out[t * task.n + r] =
-      add_lanes(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]))) + tail;
+      simd::sum<8>(reinterpret_cast<Reals8>(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])))) +
+      tail;
 }
 
 // Rows [first, end) against each token in turn: a row read from memory once, then from L1 for the next tokens.
 template <class E>
-CUSTOM_OPS_BLOCKS_AVX2 CUSTOM_OPS_BLOCKS_INLINE void rows_avx2(const Task& task, int64_t first, int64_t end) {
+CUSTOM_OPS_AVX2 CUSTOM_OPS_INLINE void rows_avx2(const Task& task, int64_t first, int64_t end) {
   for (int64_t r = first; r < end; ++r) {
     for (int64_t t = 0; t < task.tokens; ++t) {
       row_decode_avx2<E>(task, r, t);
@@ -359,7 +352,7 @@ constexpr int kPanelRowsAvx2 = 4;
 static_assert(kPanelRows % kPanelRowsAvx2 == 0, "a tile of the panels' rows is whole AVX2 tiles");
 
 template <int R>
-CUSTOM_OPS_BLOCKS_AVX2 CUSTOM_OPS_BLOCKS_INLINE void panel_tile_avx2(const Task& task, const float* w, int64_t r0,
+CUSTOM_OPS_AVX2 CUSTOM_OPS_INLINE void panel_tile_avx2(const Task& task, const float* w, int64_t r0,
                                                                      int64_t p, const char* ahead,
                                                                      int64_t ahead_step) {
   const int64_t k = task.k;
@@ -399,7 +392,7 @@ CUSTOM_OPS_BLOCKS_AVX2 CUSTOM_OPS_BLOCKS_INLINE void panel_tile_avx2(const Task&
 // Rows [first, end) against every panel: tiles of kPanelRows rows (a half-precision weight's rows converted to floats
 // first, each tile once) as AVX2 tiles of 4, the first fetching the next tile's weights; the rest one row at a time.
 template <class E>
-CUSTOM_OPS_BLOCKS_AVX2 void rows_in_panels_avx2(const Task& task, int64_t first, int64_t end) {
+CUSTOM_OPS_AVX2 void rows_in_panels_avx2(const Task& task, int64_t first, int64_t end) {
   const int64_t k = task.k, panels = (task.tokens + kPanel - 1) / kPanel;
   const E* weight = static_cast<const E*>(task.weight);
   thread_local std::vector<float> converted;

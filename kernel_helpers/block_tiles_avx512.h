@@ -10,13 +10,13 @@ namespace native {
 namespace blocks {
 
 // ---- AVX-512 (with VNNI) ----------------------------------------------------------------------------------------------
-CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_BLOCKS_INLINE void prefetch(const void* p) {
+CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_INLINE void prefetch(const void* p) {
   _mm_prefetch(static_cast<const char*>(p) + kPrefetchBytes, _MM_HINT_T0);
 }
 
 // Activations, the same values as quantize_block's, 16 at a time: the division and the rounding (to nearest, ties to
 // even) are IEEE operations, and a maximum does not depend on its order.
-CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_BLOCKS_INLINE void quantize_block_avx512(const float* x, int64_t n, int8_t* q,
+CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_INLINE void quantize_block_avx512(const float* x, int64_t n, int8_t* q,
                                                                            float* d, int32_t* sum16) {
   constexpr int kNotFinite = 0x01 | 0x08 | 0x10 | 0x80;  // quiet NaN, +inf, -inf, signaling NaN
   __mmask16 not_finite = 0;
@@ -48,7 +48,7 @@ CUSTOM_OPS_AVX512_VNNI inline void prepare_blocks_avx512(const float* x, int64_t
 }
 
 // Four activations of token t from input k, broadcast to every lane (the signed operand of vpdpbusd).
-CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_BLOCKS_INLINE __m512i four(const Activations& a, int64_t t, int64_t k) {
+CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_INLINE __m512i four(const Activations& a, int64_t t, int64_t k) {
   int32_t bytes;
   std::memcpy(&bytes, a.row(t) + k, sizeof(bytes));
   return _mm512_set1_epi32(bytes);
@@ -56,13 +56,13 @@ CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_BLOCKS_INLINE __m512i four(const Activations& 
 
 // Four bytes of each of the group's rows (a short group's missing lanes read as zero, never past the tensor).
 template <bool kFull>
-CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_BLOCKS_INLINE Words load_lanes(const uint8_t* p, __mmask16 lanes) {
+CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_INLINE Words load_lanes(const uint8_t* p, __mmask16 lanes) {
   return reinterpret_cast<Words>(kFull ? _mm512_loadu_si512(p) : _mm512_maskz_loadu_epi32(lanes, p));
 }
 
 // The group's records of one block: words and fp16 values (as floats), each field for its R rows.
 template <class F, bool kFull>
-CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_BLOCKS_INLINE void group_record(const uint8_t* record, int64_t R, __mmask16 lanes,
+CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_INLINE void group_record(const uint8_t* record, int64_t R, __mmask16 lanes,
                                                                   Words* words, Reals* halves) {
   int offset = 0, w = 0, h = 0;
   CUSTOM_OPS_UNROLL
@@ -88,7 +88,7 @@ constexpr int max_tokens() {
 // int32 lane, started from -offset * the sum of x so unsigned codes go into vpdpbusd) times their sub-scales, and the
 // sub-mins times the sub-blocks' sums of x.
 template <class F, int T, bool kFull>
-CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_BLOCKS_INLINE void block_sums_avx512(const Task& task, const uint8_t* block,
+CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_INLINE void block_sums_avx512(const Task& task, const uint8_t* block,
                                                                        int64_t R, __mmask16 lanes, const Words* words,
                                                                        int64_t b, int64_t t0, __m512i* dots,
                                                                        __m512i* mins) {
@@ -148,7 +148,7 @@ CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_BLOCKS_INLINE void block_sums_avx512(const Tas
 // One group (R rows, kFull: R = 16) against T tokens from t0, block after block: the integer sums, then per block
 // acc += scale * d_x * dots + min * d_x * mins.
 template <class F, int T, bool kFull>
-CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_BLOCKS_INLINE void group_avx512(const Task& task, const Packed<F>& w, int64_t g,
+CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_INLINE void group_avx512(const Task& task, const Packed<F>& w, int64_t g,
                                                                   int64_t t0) {
   const Activations& a = *task.a;
   const int64_t R = kFull ? kGroup : w.rows(g);
@@ -205,7 +205,7 @@ struct GroupTiles {
 
 // 16 weights of a row as floats (a row's tail through a mask).
 template <class E>
-CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_BLOCKS_INLINE __m512 load_weights(const E* w, __mmask16 mask) {
+CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_INLINE __m512 load_weights(const E* w, __mmask16 mask) {
   if constexpr (std::is_same_v<E, float>) {
     return _mm512_maskz_loadu_ps(mask, w);
   } else if constexpr (std::is_same_v<E, c10::Half>) {
@@ -218,7 +218,7 @@ CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_BLOCKS_INLINE __m512 load_weights(const E* w, 
 // 16 whole weights: plain loads, which the FMA takes as its memory operand (a masked load, even with every lane on, is
 // an instruction of its own: the decode row kernel read ~34 GB/s with masked loads, ~40 without, on the AMD EPYC).
 template <class E>
-CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_BLOCKS_INLINE __m512 load_weights(const E* w) {
+CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_INLINE __m512 load_weights(const E* w) {
   if constexpr (std::is_same_v<E, float>) {
     return _mm512_loadu_ps(w);
   } else if constexpr (std::is_same_v<E, c10::Half>) {
@@ -231,7 +231,7 @@ CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_BLOCKS_INLINE __m512 load_weights(const E* w) 
 
 // A tile's R x T accumulators, all zero.
 template <int R, int T>
-CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_BLOCKS_INLINE void zero_accumulators(__m512 (&acc)[R][T]) {
+CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_INLINE void zero_accumulators(__m512 (&acc)[R][T]) {
   CUSTOM_OPS_UNROLL
   for (int r = 0; r < R; ++r) {
     CUSTOM_OPS_UNROLL
@@ -243,7 +243,7 @@ CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_BLOCKS_INLINE void zero_accumulators(__m512 (&
 
 // R rows' 16 weights against T tokens' 16 activations per step (kFull: all 16, plain loads; else through `mask`).
 template <class E, int R, int T, bool kFull = false>
-CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_BLOCKS_INLINE void row_step(const E* w, const float* x, int64_t k, int64_t j,
+CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_INLINE void row_step(const E* w, const float* x, int64_t k, int64_t j,
                                                               __mmask16 mask, __m512 (&acc)[R][T]) {
   __m512 xv[T];
   CUSTOM_OPS_UNROLL
@@ -264,7 +264,7 @@ CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_BLOCKS_INLINE void row_step(const E* w, const 
 }
 
 template <class E, int R, int T>
-CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_BLOCKS_INLINE void rows_avx512(const Task& task, int64_t r0, int64_t t0) {
+CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_INLINE void rows_avx512(const Task& task, int64_t r0, int64_t t0) {
   const int64_t k = task.k;
   const E* w = static_cast<const E*>(task.weight) + r0 * k;
   const float* x = task.x + t0 * k;
@@ -290,7 +290,7 @@ CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_BLOCKS_INLINE void rows_avx512(const Task& tas
 // memory, and the hardware prefetcher follows one sequential stream best: on the AMD EPYC this reads ~40 GB/s on one
 // thread (a plain read: 41) where eight rows interleaved, each prefetched a tile ahead, read ~25-33.
 template <class E>
-CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_BLOCKS_INLINE void row_decode_avx512(const Task& task, int64_t r, int64_t t) {
+CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_INLINE void row_decode_avx512(const Task& task, int64_t r, int64_t t) {
   const int64_t k = task.k;
   const E* w = static_cast<const E*>(task.weight) + r * k;
   const float* x = task.x + t * k;
@@ -318,7 +318,7 @@ CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_BLOCKS_INLINE void row_decode_avx512(const Tas
 
 // `ahead`: the next tile's weights, a run of bytes fetched over this tile's inputs (`ahead_step` an input), or null.
 template <int R, int TP>
-CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_BLOCKS_INLINE void panel_tile(const Task& task, const float* w, int64_t r0,
+CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_INLINE void panel_tile(const Task& task, const float* w, int64_t r0,
                                                                 int64_t p, const char* ahead, int64_t ahead_step) {
   const int64_t k = task.k;
   const float* x = task.a->panels.data() + p * k * kPanel;
@@ -363,7 +363,7 @@ CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_BLOCKS_INLINE void panel_tile(const Task& task
 // next tile's weights: a tile is one run of memory but is read as 8 rows at once, more streams than the hardware
 // prefetcher follows (measured on the AMD EPYC: a prefill's linear layers 8% faster on one thread).
 template <int R>
-CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_BLOCKS_INLINE void panel_rows(const Task& task, const float* w, int64_t r0,
+CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_INLINE void panel_rows(const Task& task, const float* w, int64_t r0,
                                                                 const char* ahead, int64_t ahead_step) {
   const int64_t panels = (task.tokens + kPanel - 1) / kPanel;
   int64_t p = 0;
@@ -378,7 +378,7 @@ CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_BLOCKS_INLINE void panel_rows(const Task& task
 // Rows [first, end) against the panels, kPanelRows at a time (a half-precision weight's rows converted to floats
 // first, each tile once), the rest one by one.
 template <class E>
-CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_BLOCKS_INLINE void rows_in_panels(const Task& task, int64_t first, int64_t end) {
+CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_INLINE void rows_in_panels(const Task& task, int64_t first, int64_t end) {
   const int64_t k = task.k;
   const E* weight = static_cast<const E*>(task.weight);
   thread_local std::vector<float> converted;

@@ -11,34 +11,24 @@
 
 #if defined(__aarch64__) && defined(__linux__) && !defined(CUSTOM_OPS_BLOCKS_PORTABLE_ONLY)
 #define CUSTOM_OPS_BLOCKS_DOTPROD_DISPATCH 1
-#include <arm_neon.h>
-#include <asm/hwcap.h>
-#include <sys/auxv.h>
 
 namespace custom {
 namespace native {
 namespace blocks {
 
-#define CUSTOM_OPS_BLOCKS_DOTPROD __attribute__((target("arch=armv8.2-a+dotprod")))
-
 constexpr int kQuarter = 4;  // rows a 128-bit vector holds
-
-inline bool cpu_has_dot_product() {
-  static const bool has = (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0 && !elementwise::isa_capped_to_baseline();
-  return has;
-}
 
 // `bytes` bytes a row of the quarter's rows from a run of R rows (a short group's missing rows read as zero, never
 // past the tensor).
 template <bool kFull, class V>
-CUSTOM_OPS_BLOCKS_DOTPROD CUSTOM_OPS_BLOCKS_INLINE V load_quarter(const uint8_t* p, int64_t first, int valid, int bytes) {
+CUSTOM_OPS_DOTPROD CUSTOM_OPS_INLINE V load_quarter(const uint8_t* p, int64_t first, int valid, int bytes) {
   V v{};
   std::memcpy(&v, p + first * bytes, static_cast<size_t>(kFull ? kQuarter : valid) * bytes);
   return v;
 }
 
 template <class F, bool kFull>
-CUSTOM_OPS_BLOCKS_DOTPROD CUSTOM_OPS_BLOCKS_INLINE void quarter_record(const uint8_t* record, int64_t R, int64_t first,
+CUSTOM_OPS_DOTPROD CUSTOM_OPS_INLINE void quarter_record(const uint8_t* record, int64_t R, int64_t first,
                                                                       int valid, Words4* words, Reals4* halves) {
   int offset = 0, w = 0, f = 0;
   CUSTOM_OPS_UNROLL
@@ -63,7 +53,7 @@ constexpr bool dotprod_signed_codes() {
 
 // The integer sums of one quarter and block against T tokens from t0, as block_sums_avx512 makes them.
 template <class F, int T, bool kFull>
-CUSTOM_OPS_BLOCKS_DOTPROD CUSTOM_OPS_BLOCKS_INLINE void quarter_block_sums(const Task& task, const uint8_t* block,
+CUSTOM_OPS_DOTPROD CUSTOM_OPS_INLINE void quarter_block_sums(const Task& task, const uint8_t* block,
                                                                           int64_t R, int64_t first_row, int valid,
                                                                           const Words4* words, int64_t b, int64_t t0,
                                                                           int32x4_t* dots, int32x4_t* mins) {
@@ -145,7 +135,7 @@ CUSTOM_OPS_BLOCKS_DOTPROD CUSTOM_OPS_BLOCKS_INLINE void quarter_block_sums(const
 // Group g (R rows; kFull: R = 16) against T tokens from t0, block after block, each block's quarters one after the
 // other: per lane the float arithmetic of group_avx512, in its order.
 template <class F, int T, bool kFull>
-CUSTOM_OPS_BLOCKS_DOTPROD CUSTOM_OPS_BLOCKS_INLINE void group_dotprod(const Task& task, const Packed<F>& w, int64_t g,
+CUSTOM_OPS_DOTPROD CUSTOM_OPS_INLINE void group_dotprod(const Task& task, const Packed<F>& w, int64_t g,
                                                                      int64_t t0) {
   const Activations& a = *task.a;
   const int64_t R = kFull ? kGroup : w.rows(g);
@@ -209,7 +199,7 @@ CUSTOM_OPS_BLOCKS_DOTPROD CUSTOM_OPS_BLOCKS_INLINE void group_dotprod(const Task
 template <class F>
 struct GroupTilesDotProd {
   template <int T>
-  CUSTOM_OPS_BLOCKS_DOTPROD static void run(const Task& task, int64_t t0, int64_t first, int64_t end) {
+  CUSTOM_OPS_DOTPROD static void run(const Task& task, int64_t t0, int64_t first, int64_t end) {
     const Packed<F> w{static_cast<const uint8_t*>(task.weight), task.n, task.k / F::kWeights};
     for (int64_t g = first; g < end; ++g) {
       if (w.rows(g) == kGroup) {

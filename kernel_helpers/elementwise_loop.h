@@ -29,21 +29,9 @@
 #if defined(__linux__)
 #include <unistd.h>
 #endif
-#if defined(__aarch64__)
-#include <arm_neon.h>
-#endif
-#if defined(__aarch64__) && defined(__linux__)
-#include <asm/hwcap.h>
-#include <sys/auxv.h>
-#endif
 
 #include "elementwise_functor.h"
-
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#include <cpuid.h>
-#include <immintrin.h>
-#define CUSTOM_OPS_X86_DISPATCH 1
-#endif
+#include "vector.h"
 
 namespace custom {
 namespace native {
@@ -162,25 +150,6 @@ inline void count(Path path, uint64_t amount = 1) {
   }
 }
 
-// CUSTOM_OPS_ISA caps the vector ISA for tests: 0 baseline, 1 AVX2, 2 AVX-512; unset or unknown: no cap.
-inline int isa_cap() {
-  static const int cap = [] {
-    const char* text = std::getenv("CUSTOM_OPS_ISA");
-    const char* names[] = {"baseline", "avx2", "avx512"};
-    for (int level = 0; text != nullptr && level < 3; ++level) {
-      if (std::strcmp(text, names[level]) == 0) {
-        return level;
-      }
-    }
-    return 3;
-  }();
-  return cap;
-}
-
-inline bool isa_capped_to_baseline() {
-  return isa_cap() == 0;
-}
-
 // ---- 16-bit floats: widened to float a block at a time, computed, rounded back once ---------------------------------
 // Element by element, a Half/BFloat16 conversion is a dozen scalar instructions, which left these dtypes at a fifth
 // of memory bandwidth. Instead, fixed-size blocks are converted with vector instructions into an L1-resident float
@@ -264,7 +233,6 @@ inline void narrow_block(const float* block, c10::Half* out) {
 #endif
 
 // The x86-64 vector ISAs a kernel is compiled for (every other architecture runs kBaseline's code: NEON on AArch64).
-enum class Isa { kBaseline, kAvx2, kAvx512 };
 
 // ---- Loops ---------------------------------------------------------------------------------------------------------
 // The body every ISA variant shares, compiled for that variant's ISA. 16-bit floats: whole blocks with WIDEN_BLOCK /
@@ -307,8 +275,7 @@ inline void loop_baseline(const T* in, T* out, int64_t n) {
 typedef __fp16 half8 __attribute__((vector_size(16)));
 
 template <typename Op>
-__attribute__((target("arch=armv8.2-a+fp16"))) void loop_half_arithmetic(const c10::Half* in, c10::Half* out,
-                                                                        int64_t n) {
+CUSTOM_OPS_HALF_ARITHMETIC void loop_half_arithmetic(const c10::Half* in, c10::Half* out, int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
     half8 x;
@@ -318,18 +285,9 @@ __attribute__((target("arch=armv8.2-a+fp16"))) void loop_half_arithmetic(const c
   }
   loop_baseline<c10::Half, Op>(in + i, out + i, n - i);
 }
-
-inline bool cpu_has_half_arithmetic() {
-  static const bool has = (getauxval(AT_HWCAP) & (HWCAP_FPHP | HWCAP_ASIMDHP)) == (HWCAP_FPHP | HWCAP_ASIMDHP) &&
-      !isa_capped_to_baseline();
-  return has;
-}
 #endif
 
 #ifdef CUSTOM_OPS_X86_DISPATCH
-#define CUSTOM_OPS_AVX2 __attribute__((target("avx2,fma,f16c")))
-#define CUSTOM_OPS_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
-
 // Half <-> float with F16C (8 at a time) and AVX-512 (16): the conversion rounds to nearest even, as c10::Half does.
 CUSTOM_OPS_AVX2 inline void widen_block_avx2(const c10::Half* in, float* block) {
   for (int64_t k = 0; k < kConvertBlock; k += 8) {
@@ -421,44 +379,26 @@ CUSTOM_OPS_AVX512 void loop_avx512(const T* in, T* out, int64_t n) {
   CUSTOM_OPS_ELEMENTWISE_LOOP(widen_block_avx512, narrow_block_avx512)
 }
 
-// F16C from CPUID leaf 1 (ECX bit 29): clang's __builtin_cpu_supports has no "f16c".
-inline bool cpu_supports_f16c() {
-  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C) != 0;
-}
-
-// A variant runs only on a CPU that has every feature it was compiled for (and within CUSTOM_OPS_ISA's cap).
-inline Isa detected_isa() {
-  static const Isa isa = [] {
-    __builtin_cpu_init();
-    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_supports_f16c();
-    const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
-    const int level = std::min(avx512 ? 2 : avx2 ? 1 : 0, isa_cap());
-    return level == 2 ? Isa::kAvx512 : level == 1 ? Isa::kAvx2 : Isa::kBaseline;
-  }();
-  return isa;
-}
 #endif
 
 // out[0, n) = Op(in[0, n)) with the best vector ISA this CPU has; returns the counter of the loop that ran.
 template <typename T, typename Op>
 Path vector_loop(const T* in, T* out, int64_t n) {
 #ifdef CUSTOM_OPS_X86_DISPATCH
-  switch (detected_isa()) {
-    case Isa::kAvx512:
+  switch (simd::detected_isa()) {
+    case simd::Isa::kAvx512:
       loop_avx512<T, Op>(in, out, n);
       return kAvx512Elements;
-    case Isa::kAvx2:
+    case simd::Isa::kAvx2:
       loop_avx2<T, Op>(in, out, n);
       return kAvx2Elements;
-    case Isa::kBaseline:
+    case simd::Isa::kBaseline:
       break;
   }
 #endif
 #ifdef CUSTOM_OPS_AARCH64_FP16_DISPATCH
   if constexpr (std::is_same_v<T, c10::Half> && exact_in_half<Op>) {
-    if (cpu_has_half_arithmetic()) {
+    if (simd::cpu_has_half_arithmetic()) {
       loop_half_arithmetic<Op>(in, out, n);
       return kHalfArithmeticElements;
     }

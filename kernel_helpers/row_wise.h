@@ -1,8 +1,8 @@
 // The helper for row-wise ops (a reduction over the last dimension, then a pass over the row: norms, softmax, per-row
 // quantization): the rows of a contiguous tensor split across the thread pool, whole rows per task, with the same
 // grain as the elementwise loop so small inputs stay on the calling thread. Rows of 16-bit floats are widened to float
-// a block at a time, in order, so a kernel accumulates in float; a kernel compiled for AVX2 or AVX-512 (elementwise's
-// CUSTOM_OPS_AVX2 and CUSTOM_OPS_AVX512, chosen by elementwise::detected_isa()) converts whole blocks with it.
+// a block at a time, in order, so a kernel accumulates in float; a kernel compiled for AVX2 or AVX-512 (vector.h's
+// CUSTOM_OPS_AVX2 and CUSTOM_OPS_AVX512, chosen by simd::detected_isa()) converts whole blocks with it.
 #pragma once
 
 #include <algorithm>
@@ -85,16 +85,16 @@ CUSTOM_OPS_AVX512 inline void narrow_block_avx512(const float* block, c10::Half*
 #endif
 
 // V: the vector code of the function this is inlined into (see rms_norm's kernel), whole blocks converted with it.
-template <typename T, elementwise::Isa V = elementwise::Isa::kBaseline>
-__attribute__((always_inline)) inline void load_floats(const T* in, float* block, int64_t n) {
+template <typename T, simd::Isa V = simd::Isa::kBaseline>
+CUSTOM_OPS_INLINE void load_floats(const T* in, float* block, int64_t n) {
   if constexpr (std::is_same_v<T, float>) {
     std::copy(in, in + n, block);
   } else if (n == kBlock) {
 #ifdef CUSTOM_OPS_X86_DISPATCH
-    if constexpr (V == elementwise::Isa::kAvx512) {
+    if constexpr (V == simd::Isa::kAvx512) {
       widen_block_avx512(in, block);
       return;
-    } else if constexpr (V == elementwise::Isa::kAvx2) {
+    } else if constexpr (V == simd::Isa::kAvx2) {
       widen_block_avx2(in, block);
       return;
     }
@@ -106,16 +106,16 @@ __attribute__((always_inline)) inline void load_floats(const T* in, float* block
 }
 
 // Rounds n floats once to T.
-template <typename T, elementwise::Isa V = elementwise::Isa::kBaseline>
-__attribute__((always_inline)) inline void store_floats(const float* block, T* out, int64_t n) {
+template <typename T, simd::Isa V = simd::Isa::kBaseline>
+CUSTOM_OPS_INLINE void store_floats(const float* block, T* out, int64_t n) {
   if constexpr (std::is_same_v<T, float>) {
     std::copy(block, block + n, out);
   } else if (n == kBlock) {
 #ifdef CUSTOM_OPS_X86_DISPATCH
-    if constexpr (V == elementwise::Isa::kAvx512) {
+    if constexpr (V == simd::Isa::kAvx512) {
       narrow_block_avx512(block, out);
       return;
-    } else if constexpr (V == elementwise::Isa::kAvx2) {
+    } else if constexpr (V == simd::Isa::kAvx2) {
       narrow_block_avx2(block, out);
       return;
     }

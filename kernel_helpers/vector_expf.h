@@ -142,11 +142,11 @@ inline bool agrees_with_libm(void (*exp_block)(const float* in, float* out)) {
 
 // The vector exp that runs here: the best ISA this CPU has (CUSTOM_OPS_ISA may cap it) whose code passed the check
 // above; the baseline (no vector exp) otherwise.
-inline elementwise::Isa isa() {
-  using elementwise::Isa;
+inline simd::Isa isa() {
+  using simd::Isa;
 #ifdef CUSTOM_OPS_X86_DISPATCH
   static const Isa which = [] {
-    switch (elementwise::detected_isa()) {
+    switch (simd::detected_isa()) {
       case Isa::kAvx512:
         return agrees_with_libm(exp_block_avx512) ? Isa::kAvx512 : Isa::kBaseline;
       case Isa::kAvx2:

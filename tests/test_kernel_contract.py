@@ -58,16 +58,22 @@ def test_the_vector_exp_gives_std_exps_bits_and_silu_mul_and_gelu_mul_their_scal
 
 
 def test_the_isa_dispatcher_checks_every_feature_a_variant_is_compiled_for():
-    with open(os.path.join(REPO_ROOT, "kernel_helpers", "elementwise_loop.h")) as f:
-        source = f.read()
+    def read(*path):
+        with open(os.path.join(REPO_ROOT, *path)) as f:
+            return f.read()
+
+    source = read("kernel_helpers", "vector.h")  # the targets and the run-time checks, in one place
+    callers = read("kernel_helpers", "elementwise_loop.h") + read("ops", "blocks", "block_ops.h")
     compiled_for = set()
     for targets in re.findall(r'__attribute__\(\(target\("([^"]+)"\)\)\)', source):
         compiled_for.update(targets.split(","))
     checked = set(re.findall(r'__builtin_cpu_supports\("([^"]+)"\)', source))
     checked |= set(re.findall(r"(?<!bool )cpu_supports_(\w+)\(\)", source))  # calls of the CPUID readers
-    # AArch64: the FP16 variant runs only where the kernel's HWCAP has both half-precision bits.
-    hwcap = set(re.findall(r"\bHWCAP_(\w+)\b", source.split("cpu_has_half_arithmetic()")[1]))
-    if {"FPHP", "ASIMDHP"} <= hwcap and "if (cpu_has_half_arithmetic())" in source:
-        checked.add("arch=armv8.2-a+fp16")
+    # AArch64: a variant runs only where the kernel's HWCAP has its feature's bits, and where its caller asks.
+    for reader, bits, target in (("cpu_has_half_arithmetic", {"FPHP", "ASIMDHP"}, "arch=armv8.2-a+fp16"),
+                                 ("cpu_has_dot_product", {"ASIMDDP"}, "arch=armv8.2-a+dotprod")):
+        body = source.split(f"inline bool {reader}()")[1].split("}")[0]
+        if bits <= set(re.findall(r"\bHWCAP_(\w+)\b", body)) and f"simd::{reader}()" in callers:
+            checked.add(target)
     assert compiled_for, "no target attributes found"
     assert compiled_for <= checked, f"compiled for but never checked at run time: {sorted(compiled_for - checked)}"

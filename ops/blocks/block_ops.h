@@ -139,21 +139,17 @@ void output_sizes(const Tensor& lead, bool drop_last, int64_t last, Sizes& sizes
 // sanitized build has the portable loop alone (kernel_helpers/block_formats.h).
 inline Isa isa_of(const FormatKernels& f) {
 #ifdef CUSTOM_OPS_BLOCKS_DOTPROD_DISPATCH
-  if (f.quantizes_activations && cpu_has_dot_product()) {
+  if (f.quantizes_activations && simd::cpu_has_dot_product()) {
     return Isa::kDotProd;
   }
 #endif
 #if defined(CUSTOM_OPS_X86_DISPATCH) && !defined(CUSTOM_OPS_BLOCKS_PORTABLE_ONLY)
-  static const bool vnni = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512vnni") != 0;
-  }();
-  switch (elementwise::detected_isa()) {
-    case elementwise::Isa::kAvx512:
-      return !f.avx512_needs_vnni || vnni ? Isa::kAvx512 : Isa::kAvx2;
-    case elementwise::Isa::kAvx2:
+  switch (simd::detected_isa()) {
+    case simd::Isa::kAvx512:
+      return !f.avx512_needs_vnni || simd::cpu_has_avx512_vnni() ? Isa::kAvx512 : Isa::kAvx2;
+    case simd::Isa::kAvx2:
       return Isa::kAvx2;
-    case elementwise::Isa::kBaseline:
+    case simd::Isa::kBaseline:
       break;
   }
 #endif

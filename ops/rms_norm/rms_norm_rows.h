@@ -18,7 +18,7 @@ namespace norm {
 constexpr int kPartialSums = 64;
 static_assert(rows::kBlock % kPartialSums == 0, "a block's index modulo 64 must be the row's");
 
-__attribute__((always_inline)) inline void sum_of_squares(const float* x, int64_t n, float (&acc)[kPartialSums]) {
+CUSTOM_OPS_INLINE void sum_of_squares(const float* x, int64_t n, float (&acc)[kPartialSums]) {
   int64_t i = 0;
   for (; i + kPartialSums <= n; i += kPartialSums) {
     for (int k = 0; k < kPartialSums; ++k) {
@@ -30,7 +30,7 @@ __attribute__((always_inline)) inline void sum_of_squares(const float* x, int64_
   }
 }
 
-__attribute__((always_inline)) inline float add_pairwise(float (&acc)[kPartialSums]) {
+CUSTOM_OPS_INLINE float add_pairwise(float (&acc)[kPartialSums]) {
   for (int width = kPartialSums / 2; width > 0; width /= 2) {
     for (int k = 0; k < width; ++k) {
       acc[k] += acc[k + width];
@@ -40,9 +40,9 @@ __attribute__((always_inline)) inline float add_pairwise(float (&acc)[kPartialSu
 }
 
 // V: the vector code of the function this is inlined into (rms_norm_rows_avx2, rms_norm_rows_avx512).
-template <typename T, elementwise::Isa V>
-__attribute__((always_inline)) inline void rms_norm_rows_body(const T* in, const T* weight, T* out, int64_t first,
-                                                              int64_t end, int64_t cols, float eps) {
+template <typename T, simd::Isa V>
+CUSTOM_OPS_INLINE void rms_norm_rows_body(const T* in, const T* weight, T* out, int64_t first, int64_t end,
+                                          int64_t cols, float eps) {
   alignas(64) float x[rows::kBlock];
   alignas(64) float w[rows::kBlock];
   for (int64_t r = first; r < end; ++r) {
@@ -79,14 +79,14 @@ __attribute__((always_inline)) inline void rms_norm_rows_body(const T* in, const
 
 template <typename T>
 void rms_norm_rows(const T* in, const T* weight, T* out, int64_t first, int64_t end, int64_t cols, float eps) {
-  rms_norm_rows_body<T, elementwise::Isa::kBaseline>(in, weight, out, first, end, cols, eps);
+  rms_norm_rows_body<T, simd::Isa::kBaseline>(in, weight, out, first, end, cols, eps);
 }
 
 #ifdef CUSTOM_OPS_X86_DISPATCH
 template <typename T>
 CUSTOM_OPS_AVX2 void rms_norm_rows_avx2(const T* in, const T* weight, T* out, int64_t first, int64_t end,
                                         int64_t cols, float eps) {
-  rms_norm_rows_body<T, elementwise::Isa::kAvx2>(in, weight, out, first, end, cols, eps);
+  rms_norm_rows_body<T, simd::Isa::kAvx2>(in, weight, out, first, end, cols, eps);
 }
 
 // 16 bfloat16 as floats, in order (masked-off lanes read nothing and are zero).
@@ -188,7 +188,7 @@ CUSTOM_OPS_AVX512 void rms_norm_rows_avx512(const T* in, const T* weight, T* out
   if constexpr (std::is_same_v<T, c10::BFloat16>) {
     rms_norm_rows_bfloat16_avx512(in, weight, out, first, end, cols, eps, stream);
   } else {
-    rms_norm_rows_body<T, elementwise::Isa::kAvx512>(in, weight, out, first, end, cols, eps);
+    rms_norm_rows_body<T, simd::Isa::kAvx512>(in, weight, out, first, end, cols, eps);
   }
 }
 #endif
@@ -200,12 +200,12 @@ enum class Isa { kBaseline, kAvx2, kAvx512, kAvx512Streaming };
 template <typename T>
 Isa row_isa(size_t bytes) {
 #ifdef CUSTOM_OPS_X86_DISPATCH
-  switch (elementwise::detected_isa()) {
-    case elementwise::Isa::kAvx512:
+  switch (simd::detected_isa()) {
+    case simd::Isa::kAvx512:
       return elementwise::streams(bytes) ? Isa::kAvx512Streaming : Isa::kAvx512;
-    case elementwise::Isa::kAvx2:
+    case simd::Isa::kAvx2:
       return Isa::kAvx2;
-    case elementwise::Isa::kBaseline:
+    case simd::Isa::kBaseline:
       break;
   }
 #endif

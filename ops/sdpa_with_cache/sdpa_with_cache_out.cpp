@@ -16,6 +16,7 @@
 
 #include "kernel_helpers/elementwise_loop.h"
 #include "kernel_helpers/kernel_contract.h"
+#include "kernel_helpers/vector.h"
 #include "ops/sdpa_with_cache/attention.h"
 
 // The project builds with -ffp-contract=off so that elementwise kernels equal ATen bit for bit. This op promises a
@@ -25,6 +26,12 @@
 #pragma clang fp contract(fast)
 #elif defined(__GNUC__)
 #pragma GCC optimize("fp-contract=fast")
+#endif
+// vector.h's -Wpsabi pragma again: the optimize pragma resets it, and a precompiled header does not carry it.
+#if defined(__clang__)
+#pragma clang diagnostic ignored "-Wpsabi"
+#elif defined(__GNUC__)
+#pragma GCC diagnostic ignored "-Wpsabi"
 #endif
 
 namespace custom {
@@ -39,74 +46,12 @@ constexpr int64_t kPositionsPerSweep = 8;   // V rows accumulated per head befor
 constexpr int64_t kPrefetchPositions = 16;  // how far ahead of the scores the K and V rows are asked for
 constexpr int64_t kCacheLine = 64;          // bytes a prefetch brings
 
-// ---- Vectors: GCC/Clang vector extensions, widths 4, 8, 16 ----------------------------------------------------------
-// Written once for every width; a task function compiled for AVX-512 (or AVX2) inlines them and the compiler emits
-// that ISA's instructions. No intrinsics, so the same code is NEON on AArch64.
-#define CUSTOM_OPS_INLINE inline __attribute__((always_inline))
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wpsabi"  // vectors only pass between always-inline functions: no ABI is involved
-#endif
-
-template <int W>
-struct Vec;
-#define CUSTOM_OPS_VEC(W)                                                      \
-  template <>                                                                  \
-  struct Vec<W> {                                                              \
-    typedef float F __attribute__((vector_size(4 * W)));                       \
-    typedef int32_t I __attribute__((vector_size(4 * W)));                     \
-    typedef uint32_t U __attribute__((vector_size(4 * W)));                    \
-  };
-CUSTOM_OPS_VEC(4)
-CUSTOM_OPS_VEC(8)
-CUSTOM_OPS_VEC(16)
-#undef CUSTOM_OPS_VEC
-
-template <int W>
-using F = typename Vec<W>::F;
-template <int W>
-using I = typename Vec<W>::I;
-template <int W>
-using U = typename Vec<W>::U;
-
-template <class To, class From>
-CUSTOM_OPS_INLINE To bit_cast(const From& from) {
-  static_assert(sizeof(To) == sizeof(From));
-  To to;
-  std::memcpy(&to, &from, sizeof(To));
-  return to;
-}
-
-template <int W>
-CUSTOM_OPS_INLINE F<W> load(const float* p) {
-  F<W> v;
-  std::memcpy(&v, p, sizeof(v));
-  return v;
-}
-
-// BFloat16 is the top half of a float. A bfloat16 row is read 2W elements at a time as W 32-bit lanes: lane i holds
-// element 2i in its low half and 2i + 1 in its high half, so the even elements are the lanes shifted left by 16 and
-// the odd ones the lanes with the low half cleared. Two integer operations widen 2W elements on every ISA (GCC splits
-// a zero-extending conversion to 512 bits into halves and inserts: five shuffles for 16 lanes, the hottest
-// instructions of bfloat16 decode in perf). Float copies of a bfloat16 row (the scaled query, the accumulator) are
-// kept in the same order, see lane_order().
-static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "element 2i is the low half of lane i");
-
-template <int W>
-CUSTOM_OPS_INLINE U<W> load_pairs(const c10::BFloat16* p) {
-  U<W> v;
-  std::memcpy(&v, p, sizeof(v));
-  return v;
-}
-
-template <int W>
-CUSTOM_OPS_INLINE F<W> evens(U<W> pairs) {
-  return bit_cast<F<W>>(pairs << 16);
-}
-
-template <int W>
-CUSTOM_OPS_INLINE F<W> odds(U<W> pairs) {
-  return bit_cast<F<W>>(pairs & 0xFFFF0000u);
-}
+// ---- Vectors: kernel_helpers/vector.h's lanes, widths 4, 8, 16 ----------------------------------------------------
+// A task function compiled for AVX-512 (or AVX2) inlines them and the compiler emits that ISA's instructions; no
+// intrinsics, so the same code is NEON on AArch64. A bfloat16 row is widened 2W elements at a time as the even
+// elements, then the odd ones (simd::evens, simd::odds); float copies of a bfloat16 row (the scaled query, the
+// accumulator) are kept in that order.
+using namespace simd;
 
 // Where element d of a row of n elements sits in its float copy: for bfloat16, each whole chunk of 2W elements holds
 // its even elements, then its odd ones; elements past the last whole chunk (and every float32 row) stay in order.
@@ -119,65 +64,6 @@ CUSTOM_OPS_INLINE int64_t lane_order(int64_t d, int64_t n) {
     }
   }
   return d;
-}
-
-template <int W>
-CUSTOM_OPS_INLINE void store(float* p, F<W> v) {
-  std::memcpy(p, &v, sizeof(v));
-}
-
-template <int W>
-CUSTOM_OPS_INLINE F<W> splat(float x) {
-  return F<W>{} + x;
-}
-
-// mask lanes (-1) take a, the others b.
-template <int W>
-CUSTOM_OPS_INLINE F<W> select(I<W> mask, F<W> a, F<W> b) {
-  return bit_cast<F<W>>((mask & bit_cast<I<W>>(a)) | (~mask & bit_cast<I<W>>(b)));
-}
-
-template <int W>
-CUSTOM_OPS_INLINE float sum(F<W> v) {
-  if constexpr (W == 4) {
-    return (v[0] + v[2]) + (v[1] + v[3]);
-  } else {
-    F<W / 2> low, high;
-    std::memcpy(&low, &v, sizeof(low));
-    std::memcpy(&high, reinterpret_cast<const char*>(&v) + sizeof(low), sizeof(high));
-    return sum<W / 2>(low + high);
-  }
-}
-
-template <int W>
-CUSTOM_OPS_INLINE float max(F<W> v) {
-  float m = v[0];
-  for (int k = 1; k < W; ++k) {
-    m = v[k] > m ? v[k] : m;
-  }
-  return m;
-}
-
-// e^x for x <= 0 (scores minus their running maximum), within 2 ulp; -inf and x below float's range give exactly 0,
-// NaN stays NaN. Cody-Waite reduction to r in [-ln2/2, ln2/2], then Cephes' degree-5 polynomial for e^r.
-template <int W>
-CUSTOM_OPS_INLINE F<W> exp_nonpositive(F<W> x) {
-  const F<W> lowest = splat<W>(-87.33654f);  // e^lowest = 2^-126, the smallest normal float
-  const I<W> underflow = x < lowest;
-  x = select<W>(underflow, lowest, x);
-  const F<W> y = x * 1.44269504088896341f + 0.5f;
-  I<W> n = __builtin_convertvector(y, I<W>);              // truncated ...
-  n += __builtin_convertvector(n, F<W>) > y;                 // ... to floor(y): -1 where truncation rounded up
-  const F<W> nf = __builtin_convertvector(n, F<W>);
-  const F<W> r = (x - nf * 0.693359375f) + nf * 2.12194440e-4f;
-  F<W> p = splat<W>(1.9875691500e-4f);
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  const F<W> e = (p * r * r + r) + 1.0f;
-  return select<W>(underflow, F<W>{}, e * bit_cast<F<W>>((n + 127) << 23));
 }
 
 template <typename T>
@@ -333,7 +219,8 @@ CUSTOM_OPS_INLINE void attend(const Geometry& g, const Tensors<T>& t, int64_t ta
   // prefetcher alone a call read it at ~9 GB/s and took 4-5x its warm time. The K and V rows of the task's heads
   // are asked for kPrefetchPositions ahead of the scores' loop, V's with K's, so both are in cache when used.
   const int64_t row_bytes = heads_here * D * static_cast<int64_t>(sizeof(T));
-  const auto prefetch_positions = [&](int64_t from, int64_t to) {
+  // Always inlined: a function whose only effects are prefetches counts as pure to GCC, which then drops its calls.
+  const auto prefetch_positions = [&](int64_t from, int64_t to) __attribute__((always_inline)) {
     for (int64_t position = from; position < std::min(to, end); ++position) {
       const char* k = reinterpret_cast<const char*>(keys + position * stride);
       const char* v = reinterpret_cast<const char*>(values + position * stride);
@@ -459,16 +346,16 @@ template <typename T>
 void attend_range(const Geometry& g, const Tensors<T>& t, int64_t first, int64_t end) {
   elementwise::Path path = elementwise::kBaselineElements;
 #ifdef CUSTOM_OPS_X86_DISPATCH
-  switch (elementwise::detected_isa()) {
-    case elementwise::Isa::kAvx512:
+  switch (simd::detected_isa()) {
+    case simd::Isa::kAvx512:
       attend_avx512(g, t, first, end);
       path = elementwise::kAvx512Elements;
       break;
-    case elementwise::Isa::kAvx2:
+    case simd::Isa::kAvx2:
       attend_avx2(g, t, first, end);
       path = elementwise::kAvx2Elements;
       break;
-    case elementwise::Isa::kBaseline:
+    case simd::Isa::kBaseline:
       attend_baseline(g, t, first, end);
       break;
   }

@@ -50,10 +50,10 @@ elementwise::Path silu_mul_range(const T* gate, const T* up, T* out, int64_t fir
   elementwise::Path path = elementwise::kBaselineElements;
 #ifdef CUSTOM_OPS_X86_DISPATCH
   if constexpr (std::is_same_v<T, float>) {
-    if (end - first >= 16 && vector_expf::isa() == elementwise::Isa::kAvx512) {
+    if (end - first >= 16 && vector_expf::isa() == simd::Isa::kAvx512) {
       i = silu_mul_avx512(gate, up, out, first, end);
       path = elementwise::kAvx512Elements;
-    } else if (end - first >= 8 && vector_expf::isa() == elementwise::Isa::kAvx2) {
+    } else if (end - first >= 8 && vector_expf::isa() == simd::Isa::kAvx2) {
       i = silu_mul_avx2(gate, up, out, first, end);
       path = elementwise::kAvx2Elements;
     }

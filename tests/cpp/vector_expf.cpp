@@ -128,12 +128,12 @@ int gelu_differences(elementwise::Path vector_path) {
 
 int main(int argc, char** argv) {
 #ifdef CUSTOM_OPS_X86_DISPATCH
-  const bool avx512 = elementwise::detected_isa() == elementwise::Isa::kAvx512;
-  if (elementwise::detected_isa() == elementwise::Isa::kBaseline) {
+  const bool avx512 = simd::detected_isa() == simd::Isa::kAvx512;
+  if (simd::detected_isa() == simd::Isa::kBaseline) {
     std::printf("no vector exp\n");
     return 0;
   }
-  if (vector_expf::isa() == elementwise::Isa::kBaseline) {
+  if (vector_expf::isa() == simd::Isa::kBaseline) {
     std::printf("the vector exp disagrees with this libm's std::exp: silu_mul keeps std::exp\n");
     return 1;
   }

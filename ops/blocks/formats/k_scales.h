@@ -18,7 +18,7 @@ struct KScales : ScaleAndNegatedMin {
 
   // Sub-block s's six-bit scale and min from the three words.
   template <class W>
-  CUSTOM_OPS_BLOCKS_INLINE static void sub(const W* w, int s, W& scale, W& min) {
+  CUSTOM_OPS_INLINE static void sub(const W* w, int s, W& scale, W& min) {
     if (s < 4) {
       scale = (w[0] >> (8 * s)) & 63;
       min = (w[1] >> (8 * s)) & 63;

@@ -14,7 +14,7 @@ struct Q2_K : ScaleAndNegatedMin {
 
   // Byte s of the 16: the sub-scale in its low nibble, the sub-min in its high one.
   template <class W>
-  CUSTOM_OPS_BLOCKS_INLINE static void sub(const W* w, int s, W& scale, W& min) {
+  CUSTOM_OPS_INLINE static void sub(const W* w, int s, W& scale, W& min) {
     const W byte = w[s / 4] >> (8 * (s % 4));
     scale = byte & 15;
     min = (byte >> 4) & 15;

@@ -14,7 +14,7 @@ struct Q3_K : ScaleOnly {
   static constexpr std::array<int, 4> kFields{4, 4, 4, 2};  // 12 scale bytes, d
 
   template <class W>
-  CUSTOM_OPS_BLOCKS_INLINE static void sub(const W* w, int s, W& scale, W&) {
+  CUSTOM_OPS_INLINE static void sub(const W* w, int s, W& scale, W&) {
     const W low = (w[(s % 8) / 4] >> (8 * (s % 4) + 4 * (s / 8))) & 15;
     const W high = (w[2] >> (8 * (s % 4) + 2 * (s / 4))) & 3;
     scale = (low | (high << 4)) - 32;

@@ -13,7 +13,7 @@ struct Q6_K : ScaleOnly {
   static constexpr std::array<int, 5> kFields{4, 4, 4, 4, 2};  // 16 int8 scales, d
 
   template <class W>
-  CUSTOM_OPS_BLOCKS_INLINE static void sub(const W* w, int s, W& scale, W&) {
+  CUSTOM_OPS_INLINE static void sub(const W* w, int s, W& scale, W&) {
     scale = as_unsigned(signed_byte(w[s / 4], s % 4));
   }
 };
