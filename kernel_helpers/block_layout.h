@@ -45,12 +45,7 @@
 #include "elementwise_loop.h"
 #include "vector.h"
 
-// vector.h's -Wpsabi pragma again: a precompiled header that holds vector.h (the AOT library's) does not carry it.
-#if defined(__clang__)
-#pragma clang diagnostic ignored "-Wpsabi"
-#elif defined(__GNUC__)
-#pragma GCC diagnostic ignored "-Wpsabi"
-#endif
+CUSTOM_OPS_NO_VECTOR_ABI_NOTE  // again: a precompiled header that holds vector.h (the AOT library's) does not carry it
 
 // Under AddressSanitizer (the sanitized and fuzz builds) a format runs its portable loop on every CPU: ASan sees no
 // memory access inside the AVX-512 intrinsics, whose tiles read the same blocks at the same addresses as the loop,

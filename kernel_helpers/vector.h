@@ -49,15 +49,19 @@
 #endif
 
 // Vectors are only ever passed between always-inlined functions, never across a call: the compilers' note that
-// passing them changed ABI does not apply (so it stays off in a source that includes this header; a function compiled
-// for a target turns it on again, so the functions here take vectors by reference). Clang makes a vector passed by
+// passing them changed ABI does not apply (so it stays off in a source that includes this header, and a source whose
+// own pragmas or precompiled header undo that says CUSTOM_OPS_NO_VECTOR_ABI_NOTE again; a function compiled for a
+// target turns it on again, so the functions here take vectors by reference). Clang makes a vector passed by
 // value between an AVX-512 function and one without the feature an error, inlined or not: an ISA's code hands shared
 // formulas pointers and references only.
 #if defined(__clang__)
-#pragma clang diagnostic ignored "-Wpsabi"
+#define CUSTOM_OPS_NO_VECTOR_ABI_NOTE _Pragma("clang diagnostic ignored \"-Wpsabi\"")
 #elif defined(__GNUC__)
-#pragma GCC diagnostic ignored "-Wpsabi"
+#define CUSTOM_OPS_NO_VECTOR_ABI_NOTE _Pragma("GCC diagnostic ignored \"-Wpsabi\"")
+#else
+#define CUSTOM_OPS_NO_VECTOR_ABI_NOTE
 #endif
+CUSTOM_OPS_NO_VECTOR_ABI_NOTE
 
 namespace custom {
 namespace native {

@@ -27,12 +27,7 @@
 #elif defined(__GNUC__)
 #pragma GCC optimize("fp-contract=fast")
 #endif
-// vector.h's -Wpsabi pragma again: the optimize pragma resets it, and a precompiled header does not carry it.
-#if defined(__clang__)
-#pragma clang diagnostic ignored "-Wpsabi"
-#elif defined(__GNUC__)
-#pragma GCC diagnostic ignored "-Wpsabi"
-#endif
+CUSTOM_OPS_NO_VECTOR_ABI_NOTE  // again: the optimize pragma resets it, and a precompiled header does not carry it
 
 namespace custom {
 namespace native {
