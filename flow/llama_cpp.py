@@ -69,7 +69,12 @@ def source() -> str:
 
 # The ISAs llama.cpp is built for: this machine's best (GGML_NATIVE), or AVX2 without AVX-512 (what most x86 laptops
 # and desktops run), to measure the project's AVX2 code (CUSTOM_OPS_ISA=avx2) against llama.cpp's on an AVX-512 host.
-BUILDS = {"native": ["-DGGML_NATIVE=ON"],
+# Without AMX: at this version its AMX kernels die with SIGILL under Linux (the first `tilezero` of a Q8_0 matrix
+# product, seen on an Intel Xeon VM with AMX: the tile state is enabled for the main thread only), so llama-bench
+# could not run there (GGML_NATIVE ignores GGML_AMX_*: -march=native alone decides); on every other CPU
+# the flags change nothing.
+NO_AMX = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"  # explicit -mno- flags win over -march=native in either order
+BUILDS = {"native": ["-DGGML_NATIVE=ON", f"-DCMAKE_C_FLAGS={NO_AMX}", f"-DCMAKE_CXX_FLAGS={NO_AMX}"],
           "avx2": ["-DGGML_NATIVE=OFF", "-DGGML_AVX=ON", "-DGGML_AVX2=ON", "-DGGML_FMA=ON", "-DGGML_F16C=ON",
                    "-DGGML_BMI2=ON", "-DGGML_AVX512=OFF", "-DGGML_AVX512_VNNI=OFF", "-DGGML_AVX512_BF16=OFF",
                    "-DGGML_AVX_VNNI=OFF"]}
@@ -79,7 +84,9 @@ def tools(isa: str = "native", targets: tuple[str, ...] = TOOLS) -> dict[str, st
     """{tool name: path} of `targets`, built once for `isa` (a key of BUILDS; Release)."""
     build = os.path.join(ROOT, "build" if isa == "native" else f"build-{isa}")
     found = {tool: os.path.join(build, "bin", tool) for tool in targets}
-    if all(os.access(path, os.X_OK) for path in found.values()):
+    stamp = os.path.join(build, "custom_ops_flags")  # a build made with other flags is configured again
+    built_with = open(stamp).read() if os.path.isfile(stamp) else None
+    if built_with == " ".join(BUILDS[isa]) and all(os.access(path, os.X_OK) for path in found.values()):
         return found
     tree = source()
     log = os.path.join(ROOT, "build.log" if isa == "native" else f"build-{isa}.log")
@@ -90,6 +97,8 @@ def tools(isa: str = "native", targets: tuple[str, ...] = TOOLS) -> dict[str, st
                         ["cmake", "--build", build, "--target", *targets, "-j", str(os.cpu_count() or 2)]):
             if subprocess.run(command, stdout=out, stderr=subprocess.STDOUT).returncode != 0:
                 raise RuntimeError(f"building llama.cpp failed: {' '.join(command)} (log: {log})")
+    with open(stamp, "w") as f:
+        f.write(" ".join(BUILDS[isa]))
     return found
 
 

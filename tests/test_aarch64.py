@@ -151,3 +151,49 @@ def test_every_block_format_takes_the_dot_product_tiles_where_the_cpu_has_them(a
     translated = log.read_text()
     ran = any(re.search(rf"\s{e}\s", translated) for e in encodings)
     assert ran == dot_product, f"{cpu}: sdot {'ran' if ran else 'did not run'}"
+
+
+# A whole decoder layer in block formats (tests/test_fused_ops.py's LayerOps), as one my_ops::decoder_layer and as
+# the ops it replaces: two executions of 3 tokens (tiles of a run of two and of one), the second attending over the
+# cache the first wrote.
+LAYER_FORMATS, LAYER_TOKENS = ("Q8_0", "Q4_1", "Q4_K", "Q6_K"), 3
+
+
+@pytest.fixture(scope="module")
+def layer_programs(aot_ops, python_ops, tmp_path_factory):
+    """({fused: .pte}, each execution's inputs, the host's output of the second)."""
+    from flow.export import export_to_pte
+    from test_fused_ops import LayerOps, angles
+
+    generator = torch.Generator().manual_seed(3)
+    cos, sin = angles((2 * LAYER_TOKENS, LayerOps.HEAD_DIM))
+    steps = [(torch.randn(1, LAYER_TOKENS, LayerOps.MODEL, generator=generator),
+              cos[None, start:start + LAYER_TOKENS], sin[None, start:start + LAYER_TOKENS], torch.tensor([start]))
+             for start in (0, LAYER_TOKENS)]
+    directory = tmp_path_factory.mktemp("layer")
+    programs = {fused: export_to_pte(LayerOps(fused, LAYER_FORMATS), steps[0], str(directory / f"layer_{fused}.pte"))
+                for fused in (True, False)}
+    host = LayerOps(True, LAYER_FORMATS)
+    host(*steps[0])
+    return programs, steps, host(*steps[1])
+
+
+@pytest.mark.parametrize("cpu,dot_product", [("cortex-a53", False), ("max", True)])
+def test_the_decoder_layer_takes_the_dot_product_tiles_and_gives_the_bits_of_the_ops_it_replaces(
+        aarch64_build, layer_programs, tmp_path, cpu, dot_product):
+    # The fused op's projections run the same tiles as linear_blocks', so the layer equals the unfused program bit for
+    # bit on ARM64 too (each CPU's own code), near the host's; sdot appears in QEMU's translation log where HWCAP says
+    # the CPU has it.
+    programs, steps, host = layer_programs
+    encodings = dot_product_encodings(aarch64_build.kernel_lib)
+    outputs, ran = {}, {}
+    for fused, pte in programs.items():
+        log = tmp_path / f"in_asm_{fused}.log"
+        (outputs[fused],) = run_pte(aarch64_build.runner, pte, list(steps[0]), [host], num_executions=2,
+                                    later_inputs=[list(steps[1])],
+                                    emulator=[*qemu(cpu), "-d", "in_asm", "-D", str(log)])
+        translated = log.read_text()
+        ran[fused] = any(re.search(rf"\s{e}\s", translated) for e in encodings)
+    assert bit_difference(outputs[True], outputs[False]) is None, f"{cpu}: the layer's bits differ from its ops'"
+    torch.testing.assert_close(outputs[True], host, atol=0.05, rtol=0.05)
+    assert ran == {True: dot_product, False: dot_product}, f"{cpu}: sdot ran in {ran}"
