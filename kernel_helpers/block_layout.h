@@ -244,7 +244,7 @@ CUSTOM_OPS_INLINE void row_scales(const uint8_t* record, int64_t R, int64_t l, f
 // Row l's integer sub-scales and sub-mins of one block (1 for a format without them) and its float factors.
 template <class F>
 CUSTOM_OPS_INLINE void row_integer_scales(const uint8_t* record, int64_t R, int64_t l, int32_t* sub_scale,
-                                                 int32_t* sub_min, float& scale, float& min) {
+                                          int32_t* sub_min, float& scale, float& min) {
   uint32_t words[std::max(1, fields_of_size<F>(4))];
   float halves[std::max(1, fields_of_size<F>(2))];
   row_record<F>(record, R, l, words, halves);

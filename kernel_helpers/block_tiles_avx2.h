@@ -51,8 +51,8 @@ CUSTOM_OPS_AVX2 CUSTOM_OPS_INLINE Reals8 load_half_fp16(const uint8_t* p, const 
 }
 
 template <class F, bool kFull>
-CUSTOM_OPS_AVX2 CUSTOM_OPS_INLINE void half_record(const uint8_t* record, int64_t R, const HalfLanes& h,
-                                                                 Words8* words, Reals8* halves) {
+CUSTOM_OPS_AVX2 CUSTOM_OPS_INLINE void half_record(const uint8_t* record, int64_t R, const HalfLanes& h, Words8* words,
+                                                   Reals8* halves) {
   int offset = 0, w = 0, f = 0;
   CUSTOM_OPS_UNROLL
   for (int size : F::kFields) {
@@ -70,7 +70,7 @@ CUSTOM_OPS_AVX2 CUSTOM_OPS_INLINE void half_record(const uint8_t* record, int64_
 // to even, are IEEE operations; a maximum does not depend on its order): the scalar loop called libm's nearbyintf
 // for every value.
 CUSTOM_OPS_AVX2 CUSTOM_OPS_INLINE void quantize_block_avx2(const float* x, int64_t n, int8_t* q, float* d,
-                                                                         int32_t* sum16) {
+                                                           int32_t* sum16) {
   const __m256 infinity = _mm256_set1_ps(std::numeric_limits<float>::infinity());
   __m256 amax = _mm256_setzero_ps(), finite = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
   for (int64_t j = 0; j < n; j += 8) {
@@ -142,9 +142,8 @@ constexpr int quads_in_16_bits() {
 // the sub-block dots times their sub-scales, and the sub-mins times the sub-blocks' sums of x).
 template <class F, int T, bool kFull>
 CUSTOM_OPS_AVX2 CUSTOM_OPS_INLINE void half_block_sums(const Task& task, const uint8_t* block, int64_t R,
-                                                                     const HalfLanes& lanes, const Words8* words,
-                                                                     int64_t b, int64_t t0, __m256i* dots,
-                                                                     __m256i* mins) {
+                                                       const HalfLanes& lanes, const Words8* words, int64_t b,
+                                                       int64_t t0, __m256i* dots, __m256i* mins) {
   constexpr int kPieces = F::kWeights / kBlock, kChunks = chunks<F>(), kQuads = F::kSub / 4;
   constexpr int kIn16 = quads_in_16_bits<F>();
   const Activations& a = *task.a;
@@ -216,8 +215,7 @@ CUSTOM_OPS_AVX2 CUSTOM_OPS_INLINE void half_block_sums(const Task& task, const u
 // (two passes over the group left the memory stream idle while the second ran from cache): per lane the float
 // arithmetic of group_avx512, in its order.
 template <class F, int T, bool kFull>
-CUSTOM_OPS_AVX2 CUSTOM_OPS_INLINE void group_avx2(const Task& task, const Packed<F>& w, int64_t g,
-                                                                int64_t t0) {
+CUSTOM_OPS_AVX2 CUSTOM_OPS_INLINE void group_avx2(const Task& task, const Packed<F>& w, int64_t g, int64_t t0) {
   const Activations& a = *task.a;
   const int64_t R = kFull ? kGroup : w.rows(g);
   const int halves = R > kHalf ? 2 : 1;
@@ -331,9 +329,8 @@ CUSTOM_OPS_AVX2 CUSTOM_OPS_INLINE void row_decode_avx2(const Task& task, int64_t
   for (; j < k; ++j) {
     tail += element_to_float(w[j]) * x[j];
   }
-  task.out[t * task.n + r] =
-      simd::sum<8>(reinterpret_cast<Reals8>(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])))) +
-      tail;
+  const __m256 all = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
+  task.out[t * task.n + r] = simd::sum<8>(reinterpret_cast<const Reals8&>(all)) + tail;
 }
 
 // Rows [first, end) against each token in turn: a row read from memory once, then from L1 for the next tokens.
@@ -352,9 +349,8 @@ constexpr int kPanelRowsAvx2 = 4;
 static_assert(kPanelRows % kPanelRowsAvx2 == 0, "a tile of the panels' rows is whole AVX2 tiles");
 
 template <int R>
-CUSTOM_OPS_AVX2 CUSTOM_OPS_INLINE void panel_tile_avx2(const Task& task, const float* w, int64_t r0,
-                                                                     int64_t p, const char* ahead,
-                                                                     int64_t ahead_step) {
+CUSTOM_OPS_AVX2 CUSTOM_OPS_INLINE void panel_tile_avx2(const Task& task, const float* w, int64_t r0, int64_t p,
+                                                       const char* ahead, int64_t ahead_step) {
   const int64_t k = task.k;
   const float* x = task.a->panels.data() + p * k * kPanel;
   __m256 acc[R][2];

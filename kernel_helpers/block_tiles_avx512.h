@@ -16,8 +16,8 @@ CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_INLINE void prefetch(const void* p) {
 
 // Activations, the same values as quantize_block's, 16 at a time: the division and the rounding (to nearest, ties to
 // even) are IEEE operations, and a maximum does not depend on its order.
-CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_INLINE void quantize_block_avx512(const float* x, int64_t n, int8_t* q,
-                                                                           float* d, int32_t* sum16) {
+CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_INLINE void quantize_block_avx512(const float* x, int64_t n, int8_t* q, float* d,
+                                                                    int32_t* sum16) {
   constexpr int kNotFinite = 0x01 | 0x08 | 0x10 | 0x80;  // quiet NaN, +inf, -inf, signaling NaN
   __mmask16 not_finite = 0;
   __m512 amax = _mm512_setzero_ps();
@@ -63,7 +63,7 @@ CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_INLINE Words load_lanes(const uint8_t* p, __mm
 // The group's records of one block: words and fp16 values (as floats), each field for its R rows.
 template <class F, bool kFull>
 CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_INLINE void group_record(const uint8_t* record, int64_t R, __mmask16 lanes,
-                                                                  Words* words, Reals* halves) {
+                                                           Words* words, Reals* halves) {
   int offset = 0, w = 0, h = 0;
   CUSTOM_OPS_UNROLL
   for (int size : F::kFields) {
@@ -88,10 +88,9 @@ constexpr int max_tokens() {
 // int32 lane, started from -offset * the sum of x so unsigned codes go into vpdpbusd) times their sub-scales, and the
 // sub-mins times the sub-blocks' sums of x.
 template <class F, int T, bool kFull>
-CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_INLINE void block_sums_avx512(const Task& task, const uint8_t* block,
-                                                                       int64_t R, __mmask16 lanes, const Words* words,
-                                                                       int64_t b, int64_t t0, __m512i* dots,
-                                                                       __m512i* mins) {
+CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_INLINE void block_sums_avx512(const Task& task, const uint8_t* block, int64_t R,
+                                                                __mmask16 lanes, const Words* words, int64_t b,
+                                                                int64_t t0, __m512i* dots, __m512i* mins) {
   constexpr int kPieces = F::kWeights / kBlock, kChunks = chunks<F>(), kQuads = F::kSub / 4;
   const Activations& a = *task.a;
   CUSTOM_OPS_UNROLL
@@ -149,7 +148,7 @@ CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_INLINE void block_sums_avx512(const Task& task
 // acc += scale * d_x * dots + min * d_x * mins.
 template <class F, int T, bool kFull>
 CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_INLINE void group_avx512(const Task& task, const Packed<F>& w, int64_t g,
-                                                                  int64_t t0) {
+                                                           int64_t t0) {
   const Activations& a = *task.a;
   const int64_t R = kFull ? kGroup : w.rows(g);
   const __mmask16 lanes = kFull ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << R) - 1);
@@ -243,8 +242,8 @@ CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_INLINE void zero_accumulators(__m512 (&acc)[R]
 
 // R rows' 16 weights against T tokens' 16 activations per step (kFull: all 16, plain loads; else through `mask`).
 template <class E, int R, int T, bool kFull = false>
-CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_INLINE void row_step(const E* w, const float* x, int64_t k, int64_t j,
-                                                              __mmask16 mask, __m512 (&acc)[R][T]) {
+CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_INLINE void row_step(const E* w, const float* x, int64_t k, int64_t j, __mmask16 mask,
+                                                       __m512 (&acc)[R][T]) {
   __m512 xv[T];
   CUSTOM_OPS_UNROLL
   for (int t = 0; t < T; ++t) {
@@ -318,8 +317,8 @@ CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_INLINE void row_decode_avx512(const Task& task
 
 // `ahead`: the next tile's weights, a run of bytes fetched over this tile's inputs (`ahead_step` an input), or null.
 template <int R, int TP>
-CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_INLINE void panel_tile(const Task& task, const float* w, int64_t r0,
-                                                                int64_t p, const char* ahead, int64_t ahead_step) {
+CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_INLINE void panel_tile(const Task& task, const float* w, int64_t r0, int64_t p,
+                                                         const char* ahead, int64_t ahead_step) {
   const int64_t k = task.k;
   const float* x = task.a->panels.data() + p * k * kPanel;
   __m512 acc[R][TP];
@@ -364,7 +363,7 @@ CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_INLINE void panel_tile(const Task& task, const
 // prefetcher follows (measured on the AMD EPYC: a prefill's linear layers 8% faster on one thread).
 template <int R>
 CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_INLINE void panel_rows(const Task& task, const float* w, int64_t r0,
-                                                                const char* ahead, int64_t ahead_step) {
+                                                         const char* ahead, int64_t ahead_step) {
   const int64_t panels = (task.tokens + kPanel - 1) / kPanel;
   int64_t p = 0;
   for (; p + 2 <= panels; p += 2) {

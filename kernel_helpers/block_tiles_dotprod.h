@@ -28,8 +28,8 @@ CUSTOM_OPS_DOTPROD CUSTOM_OPS_INLINE V load_quarter(const uint8_t* p, int64_t fi
 }
 
 template <class F, bool kFull>
-CUSTOM_OPS_DOTPROD CUSTOM_OPS_INLINE void quarter_record(const uint8_t* record, int64_t R, int64_t first,
-                                                                      int valid, Words4* words, Reals4* halves) {
+CUSTOM_OPS_DOTPROD CUSTOM_OPS_INLINE void quarter_record(const uint8_t* record, int64_t R, int64_t first, int valid,
+                                                         Words4* words, Reals4* halves) {
   int offset = 0, w = 0, f = 0;
   CUSTOM_OPS_UNROLL
   for (int size : F::kFields) {
@@ -53,10 +53,9 @@ constexpr bool dotprod_signed_codes() {
 
 // The integer sums of one quarter and block against T tokens from t0, as block_sums_avx512 makes them.
 template <class F, int T, bool kFull>
-CUSTOM_OPS_DOTPROD CUSTOM_OPS_INLINE void quarter_block_sums(const Task& task, const uint8_t* block,
-                                                                          int64_t R, int64_t first_row, int valid,
-                                                                          const Words4* words, int64_t b, int64_t t0,
-                                                                          int32x4_t* dots, int32x4_t* mins) {
+CUSTOM_OPS_DOTPROD CUSTOM_OPS_INLINE void quarter_block_sums(const Task& task, const uint8_t* block, int64_t R,
+                                                             int64_t first_row, int valid, const Words4* words,
+                                                             int64_t b, int64_t t0, int32x4_t* dots, int32x4_t* mins) {
   constexpr int kPieces = F::kWeights / kBlock, kChunks = chunks<F>(), kQuads = F::kSub / 4;
   const Activations& a = *task.a;
   CUSTOM_OPS_UNROLL
@@ -135,8 +134,7 @@ CUSTOM_OPS_DOTPROD CUSTOM_OPS_INLINE void quarter_block_sums(const Task& task, c
 // Group g (R rows; kFull: R = 16) against T tokens from t0, block after block, each block's quarters one after the
 // other: per lane the float arithmetic of group_avx512, in its order.
 template <class F, int T, bool kFull>
-CUSTOM_OPS_DOTPROD CUSTOM_OPS_INLINE void group_dotprod(const Task& task, const Packed<F>& w, int64_t g,
-                                                                     int64_t t0) {
+CUSTOM_OPS_DOTPROD CUSTOM_OPS_INLINE void group_dotprod(const Task& task, const Packed<F>& w, int64_t g, int64_t t0) {
   const Activations& a = *task.a;
   const int64_t R = kFull ? kGroup : w.rows(g);
   const int quarters = static_cast<int>((R + kQuarter - 1) / kQuarter);

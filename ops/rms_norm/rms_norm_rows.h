@@ -84,8 +84,8 @@ void rms_norm_rows(const T* in, const T* weight, T* out, int64_t first, int64_t 
 
 #ifdef CUSTOM_OPS_X86_DISPATCH
 template <typename T>
-CUSTOM_OPS_AVX2 void rms_norm_rows_avx2(const T* in, const T* weight, T* out, int64_t first, int64_t end,
-                                        int64_t cols, float eps) {
+CUSTOM_OPS_AVX2 void rms_norm_rows_avx2(const T* in, const T* weight, T* out, int64_t first, int64_t end, int64_t cols,
+                                        float eps) {
   rms_norm_rows_body<T, simd::Isa::kAvx2>(in, weight, out, first, end, cols, eps);
 }
 
@@ -127,8 +127,8 @@ CUSTOM_OPS_AVX512 inline void add_squares(__m512& sum, __m512 v) { sum = _mm512_
 // even. The output is written a whole cache line at a time; with `stream` (an output past the elementwise loop's
 // streaming threshold, the same policy) with non-temporal stores, counted like that loop's 4 KiB blocks.
 CUSTOM_OPS_AVX512 inline void rms_norm_rows_bfloat16_avx512(const c10::BFloat16* in, const c10::BFloat16* weight,
-                                                     c10::BFloat16* out, int64_t first, int64_t end, int64_t cols,
-                                                     float eps, bool stream) {
+                                                            c10::BFloat16* out, int64_t first, int64_t end,
+                                                            int64_t cols, float eps, bool stream) {
   uint64_t streamed_lines = 0;
   for (int64_t r = first; r < end; ++r) {
     const c10::BFloat16* row = in + r * cols;
