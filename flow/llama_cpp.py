@@ -13,6 +13,7 @@ import hashlib
 import html
 import json
 import os
+import pathlib
 import re
 import subprocess
 import sys
@@ -85,7 +86,7 @@ def tools(isa: str = "native", targets: tuple[str, ...] = TOOLS) -> dict[str, st
     build = os.path.join(ROOT, "build" if isa == "native" else f"build-{isa}")
     found = {tool: os.path.join(build, "bin", tool) for tool in targets}
     stamp = os.path.join(build, "custom_ops_flags")  # a build made with other flags is configured again
-    built_with = open(stamp).read() if os.path.isfile(stamp) else None
+    built_with = pathlib.Path(stamp).read_text() if os.path.isfile(stamp) else None
     if built_with == " ".join(BUILDS[isa]) and all(os.access(path, os.X_OK) for path in found.values()):
         return found
     tree = source()
@@ -97,8 +98,7 @@ def tools(isa: str = "native", targets: tuple[str, ...] = TOOLS) -> dict[str, st
                         ["cmake", "--build", build, "--target", *targets, "-j", str(os.cpu_count() or 2)]):
             if subprocess.run(command, stdout=out, stderr=subprocess.STDOUT).returncode != 0:
                 raise RuntimeError(f"building llama.cpp failed: {' '.join(command)} (log: {log})")
-    with open(stamp, "w") as f:
-        f.write(" ".join(BUILDS[isa]))
+    pathlib.Path(stamp).write_text(" ".join(BUILDS[isa]))
     return found
 
 
