@@ -41,6 +41,8 @@
 #                                             (real, presets: --isa avx2 runs both sides' AVX2 code)
 #                                             bench aoti: the decoder in ExecuTorch vs AOTInductor (speed, memory,
 #                                             size, start)
+#                                             bench ceiling: the CPU's multiply-add peak beside linear_blocks' prefill
+#                                             (CUSTOM_OPS_ISA=avx2 for the AVX2 code)
 set -euo pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -501,6 +503,11 @@ mode_bench() {
     return
   fi
   cmake_build "${BUILD_ROOT}/bench" -DCUSTOM_OPS_BUILD_BENCHMARK=ON >/dev/null
+  if [[ "${1:-}" == ceiling ]]; then  # the multiply-add peak beside linear_blocks' prefill: [TOKENS] [ROUNDS]
+    shift
+    "${BUILD_ROOT}/bench/prefill_ceiling" "$@"
+    return
+  fi
   if [[ "${1:-}" == rms_norm || "${1:-}" == decoder || "${1:-}" == attention ]]; then
     local which="$1"
     shift
