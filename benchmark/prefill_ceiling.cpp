@@ -148,7 +148,8 @@ Spread peak(PeakLoop loop, int64_t threads, int rounds) {
       // Start together: a pool thread that wakes late must not leave the others measuring a lone thread's rate (a
       // second at most, so a pool smaller than asked cannot hang the loop).
       arrived.fetch_add(1);
-      for (const auto since = Clock::now(); arrived.load() < threads && Clock::now() - since < std::chrono::seconds(1);) {
+      const auto since = Clock::now();
+      while (arrived.load() < threads && Clock::now() - since < std::chrono::seconds(1)) {
       }
       const auto start = Clock::now();
       macs[static_cast<size_t>(t)] = loop(kPeakSteps, &sinks[static_cast<size_t>(t) * 16]);
