@@ -113,7 +113,7 @@ cmake_build() {
 }
 
 # One op's flow. Arguments: a line of `python -m flow.declarations list` (short name, name, example program,
-# registered_from, the module or sources that register it).
+# registered_from, the module or sources that register it, runtime_registration).
 run_flow_cmake() {
   local short="$1" name="$2" program="$3" origin="$4" where="$5"
   local build_dir="${BUILD_ROOT}/${program}" pte="${REPO_ROOT}/${program}.pte"
@@ -172,10 +172,39 @@ run_flows() {
   step "All ${what} passed: ${names[*]} match their references"
 }
 
+# The same kernels linked as apps and firmware link them (CMakeLists.txt, 3b): a static archive linked whole, and an
+# archive generated with --manual_registration whose runner calls register_all_kernels(); each example the flows
+# exported checked in both runners (the manual one on ops codegen registers: an op that registers itself from its
+# source needs its object linked, docs/adding-an-op.md). One verifier process per AOT library: a C++ op's is its flow's.
+run_link_variants() {
+  local build_dir="${BUILD_ROOT}/linked_as_archives" root_ops=() groups=() op key group args
+  while IFS=$'\t' read -r -a op; do
+    [[ $# -gt 0 ]] && root_ops+=("${op[1]}.out")
+    key="${op[5]}|"
+    [[ "${op[3]}" == cpp ]] && key+="${BUILD_ROOT}/${op[2]}/libcustom_ops_aot_lib.so"
+    groups+=("${key}|${REPO_ROOT}/${op[2]}.pte")
+  done <<< "$(selected_ops "$@")"
+  step "Link the kernels as a static archive (linked whole) and with manual registration (${build_dir#"${REPO_ROOT}"/})"
+  cmake_build "${build_dir}" -DCUSTOM_OPS_LINK_VARIANTS=ON -DCUSTOM_OPS_BUILD_AOT_LIBRARY=OFF \
+    "-DCUSTOM_OPS_ROOT_OPS=$(IFS=,; echo "${root_ops[*]}")"
+  step "Each example in the whole-archive runner and, registered by codegen, the manual-registration one (flow/verify.py)"
+  while IFS= read -r key; do
+    IFS='|' read -r -a group <<< "${key}"
+    args=(--runner "${build_dir}/custom_ops_executor_runner_whole_archive")
+    [[ "${group[0]}" == codegen ]] && args+=(--runner "${build_dir}/custom_ops_executor_runner_manual")
+    [[ -n "${group[1]:-}" ]] && args+=(--aot_library "${group[1]}")
+    while IFS='|' read -r -a op; do
+      args+=(--pte "${op[2]}")
+    done < <(printf '%s\n' "${groups[@]}" | grep -F "${key}|")
+    "${PYTHON}" -m flow.verify "${args[@]}"
+  done < <(printf '%s\n' "${groups[@]}" | cut -d'|' -f1,2 | sort -u)
+}
+
 mode_cmake() {
   ensure_venv
   use_venv
   run_flows run_flow_cmake flows "$@"
+  run_link_variants "$@"
 }
 
 # Exit code of `buck2` mode when buck2 is not on PATH: the graph check ran (and passed), buck2 itself did not.

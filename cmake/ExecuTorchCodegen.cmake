@@ -8,9 +8,10 @@
 #       CUSTOM_OPS_KERNEL_SOURCES, CUSTOM_OPS_AOT_SOURCES (empty unless a selected op is registered from C++),
 #       CUSTOM_OPS_CUDA_SOURCES and CUSTOM_OPS_WITHOUT_PYTHON_SOURCES (the C++ registration and ATen-mode kernels of
 #       the selected ops registered from Python, for processes without Python). Editing the yaml, the declarations or the model file re-runs it.
-#   generate_kernel_bindings(OUTPUT_DIR <dir> SELECTION <yaml> [ATEN] SOURCES_VAR <var>)
-#       at build time: the registration sources for the ExecuTorch runtime, or (ATEN) the schemas and CPU
-#       registration for the PyTorch AOT library.
+#   generate_kernel_bindings(OUTPUT_DIR <dir> SELECTION <yaml> [ATEN | MANUAL_REGISTRATION] SOURCES_VAR <var>)
+#       at build time: the registration sources for the ExecuTorch runtime (a static initializer registers; with
+#       MANUAL_REGISTRATION the application calls torch::executor::register_all_kernels() from <dir>/RegisterKernels.h),
+#       or (ATEN) the schemas and CPU registration for the PyTorch AOT library.
 #   generate_argument_kinds(OUTPUT_DIR <dir>)
 #       at build time: <dir>/argument_kinds.h, the value kinds ExecuTorch's own kernels unbox, from PyTorch's schemas
 #       (flow/argument_kinds.py), for the runner's check of a program's kernel calls.
@@ -56,11 +57,15 @@ function(plan_custom_ops)
 endfunction()
 
 function(generate_kernel_bindings)
-  cmake_parse_arguments(ARG "ATEN" "OUTPUT_DIR;SELECTION;SOURCES_VAR" "" ${ARGN})
+  cmake_parse_arguments(ARG "ATEN;MANUAL_REGISTRATION" "OUTPUT_DIR;SELECTION;SOURCES_VAR" "" ${ARGN})
   if(ARG_ATEN)
     set(mode --aten)
     set(outputs "${ARG_OUTPUT_DIR}/RegisterSchema.cpp")  # the schemas and their CPU registration, one file
     set(headers "${ARG_OUTPUT_DIR}/CustomOpsNativeFunctions.h")
+  elseif(ARG_MANUAL_REGISTRATION)
+    set(mode --manual_registration)
+    set(outputs "${ARG_OUTPUT_DIR}/RegisterKernelsEverything.cpp")
+    set(headers "${ARG_OUTPUT_DIR}/NativeFunctions.h" "${ARG_OUTPUT_DIR}/RegisterKernels.h")
   else()
     set(mode)
     set(outputs "${ARG_OUTPUT_DIR}/RegisterCodegenUnboxedKernelsEverything.cpp")

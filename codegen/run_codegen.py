@@ -9,9 +9,10 @@ the fix. CMake's configure step and custom commands, the JIT build (custom_ops_2
   run_codegen.py select   --output FILE (--root_ops a.out,b.out | --model_file x.pte) [--registered_from cpp]
       just the selection yaml (Buck2's et_operator_library); --registered_from keeps the ops registered that way.
       Ops registered by EXECUTORCH_LIBRARY in their source (runtime_registration) are left to it in both commands.
-  run_codegen.py generate --selection FILE --output_dir DIR [--aten]
-      the registration sources: ExecuTorch mode, or --aten for the PyTorch AOT library (schemas + CPU kernels,
-      one file).
+  run_codegen.py generate --selection FILE --output_dir DIR [--aten | --manual_registration]
+      the registration sources: ExecuTorch mode (registered from a static initializer, or with --manual_registration
+      by a register_all_kernels() the application calls, RegisterKernels.h), or --aten for the PyTorch AOT library
+      (schemas + CPU kernels, one file).
   run_codegen.py argument_kinds --output FILE
       the runner's table of the value kinds ExecuTorch's own kernels unbox (flow/argument_kinds.py).
 
@@ -236,11 +237,11 @@ def selected_bindings(selection: str) -> str:
     return yaml.safe_dump(entries, sort_keys=False)
 
 
-def _generation_key(selection: str, bindings: str, aten: bool, native: str) -> str:
+def _generation_key(selection: str, bindings: str, aten: bool, native: str, manual: bool) -> str:
     """What codegen's output depends on: the selection, its bindings, the templates, this file (the argument checks it
     inserts), ATen's yaml files and the executorch and torch versions."""
     templates = os.path.join(CODEGEN_DIR, "templates")
-    return _key(f"aten={aten}", *_versions(), bindings, files=[
+    return _key(f"aten={aten}", f"manual={manual}", *_versions(), bindings, files=[
         selection, os.path.abspath(__file__), os.path.join(native, "tags.yaml"),
         os.path.join(native, "native_functions.yaml"),
         *sorted(os.path.join(templates, name) for name in os.listdir(templates))])
@@ -277,12 +278,14 @@ def _cached(key: str, output_dir: str, make) -> None:
         shutil.rmtree(source, ignore_errors=True)  # gone once renamed
 
 
-def generate(selection: str, output_dir: str, aten: bool) -> list[str]:
-    """Runs executorch.codegen.gen (through the cache, see _cached); returns the generated sources."""
+def generate(selection: str, output_dir: str, aten: bool, manual: bool = False) -> list[str]:
+    """Runs executorch.codegen.gen (through the cache, see _cached); returns the generated sources. `manual`: codegen's
+    --manual_registration, a register_all_kernels() the application calls instead of a static initializer."""
     import torchgen
 
     native = os.path.join(os.path.dirname(torchgen.__file__), "packaged", "ATen", "native")
-    names = ["RegisterSchema.cpp"] if aten else ["RegisterCodegenUnboxedKernelsEverything.cpp"]
+    names = (["RegisterSchema.cpp"] if aten else ["RegisterKernelsEverything.cpp"] if manual
+             else ["RegisterCodegenUnboxedKernelsEverything.cpp"])
 
     bindings = selected_bindings(selection)
 
@@ -293,13 +296,13 @@ def generate(selection: str, output_dir: str, aten: bool) -> list[str]:
             bindings_yaml = os.path.join(scratch, "custom_ops.yaml")
             with open(bindings_yaml, "w") as f:
                 f.write(bindings)
-            _run_codegen(selection, bindings_yaml, directory, aten, native)
+            _run_codegen(selection, bindings_yaml, directory, aten, native, manual)
         if aten:
             merge_aten_registrations(directory)
         else:
             insert_argument_checks(os.path.join(directory, names[0]))
 
-    _cached(_generation_key(selection, bindings, aten, native), output_dir, make)
+    _cached(_generation_key(selection, bindings, aten, native, manual), output_dir, make)
     return [os.path.join(output_dir, name) for name in names]
 
 
@@ -332,13 +335,15 @@ def argument_kinds(output: str) -> None:
         f.write(text)
 
 
-def _run_codegen(selection: str, bindings_yaml: str, output_dir: str, aten: bool, native: str) -> None:
+def _run_codegen(selection: str, bindings_yaml: str, output_dir: str, aten: bool, native: str, manual: bool) -> None:
     cmd = [sys.executable, "-m", "executorch.codegen.gen", "--source-path", CODEGEN_DIR, "--install-dir", output_dir,
            "--custom-ops-yaml-path", bindings_yaml, "--op-selection-yaml-path", selection,
            "--tags-path", os.path.join(native, "tags.yaml"),
            "--aten-yaml-path", os.path.join(native, "native_functions.yaml")]
     if aten:
         cmd.append("--use-aten-lib")
+    if manual:
+        cmd.append("--manual_registration")
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise SelectionError(f"executorch.codegen.gen failed:\n{proc.stderr[-4000:]}")
@@ -459,6 +464,8 @@ def main() -> int:
     g.add_argument("--selection", required=True)
     g.add_argument("--output_dir", required=True)
     g.add_argument("--aten", action="store_true")
+    g.add_argument("--manual_registration", action="store_true",
+                   help="a register_all_kernels() the application calls, no static initializer")
     k = sub.add_parser("argument_kinds")
     k.add_argument("--output", required=True)
     args = parser.parse_args()
@@ -477,7 +484,7 @@ def main() -> int:
         elif args.command == "argument_kinds":
             argument_kinds(args.output)
         else:
-            generate(args.selection, args.output_dir, args.aten)
+            generate(args.selection, args.output_dir, args.aten, args.manual_registration)
     except SelectionError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

@@ -3,7 +3,8 @@ reference and example programs. The codegen entry point, the flow script, the ex
 ask here, so adding an op means adding it to custom_ops.bzl, not to any of them.
 
     python -m flow.declarations list     one tab-separated line per op: short name, name, example program,
-                                         registered_from, and the module or sources that register it
+                                         registered_from, the module or sources that register it, and
+                                         runtime_registration (codegen or executorch_library)
 
 It imports only the standard library (torch lazily, to check dtype names): the my_ops package of an editable install
 loads this file by path.
@@ -294,7 +295,8 @@ def main() -> int:
     try:
         for op in load().values():
             where = " ".join(op.aot_sources) if op.from_cpp else op.python_file
-            print("\t".join((op.short_name, op.name, op.example_program, op.registered_from, where)))
+            print("\t".join((op.short_name, op.name, op.example_program, op.registered_from, where,
+                             op.runtime_registration)))
     except DeclarationError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

@@ -154,7 +154,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pte", required=True, action="append",
                         help="the program; its .pt2 must be beside it (repeat it to verify several, in turn)")
-    parser.add_argument("--runner", help="a custom_ops_executor_runner to run it in")
+    parser.add_argument("--runner", action="append",
+                        help="a custom_ops_executor_runner to run it in (repeat it to check each runner in turn)")
     parser.add_argument("--kernel_library", help="a libcustom_ops_lib.so to run it with in the Python runtime")
     parser.add_argument("--aot_library", help="the AOT library of ops registered from C++ (default: beside the runner)")
     parser.add_argument("--emulator", default="", help="a command to run the runner with, for a runner built for "
@@ -169,9 +170,13 @@ def main() -> int:
         # With several programs, each verdict names its program (one process: torch imported once).
         named = f"{os.path.basename(pte)}: " if len(args.pte) > 1 else ""
         try:
-            problems = verify(pte, runner=args.runner, kernel_library=args.kernel_library,
-                              aot_library=args.aot_library, seed=args.seed, tolerance=args.tolerance,
-                              num_executions=args.num_executions, emulator=shlex.split(args.emulator))
+            problems = []
+            runners = args.runner or [None]
+            for i, runner in enumerate(runners):  # the Python runtime once, with the first
+                found = verify(pte, runner=runner, kernel_library=args.kernel_library if i == 0 else None,
+                               aot_library=args.aot_library, seed=args.seed, tolerance=args.tolerance,
+                               num_executions=args.num_executions, emulator=shlex.split(args.emulator))
+                problems += [f"{os.path.basename(runner)}: {p}" if len(runners) > 1 else p for p in found]
         except (VerificationError, RunnerError, OSError, RuntimeError, ValueError) as err:
             print(f"error: {named}{err}", file=sys.stderr)
             print(f"{named}error: not verified")

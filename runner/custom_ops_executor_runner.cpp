@@ -13,6 +13,10 @@
 #include "file_segment_loader.h"
 #include "program_runner.h"
 
+#ifdef CUSTOM_OPS_MANUAL_REGISTRATION
+#include "RegisterKernels.h"  // generated with codegen's --manual_registration (CMakeLists.txt, 3b)
+#endif
+
 int main(int argc, char** argv) {
   using custom_ops_runner::Runner;
   custom_ops_runner::install_runtime_hooks(/*turn_aborts_into_errors=*/true);
@@ -26,6 +30,18 @@ int main(int argc, char** argv) {
     std::fputs(custom_ops_runner::usage(Runner::kExecuTorch).c_str(), stdout);
     return 0;
   }
+#if defined(CUSTOM_OPS_MANUAL_REGISTRATION) && !defined(CUSTOM_OPS_MANUAL_REGISTRATION_NOT_CALLED)
+  // A kernel library generated with --manual_registration registers nothing until the application asks, once.
+  if (const auto status = torch::executor::register_all_kernels(); status != executorch::runtime::Error::Ok) {
+    std::fprintf(stderr, "error: registering the kernel library failed (error 0x%x): an operator it holds is "
+                 "registered already, or the registry is full\n", static_cast<unsigned>(status));
+    return 1;
+  }
+#elif defined(CUSTOM_OPS_MANUAL_REGISTRATION)
+  // The tests' runner that links the registration but never calls it, as an application that forgot the call.
+  volatile auto linked = &torch::executor::register_all_kernels;
+  (void)linked;
+#endif
   if (options.list_registered) {
     custom_ops_runner::print_registered();
     return 0;

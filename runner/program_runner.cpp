@@ -152,6 +152,39 @@ std::string logged_errors() {
   stop_on_internal_check("ExecuTorch stopped on a failed internal check (ET_CHECK) while using it");
 }
 
+// The kernel library's registration defines this (codegen/templates/): absent from the binary when the linker dropped
+// it, 0 while a library generated with --manual_registration waits for its call, 1 registered by a static
+// initializer, 2 by that call, -1 failed.
+extern "C" __attribute__((weak)) int custom_ops_kernels_registered;
+
+// Why this binary has none of the project's kernels registered, or "" when it has them (then a missing op is one the
+// library does not hold). The two link steps a static archive needs (docs/adding-an-op.md).
+std::string unregistered_kernel_library() {
+  if (&custom_ops_kernels_registered == nullptr) {
+    return "This binary holds no registration of the project's kernel library: linked as a static archive, the "
+           "registration's object is referenced by nothing and the linker drops it. Link the archive whole (CMake: "
+           "$<LINK_LIBRARY:WHOLE_ARCHIVE,custom_ops_kernels>; Buck2: link_whole = True; ld: -Wl,--whole-archive), or "
+           "generate it with --manual_registration and call torch::executor::register_all_kernels()";
+  }
+  if (custom_ops_kernels_registered < 0) {
+    return "Registering the project's kernel library failed when it was loaded: an operator it holds was registered "
+           "already (two kernel libraries holding the same op in one process?), or the registry is full";
+  }
+  if (custom_ops_kernels_registered == 0) {
+    return "The project's kernel library is linked but registered nothing: it was generated with "
+           "--manual_registration, so call torch::executor::register_all_kernels() (RegisterKernels.h) once before "
+           "loading a program, and check that it returns Error::Ok";
+  }
+  if (custom_ops_kernels_registered == 2) {
+    return "The project's kernel library registers by register_all_kernels() (--manual_registration), which holds the "
+           "ops codegen binds in custom_ops.yaml; an op whose own source registers it (EXECUTORCH_LIBRARY, "
+           "runtime_registration \"executorch_library\" in custom_ops.bzl) does so from a static initializer, which "
+           "runs only when its object is linked: link the archive whole, or bind the op in custom_ops.yaml. Otherwise "
+           "add the op to the selected root ops (CMake -DCUSTOM_OPS_ROOT_OPS) and rebuild";
+  }
+  return "";
+}
+
 std::string describe(Error error) {
   char code[16];
   std::snprintf(code, sizeof(code), "0x%x", static_cast<unsigned>(error));
@@ -857,9 +890,12 @@ int run_program(
     }
     if (method.error() == Error::OperatorMissing) {
       const std::string ops = joined(g_log.missing_operators);
-      return fail("the program calls operator(s) that no kernel library linked into this runner registers: " +
-                  (ops.empty() ? std::string("(see the log above)") : ops) +
-                  ". A custom op: add it to the selected root ops (CMake -DCUSTOM_OPS_ROOT_OPS or "
+      const std::string calls = "the program calls operator(s) that no kernel library linked into this runner "
+                                "registers: " + (ops.empty() ? std::string("(see the log above)") : ops);
+      if (const std::string why = unregistered_kernel_library(); !why.empty()) {
+        return fail(calls + ". " + why);
+      }
+      return fail(calls + ". A custom op: add it to the selected root ops (CMake -DCUSTOM_OPS_ROOT_OPS or "
                   "REGISTER_EXAMPLE_CUSTOM_OP), bind it to a kernel in custom_ops.yaml, and rebuild; an ExecuTorch op: "
                   "link the kernel library that has it (quantized_decomposed::*: executorch::kernels_quantized)");
     }

@@ -2,18 +2,8 @@
 // Boxes each selected kernel into an ExecuTorch `Kernel` and registers them all when the library loads.
 // ${generated_comment}
 // clang-format off
-#include <executorch/runtime/core/evalue.h>
-#include <executorch/runtime/core/event_tracer_hooks.h>
-#include <executorch/runtime/core/exec_aten/exec_aten.h>
-#include <executorch/runtime/core/exec_aten/util/tensor_util.h>
-#include <executorch/runtime/core/span.h>
-#include <executorch/runtime/core/tag.h>
-#include <executorch/runtime/platform/log.h>
-#include <executorch/runtime/kernel/operator_registry.h>
-#include <executorch/runtime/platform/profiler.h>
-
+#include "kernel_helpers/registration_prelude.h"
 #include "${fn_header}"
-#include "kernel_helpers/checked_unboxing.h"
 
 // The generated lambdas name `Kernel`, `EValue`, `Span` and `internal::` unqualified: this namespace provides them.
 namespace torch {
@@ -29,13 +19,24 @@ Kernel kernels_to_register[] = {
     ${unboxed_kernels}
 };
 
-// Registration happens in a static initializer, so linking (or dlopen-ing) this library is all it takes.
-const auto registration_status = ::executorch::runtime::register_kernels(
-    ::executorch::runtime::Span<const Kernel>(
-        kernels_to_register,
-        kernels_to_register + sizeof(kernels_to_register) / sizeof(Kernel)));
-
 } // namespace
 } // namespace function
 } // namespace executor
 } // namespace torch
+
+// 1 once the kernels are registered, -1 when registering failed. A runner reads it through a weak reference: absent
+// when the linker dropped this object (a static archive not linked whole), which the runner names (program_runner.cpp).
+extern "C" {
+__attribute__((visibility("default"))) int custom_ops_kernels_registered = 0;
+}
+
+namespace {
+// Registration happens in a static initializer, so linking (or dlopen-ing) this library is all it takes.
+const auto registration_status = [] {
+  using torch::executor::function::kernels_to_register;
+  const auto status = ::executorch::runtime::register_kernels(::executorch::runtime::Span<const ::executorch::runtime::Kernel>(
+      kernels_to_register, kernels_to_register + sizeof(kernels_to_register) / sizeof(kernels_to_register[0])));
+  custom_ops_kernels_registered = status == ::executorch::runtime::Error::Ok ? 1 : -1;
+  return status;
+}();
+} // namespace
