@@ -172,7 +172,7 @@ run_flows() {
   step "All ${what} passed: ${names[*]} match their references"
 }
 
-# The same kernels linked as apps and firmware link them (CMakeLists.txt, 3b): a static archive linked whole, and an
+# The same kernels linked as apps and firmware link them (CMakeLists.txt, 4b): a static archive linked whole, and an
 # archive generated with --manual_registration whose runner calls register_all_kernels(); each example the flows
 # exported checked in both runners (the manual one on ops codegen registers: an op that registers itself from its
 # source needs its object linked, docs/adding-an-op.md). One verifier process per AOT library: a C++ op's is its flow's.

@@ -176,7 +176,7 @@ def decoder_programs(request, aot_ops, python_ops, tmp_path_factory) -> dict[str
 def combined_build() -> CMakeBuild:
     """Every declared op in one kernel library, one runner and one AOT library; and AOTInductor's side (its runner and
     libcustom_ops_without_python.so), as `test_custom_ops.sh aoti` builds it there, the kernel helpers' checks, and
-    the kernels linked as a static archive and with manual registration (CMakeLists.txt 3b), each in its own runner.
+    the kernels linked as a static archive and with manual registration (CMakeLists.txt 4b), each in its own runner.
     $CUSTOM_OPS_TEST_COMBINED_EXTRAS=OFF leaves those two out, for a run of test files that need neither (the own-op
     test's run in a copy of the repository)."""
     extras = os.environ.get("CUSTOM_OPS_TEST_COMBINED_EXTRAS", "ON")

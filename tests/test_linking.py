@@ -1,4 +1,4 @@
-"""The kernel library linked as apps and firmware link it (CMakeLists.txt 3b, docs/adding-an-op.md): a static archive
+"""The kernel library linked as apps and firmware link it (CMakeLists.txt 4b, docs/adding-an-op.md): a static archive
 linked whole, and an archive generated with --manual_registration whose registration the runner calls, each checked on
 one example of each kind of op against its reference; and the runner's message when a link step is missing: the
 archive linked without whole-archive, the manual registration never called, and an op registering itself from its
