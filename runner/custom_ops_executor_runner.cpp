@@ -14,7 +14,7 @@
 #include "program_runner.h"
 
 #ifdef CUSTOM_OPS_MANUAL_REGISTRATION
-#include "RegisterKernels.h"  // generated with codegen's --manual_registration (CMakeLists.txt, 3b)
+#include "RegisterKernels.h"  // generated with codegen's --manual_registration (CMakeLists.txt, 4b)
 #endif
 
 int main(int argc, char** argv) {
