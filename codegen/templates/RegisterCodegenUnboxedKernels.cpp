@@ -24,19 +24,12 @@ Kernel kernels_to_register[] = {
 } // namespace executor
 } // namespace torch
 
-// 1 once the kernels are registered, -1 when registering failed. A runner reads it through a weak reference: absent
-// when the linker dropped this object (a static archive not linked whole), which the runner names (program_runner.cpp).
+// Defined here, read by the runner (kernel_helpers/registration_prelude.h).
 extern "C" {
 __attribute__((visibility("default"))) int custom_ops_kernels_registered = 0;
 }
 
 namespace {
 // Registration happens in a static initializer, so linking (or dlopen-ing) this library is all it takes.
-const auto registration_status = [] {
-  using torch::executor::function::kernels_to_register;
-  const auto status = ::executorch::runtime::register_kernels(::executorch::runtime::Span<const ::executorch::runtime::Kernel>(
-      kernels_to_register, kernels_to_register + sizeof(kernels_to_register) / sizeof(kernels_to_register[0])));
-  custom_ops_kernels_registered = status == ::executorch::runtime::Error::Ok ? 1 : -1;
-  return status;
-}();
+const auto registration_status = ::custom_ops::register_table(torch::executor::function::kernels_to_register, 1);
 } // namespace

@@ -23,15 +23,11 @@ Kernel kernels_to_register[] = {
 } // namespace executor
 } // namespace torch
 
-// 0 until register_all_kernels() runs, then 2 (or -1 when it failed); the runner reads it as the static initializer's.
+// Defined here, read by the runner (kernel_helpers/registration_prelude.h).
 extern "C" {
 __attribute__((visibility("default"))) int custom_ops_kernels_registered = 0;
 }
 
 ::executorch::runtime::Error torch::executor::register_all_kernels() {
-  using torch::executor::function::kernels_to_register;
-  const auto status = ::executorch::runtime::register_kernels(::executorch::runtime::Span<const ::executorch::runtime::Kernel>(
-      kernels_to_register, kernels_to_register + sizeof(kernels_to_register) / sizeof(kernels_to_register[0])));
-  custom_ops_kernels_registered = status == ::executorch::runtime::Error::Ok ? 2 : -1;
-  return status;
+  return ::custom_ops::register_table(function::kernels_to_register, 2);
 }
