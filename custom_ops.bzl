@@ -2,9 +2,12 @@
 # (flow/verify.py), the tests and Buck2 (TARGETS loads this file) all read it; custom_ops.yaml binds each op's out
 # variant to its kernel function. Plain literals only: Starlark loads it and Python parses it (flow/declarations.py).
 #
-# Each key is an op, "namespace::name"; its out variant "namespace::name.out" must be in custom_ops.yaml.
-#   registered_from  how PyTorch learns the op: "python" (a module calling torch.library) or "cpp"
-#                    (TORCH_LIBRARY_FRAGMENT in sources built into libcustom_ops_aot_lib.so)
+# Each key is an op, "namespace::name"; its out variant "namespace::name.out" (or .<out_overload>) must be in
+# custom_ops.yaml.
+#   registered_from  how PyTorch learns the op: "python" (a module calling torch.library), "cpp"
+#                    (TORCH_LIBRARY_FRAGMENT in sources built into libcustom_ops_aot_lib.so), or "aten": an ATen op
+#                    PyTorch ships and ExecuTorch's kernels lack, given a runtime kernel here (key "aten::<name>")
+#   out_overload     optional: its out variant's overload, when not "out" (aten::bucketize's is "Tensor_out")
 #   python_module    "python" ops: the module that registers it (importing it must register it and do nothing else)
 #   aot_sources      "cpp" ops: the C++ sources of its PyTorch registration
 #   cuda_sources     "cpp" ops, optional: CUDA kernels, built only with a CUDA build of torch
@@ -195,6 +198,27 @@ CUSTOM_OPS = {
         "dtypes": ["float32"],
         "example_program": "decoder_layer",
         "example_model": "ops.decoder_layer.decoder_layer.example",
+    },
+    # Kernels for ATen ops that ExecuTorch's kernel libraries lack: PyTorch ships the op (registered_from "aten"), the
+    # project adds its runtime kernel, bound in custom_ops.yaml by `- op: aten::<name>.<out_overload>`.
+    "aten::bucketize": {
+        "registered_from": "aten",
+        "out_overload": "Tensor_out",
+        "kernel_sources": ["ops/bucketize/bucketize_out.cpp"],
+        "bit_exact": True,
+        "reference": "ops.bucketize.bucketize.bucketize_reference",
+        "dtypes": ["float32", "float64", "float16", "bfloat16", "uint8", "int8", "int16", "int32", "int64"],
+        "example_program": "bucketize",
+        "example_model": "ops.bucketize.bucketize.example",
+    },
+    "aten::cumprod": {
+        "registered_from": "aten",
+        "kernel_sources": ["ops/cumprod/cumprod_out.cpp"],
+        "bit_exact": True,
+        "reference": "ops.cumprod.cumprod.cumprod_reference",
+        "dtypes": ["float32", "float64", "float16", "bfloat16", "uint8", "int8", "int16", "int32", "int64"],
+        "example_program": "cumprod",
+        "example_model": "ops.cumprod.cumprod.example",
     },
     # Add new ops above this line.
 }

@@ -77,7 +77,7 @@ class BuildPyWithRegistrations(build_py):
         super().run()
         package = os.path.join(self.build_lib, "my_ops")
         ops = declarations.load().values()
-        python_modules = sorted({op.python_file for op in ops if not op.from_cpp})  # carried flat: my_ops.<name>
+        python_modules = sorted({op.python_file for op in ops if op.from_python})  # carried flat: my_ops.<name>
         for path in python_modules + SHARED_MODULES:
             shutil.copyfile(os.path.join(HERE, path), os.path.join(package, os.path.basename(path)))
         with open(os.path.join(package, "_declared.py"), "w") as f:

@@ -109,6 +109,10 @@ def _unique(items):
     """Each item once, in order: ops may share sources (the block formats' serve both of their ops)."""
     return list({item: None for item in items}.keys())
 
+def _out_variant(name):
+    """The out variant a program calls and custom_ops.yaml binds: my_ops::mul3.out, aten::bucketize.Tensor_out."""
+    return name + "." + CUSTOM_OPS[name].get("out_overload", "out")
+
 def _kernel_headers():
     return native.glob(["kernel_helpers/*.h", "ops/**/*.h"])
 
@@ -127,7 +131,7 @@ def _define_example(suffix, ops):
     )
     registration = ":custom_ops_kernels" + suffix
     if by_codegen:
-        et_operator_library(name = select, ops = [name + ".out" for name in by_codegen])
+        et_operator_library(name = select, ops = [_out_variant(name) for name in by_codegen])
         executorch_generated_lib(
             name = "custom_ops_lib" + suffix,
             operator_library = ":" + select,
@@ -163,7 +167,7 @@ def _define_example(suffix, ops):
     )
     cpp_ops = [name for name in ops if CUSTOM_OPS[name]["registered_from"] == "cpp"]
     if cpp_ops:
-        et_operator_library(name = "select_aot" + suffix, ops = [name + ".out" for name in cpp_ops])
+        et_operator_library(name = "select_aot" + suffix, ops = [_out_variant(name) for name in cpp_ops])
         executorch_generated_lib(
             name = "custom_ops_aot_lib" + suffix,
             operator_library = ":select_aot" + suffix,

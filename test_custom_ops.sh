@@ -113,18 +113,19 @@ cmake_build() {
 }
 
 # One op's flow. Arguments: a line of `python -m flow.declarations list` (short name, name, example program,
-# registered_from, the module or sources that register it, runtime_registration).
+# registered_from, the module or sources that register it, runtime_registration, out variant).
 run_flow_cmake() {
-  local short="$1" name="$2" program="$3" origin="$4" where="$5"
+  local short="$1" name="$2" program="$3" origin="$4" where="$5" out_variant="$7"
   local build_dir="${BUILD_ROOT}/${program}" pte="${REPO_ROOT}/${program}.pte"
   local built="the kernels and runner"
   [[ "${origin}" == cpp ]] && built="the kernels, runner and libcustom_ops_aot_lib.so (${where} + kernels in ATen mode)"
-  step "${short} 1/4: select ${name}.out, generate its registration, build ${built} (CMakeLists.txt)"
-  cmake_build "${build_dir}" "-DCUSTOM_OPS_ROOT_OPS=${name}.out"
+  step "${short} 1/4: select ${out_variant}, generate its registration, build ${built} (CMakeLists.txt)"
+  cmake_build "${build_dir}" "-DCUSTOM_OPS_ROOT_OPS=${out_variant}"
 
-  local language="Python"
-  [[ "${origin}" == cpp ]] && language="C++"
-  step "${short} 2/4: register ${name} with PyTorch from ${language} (${where}), export ${program}.pte (flow/export.py)"
+  local registered="register ${name} with PyTorch from Python (${where})"
+  [[ "${origin}" == cpp ]] && registered="register ${name} with PyTorch from C++ (${where})"
+  [[ "${origin}" == aten ]] && registered="${name} is PyTorch's own"
+  step "${short} 2/4: ${registered}, export ${program}.pte (flow/export.py)"
   "${PYTHON}" -m flow.export --op "${name}" --output_dir "${REPO_ROOT}" \
     --aot_library "${build_dir}/libcustom_ops_aot_lib.so"
 
@@ -179,7 +180,7 @@ run_flows() {
 run_link_variants() {
   local build_dir="${BUILD_ROOT}/linked_as_archives" root_ops=() groups=() op key group args
   while IFS=$'\t' read -r -a op; do
-    [[ $# -gt 0 ]] && root_ops+=("${op[1]}.out")
+    [[ $# -gt 0 ]] && root_ops+=("${op[6]}")
     key="${op[5]}|"
     [[ "${op[3]}" == cpp ]] && key+="${BUILD_ROOT}/${op[2]}/libcustom_ops_aot_lib.so"
     groups+=("${key}|${REPO_ROOT}/${op[2]}.pte")
@@ -331,7 +332,7 @@ mode_profile() {
     op=(--op "${line[1]}")
     build_dir="${BUILD_ROOT}/${line[2]}"
     step "Build ${line[1]}'s kernels, the runner and the AOT library (${build_dir#"${REPO_ROOT}"/})"
-    cmake_build "${build_dir}" "-DCUSTOM_OPS_ROOT_OPS=${line[1]}.out" >/dev/null
+    cmake_build "${build_dir}" "-DCUSTOM_OPS_ROOT_OPS=${line[6]}" >/dev/null
   else
     step "Build every declared op's kernels, the runner and the AOT library (cmake-out/all_ops)"
     cmake_build "${build_dir}" >/dev/null

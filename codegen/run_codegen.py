@@ -43,17 +43,56 @@ class SelectionError(Exception):
 
 # ---- Inputs: custom_ops.yaml, custom_ops.bzl, a model file ---------------------------------------------------------
 def yaml_ops(path: str = CUSTOM_OPS_YAML) -> list[str]:
-    """The out-variant names custom_ops.yaml binds, e.g. ["my_ops::mul3.out", ...]."""
-    return list(yaml_schemas(path))
+    """The out-variant names custom_ops.yaml binds, e.g. ["my_ops::mul3.out", "aten::bucketize.Tensor_out", ...]."""
+    return [entry_name(e) for e in yaml_entries(path)]
+
+
+def entry_name(entry: dict) -> str:
+    """The out variant a custom_ops.yaml entry binds: its `func:` schema's name, or the ATen op its `op:` names."""
+    return entry["func"].split("(")[0].strip() if "func" in entry else entry["op"]
 
 
 def yaml_schemas(path: str = CUSTOM_OPS_YAML) -> dict[str, str]:
-    """Each out variant custom_ops.yaml binds, with its schema: {"my_ops::mul3.out": "my_ops::mul3.out(...) -> ..."}."""
-    return {e["func"].split("(")[0].strip(): e["func"] for e in yaml_entries(path)}
+    """Each out variant custom_ops.yaml binds, with its schema: {"my_ops::mul3.out": "my_ops::mul3.out(...) -> ..."};
+    an ATen op's (`op:`) is PyTorch's, from the native_functions.yaml codegen reads."""
+    entries = yaml_entries(path)
+    aten = aten_schemas({e["op"] for e in entries if "op" in e})
+    return {entry_name(e): e["func"] if "func" in e else aten[e["op"]] for e in entries}
+
+
+def native_yaml_dir() -> str:
+    """torchgen's packaged ATen/native directory (tags.yaml, native_functions.yaml), found without importing torch."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("torchgen")
+    if spec is None or not spec.submodule_search_locations:
+        raise SelectionError("torchgen (part of torch) is not installed in this Python; codegen needs it")
+    return os.path.join(list(spec.submodule_search_locations)[0], "packaged", "ATen", "native")
+
+
+def aten_schemas(names) -> dict[str, str]:
+    """PyTorch's schema of each ATen out variant in `names` ("aten::bucketize.Tensor_out"); one that PyTorch does not
+    have is a SelectionError naming it."""
+    if not names:
+        return {}
+    wanted = {name.split("::", 1)[1]: name for name in names}
+    found = {}
+    with open(os.path.join(native_yaml_dir(), "native_functions.yaml")) as f:
+        for line in f:  # `- func: bucketize.Tensor_out(Tensor self, ...) -> Tensor(a!)`, one line each
+            if line.startswith("- func: ") and line[8:].split("(")[0] in wanted:
+                schema = line[8:].strip()
+                found[wanted[schema.split("(")[0]]] = "aten::" + schema
+    unknown = sorted(set(names) - set(found))
+    if unknown:
+        raise SelectionError(f"custom_ops.yaml binds {', '.join(unknown)}, which PyTorch does not have: an `op:` entry "
+                             "names an ATen out variant as native_functions.yaml spells it (aten::bucketize.Tensor_out); "
+                             "an op of your own is a `func:` entry with its schema")
+    return found
 
 
 def yaml_entries(path: str = CUSTOM_OPS_YAML) -> list[dict]:
-    """custom_ops.yaml's entries, each checked to have `func: <schema>`; a mistake is a SelectionError naming it."""
+    """custom_ops.yaml's entries, each checked to have `func: <schema>` (an op of this project's) or `op: aten::...`
+    (ATen's op, its schema PyTorch's); a mistake is a SelectionError naming it."""
     import yaml
 
     try:
@@ -62,9 +101,15 @@ def yaml_entries(path: str = CUSTOM_OPS_YAML) -> list[dict]:
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark or err.context_mark
         raise SelectionError(f"{path}:{mark.line + 1}:{mark.column + 1}: YAML syntax error: {err.problem}") from None
-    if not isinstance(entries, list) or not all(isinstance(e, dict) and isinstance(e.get("func"), str)
-                                                for e in entries):
-        raise SelectionError(f"{path}: expected a list of entries, each with `func: <schema>` and `kernels:`")
+    if not isinstance(entries, list) or not all(isinstance(e, dict) and (isinstance(e.get("func"), str)) !=
+                                                (isinstance(e.get("op"), str)) for e in entries):
+        raise SelectionError(f"{path}: expected a list of entries, each with `func: <schema>` (or, for an ATen op, "
+                             "`op: aten::<name>.<overload>`) and `kernels:`")
+    for e in entries:
+        if "op" in e and not e["op"].startswith("aten::"):
+            raise SelectionError(f"{path}: `op: {e['op']}` names an ATen op by its out variant, aten::<name>.<overload> "
+                                 "(aten::bucketize.Tensor_out); an op of another namespace is a `func:` entry with its "
+                                 "schema")
     return entries
 
 
@@ -132,14 +177,21 @@ def codegen_names(selected: list[str], ops: dict[str, declarations.DeclaredOp]) 
 
 
 def namespaces(bound: list[str]) -> set[str]:
-    """The op namespaces custom_ops.yaml binds ops of; ExecuTorch's own kernels serve every other (aten, ...)."""
-    return {name.split("::")[0] for name in bound}
+    """The namespaces of the ops custom_ops.yaml binds that are this project's alone: ExecuTorch's own kernels serve
+    the others (aten, quantized_decomposed, ...), where the yaml may add a kernel for an op they lack."""
+    from flow.argument_kinds import RUNTIME_NAMESPACES
+
+    return {name.split("::")[0] for name in bound} - set(RUNTIME_NAMESPACES)
 
 
 def check_root_ops(root_ops: list[str], bound: list[str], self_registered: list[str] = ()) -> None:
     """Each root op is an out variant custom_ops.yaml binds or a declared op's source registers (self_registered)."""
     known = [*bound, *self_registered]
     for name in root_ops:
+        overloads = [k for k in known if k.split(".")[0] == name.split(".")[0]]
+        if name not in known and overloads and name.split("::")[0] not in namespaces(known):
+            raise SelectionError(f"root op {name!r} is not the out variant custom_ops.yaml binds; did you mean "
+                                 f"{' or '.join(overloads)}?")
         if name in known or name.split("::")[0] not in namespaces(known):
             continue
         if f"{name}.out" in known:
@@ -233,7 +285,7 @@ def selected_bindings(selection: str) -> str:
         with open(CUSTOM_OPS_YAML) as f:
             return f.read()
     operators = set(selected.get("operators") or {})
-    entries = [e for e in yaml_entries() if e["func"].split("(")[0].strip() in operators]
+    entries = [e for e in yaml_entries() if entry_name(e) in operators]
     return yaml.safe_dump(entries, sort_keys=False)
 
 
@@ -292,11 +344,17 @@ def generate(selection: str, output_dir: str, aten: bool, manual: bool = False) 
     def make(directory):
         import tempfile
 
+        import yaml
+
+        # Codegen reads this project's ops (`func:`, with their schemas) as custom ops, and ATen's (`op:`) as it reads
+        # ExecuTorch's own functions.yaml, their schemas from native_functions.yaml.
+        entries = yaml.safe_load(bindings) or []
         with tempfile.TemporaryDirectory() as scratch:
-            bindings_yaml = os.path.join(scratch, "custom_ops.yaml")
-            with open(bindings_yaml, "w") as f:
-                f.write(bindings)
-            _run_codegen(selection, bindings_yaml, directory, aten, native, manual)
+            paths = [os.path.join(scratch, name) for name in ("custom_ops.yaml", "functions.yaml")]
+            for path, key in zip(paths, ("func", "op")):
+                with open(path, "w") as f:
+                    f.write(yaml.safe_dump([e for e in entries if key in e], sort_keys=False))
+            _run_codegen(selection, *paths, directory, aten, native, manual)
         if aten:
             merge_aten_registrations(directory)
         else:
@@ -335,9 +393,11 @@ def argument_kinds(output: str) -> None:
         f.write(text)
 
 
-def _run_codegen(selection: str, bindings_yaml: str, output_dir: str, aten: bool, native: str, manual: bool) -> None:
+def _run_codegen(selection: str, bindings_yaml: str, functions_yaml: str, output_dir: str, aten: bool, native: str,
+                 manual: bool) -> None:
     cmd = [sys.executable, "-m", "executorch.codegen.gen", "--source-path", CODEGEN_DIR, "--install-dir", output_dir,
-           "--custom-ops-yaml-path", bindings_yaml, "--op-selection-yaml-path", selection,
+           "--custom-ops-yaml-path", bindings_yaml, "--functions-yaml-path", functions_yaml,
+           "--op-selection-yaml-path", selection,
            "--tags-path", os.path.join(native, "tags.yaml"),
            "--aten-yaml-path", os.path.join(native, "native_functions.yaml")]
     if aten:
@@ -371,12 +431,9 @@ def insert_argument_checks(path: str) -> None:
     argument types its schema in custom_ops.yaml declares (types without a known tag are not checked)."""
     import re
 
-    import yaml
     from torchgen.model import FunctionSchema
 
-    with open(CUSTOM_OPS_YAML) as f:
-        schemas = {e["func"].split("(")[0].strip(): FunctionSchema.parse(e["func"].split("::", 1)[1])
-                   for e in yaml.safe_load(f)}
+    schemas = {name: FunctionSchema.parse(schema.split("::", 1)[1]) for name, schema in yaml_schemas().items()}
     with open(path) as f:
         text = f.read()
 
@@ -405,6 +462,30 @@ def insert_argument_checks(path: str) -> None:
         f.write(text)
 
 
+def check_runtime_kernels(selected: list[str], chosen, ops, model_file: str | None) -> None:
+    """A program's operators, each served by exactly one kernel library the runner links: ExecuTorch's (the wheel's,
+    linked whole: one shared object registering all of its ops at load) or this project's selected ones. An op in both
+    would stop ExecuTorch at load (register_kernels refuses a name registered twice with a failed ET_CHECK); an op in
+    neither would fail the program's load ("Missing operator")."""
+    from flow import runtime_kernels
+    from flow.argument_kinds import RUNTIME_NAMESPACES
+
+    if not (model_file or any(op.namespace in RUNTIME_NAMESPACES for op in chosen)):
+        return  # only this project's namespaces: nothing ExecuTorch registers, no need to read its registry
+    twice = runtime_kernels.twice_registered({op.name: op for op in chosen})
+    if twice:
+        raise SelectionError(f"{', '.join(twice)}: ExecuTorch's kernels ({runtime_kernels.EXECUTORCH_LIBRARIES}, which "
+                             "the runner and the Python runtime link) register it already, and a second registration "
+                             "stops ExecuTorch at load. The wheel's library registers all of its ops at once and "
+                             "cannot leave one out, so keep ExecuTorch's: remove the declaration from custom_ops.bzl and "
+                             "custom_ops.yaml (yours can replace it only in an ExecuTorch built from source with "
+                             "selective build leaving it out)")
+    if model_file:
+        missing = runtime_kernels.without_kernel(selected, ops)
+        if missing:
+            raise SelectionError(runtime_kernels.missing_kernel_message(missing, model_file))
+
+
 def cmake_list(paths) -> str:
     """Each path once (ops may share sources: the block formats' serve both of their ops), absolute."""
     return ";".join(os.path.join(REPO_ROOT, p).replace("\\", "/") for p in dict.fromkeys(paths))
@@ -422,6 +503,7 @@ def plan(build_dir: str, *, root_ops=None, model_file=None, example=None) -> Non
                              "declare them, or export the program without them")
     if not chosen:
         raise SelectionError("the selection contains no op of custom_ops.yaml; nothing to build")
+    check_runtime_kernels(selected, chosen, ops, model_file)
     by_codegen = codegen_names(selected, ops)
     write_selection(os.path.join(build_dir, "selected_operators.yaml"), by_codegen)
     cpp = [op for op in chosen if op.from_cpp]

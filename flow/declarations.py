@@ -3,8 +3,9 @@ reference and example programs. The codegen entry point, the flow script, the ex
 ask here, so adding an op means adding it to custom_ops.bzl, not to any of them.
 
     python -m flow.declarations list     one tab-separated line per op: short name, name, example program,
-                                         registered_from, the module or sources that register it, and
-                                         runtime_registration (codegen or executorch_library)
+                                         registered_from, the module or sources that register it,
+                                         runtime_registration (codegen or executorch_library) and
+                                         the out variant
 
 It imports only the standard library (torch lazily, to check dtype names): the my_ops package of an editable install
 loads this file by path.
@@ -30,7 +31,7 @@ class DeclarationError(ValueError):
 @dataclass(frozen=True)
 class DeclaredOp:
     name: str  # "my_ops::mul3"
-    registered_from: str  # "python" or "cpp"
+    registered_from: str  # "python", "cpp", or "aten" (PyTorch ships the op; the project adds its runtime kernel)
     kernel_sources: tuple[str, ...]
     example_program: str
     reference: str  # "module.function": the op in ATen ops, never calling its own kernels
@@ -44,6 +45,7 @@ class DeclaredOp:
     without_python_sources: tuple[str, ...] = ()  # "python" ops: C++ schema + CPU kernel for processes without Python
     elementwise: bool = False
     bit_exact: bool = False
+    out_overload: str = "out"  # its out variant's overload; ATen names some otherwise (bucketize.Tensor_out)
 
     @property
     def namespace(self) -> str:
@@ -55,12 +57,26 @@ class DeclaredOp:
 
     @property
     def out_name(self) -> str:
-        """The out variant EXIR emits and custom_ops.yaml binds, e.g. "my_ops::mul3.out"."""
-        return f"{self.name}.out"
+        """The out variant EXIR emits and custom_ops.yaml binds, e.g. "my_ops::mul3.out", "aten::bucketize.Tensor_out"."""
+        return f"{self.name}.{self.out_overload}"
+
+    @property
+    def functional_overload(self) -> str:
+        """The overload the out variant is the out form of: "default" for ".out", "Tensor" for ".Tensor_out"."""
+        return "default" if self.out_overload == "out" else self.out_overload.removesuffix("_out")
 
     @property
     def from_cpp(self) -> bool:
         return self.registered_from == "cpp"
+
+    @property
+    def from_python(self) -> bool:
+        return self.registered_from == "python"
+
+    @property
+    def from_aten(self) -> bool:
+        """PyTorch ships the op (an ATen op ExecuTorch's kernels lack): nothing registers it ahead of time."""
+        return self.registered_from == "aten"
 
     @property
     def by_codegen(self) -> bool:
@@ -105,7 +121,16 @@ class DeclaredOp:
     def mutates_an_argument(self) -> bool:
         """Whether the op writes an argument in place (a cache: `Tensor(a!) cache` in its schema; the op must be
         registered). EXIR turns such a call back into an in-place one without its debug handle."""
-        return any(a.alias_info is not None and a.alias_info.is_write for a in self.packet().default._schema.arguments)
+        schema = self.functional()._schema
+        return any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
+
+    def functional(self):
+        """The functional overload a model calls (torch.ops.my_ops.mul3.default, torch.ops.aten.bucketize.Tensor)."""
+        return getattr(self.packet(), self.functional_overload)
+
+    def out_variant(self):
+        """The out variant's overload (torch.ops.my_ops.mul3.out)."""
+        return getattr(self.packet(), self.out_overload)
 
     def is_registered(self) -> bool:
         import torch
@@ -130,6 +155,7 @@ class DeclaredOp:
 _FIELDS = {f.name for f in DeclaredOp.__dataclass_fields__.values()} - {"name"}  # type: ignore[attr-defined]
 _REQUIRED = {"registered_from", "kernel_sources", "example_program", "reference", "dtypes"}
 RUNTIME_REGISTRATIONS = ("codegen", "executorch_library")
+REGISTERED_FROM = ("python", "cpp", "aten")
 
 
 def import_repository_module(name: str):
@@ -215,8 +241,26 @@ def _check(name: str, entry: object, path: str) -> DeclaredOp:
     if entry.get("without_python_sources") and origin != "python":
         raise DeclarationError(f"{where}: without_python_sources is for ops registered from Python; an op registered "
                                "from C++ has its aot_sources in every process")
-    if origin not in ("python", "cpp"):
-        raise DeclarationError(f"{where}: registered_from must be 'python' or 'cpp', got {origin!r}")
+    if origin not in REGISTERED_FROM:
+        raise DeclarationError(f"{where}: registered_from must be 'python', 'cpp' or 'aten', got {origin!r}")
+    if (origin == "aten") != name.startswith("aten::"):
+        raise DeclarationError(f"{where}: registered_from 'aten' is for ATen's ops (aten::<name>), which PyTorch ships "
+                               "and this project gives a runtime kernel; an op of your own namespace is registered "
+                               "from 'python' or 'cpp'")
+    if origin == "aten":
+        extra = sorted(k for k in ("python_module", "aot_sources", "cuda_sources", "without_python_sources",
+                                   "elementwise") if entry.get(k))
+        if extra:
+            raise DeclarationError(f"{where}: {', '.join(extra)} register(s) an op with PyTorch, which ships ATen's "
+                                   "ops already; remove them (give its kernel_sources only)")
+        if entry.get("runtime_registration", "codegen") != "codegen":
+            raise DeclarationError(f"{where}: an ATen op's kernel is bound in custom_ops.yaml (`- op: "
+                                   f"{name}.{entry.get('out_overload', 'out')}`) and registered by codegen; remove "
+                                   "runtime_registration")
+    overload = entry.get("out_overload", "out")
+    if not (isinstance(overload, str) and overload.isidentifier() and (overload == "out" or overload.endswith("_out"))):
+        raise DeclarationError(f"{where}: out_overload must name the out variant's overload, 'out' or '<overload>_out' "
+                               f"(aten::bucketize.Tensor_out: 'Tensor_out'); got {overload!r}")
     if ("example_inputs" in entry) == ("example_model" in entry):
         raise DeclarationError(f"{where}: give example_inputs (one call of the op on tensors) or example_model "
                                "('module.function' returning (model, runs)), exactly one")
@@ -294,9 +338,9 @@ def main() -> int:
         return 2
     try:
         for op in load().values():
-            where = " ".join(op.aot_sources) if op.from_cpp else op.python_file
+            where = " ".join(op.aot_sources) if op.from_cpp else op.python_file or "PyTorch itself"
             print("\t".join((op.short_name, op.name, op.example_program, op.registered_from, where,
-                             op.runtime_registration)))
+                             op.runtime_registration, op.out_name)))
     except DeclarationError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import warnings
 from typing import Any, Sequence
 
 import torch
 
-from flow import REPO_ROOT
+from flow import REPO_ROOT, runtime_kernels
 
 
 class CallOp(torch.nn.Module):
@@ -69,7 +70,7 @@ def export_to_pte(
     partitioners: delegates to lower to (e.g. [XnnpackPartitioner()]), through to_edge_transform_and_lower; what they
     do not take (this project's custom ops among it) stays on the runtime's kernels.
     """
-    from executorch.exir import ExecutorchBackendConfig, to_edge, to_edge_transform_and_lower
+    from executorch.exir import EdgeCompileConfig, ExecutorchBackendConfig, to_edge, to_edge_transform_and_lower
     from executorch.exir.passes import MemoryPlanningPass
     from executorch.exir.passes.init_mutable_pass import InitializedMutableBufferPass
 
@@ -77,11 +78,22 @@ def export_to_pte(
     pte_path = os.fspath(pte_path)
     os.makedirs(os.path.dirname(os.path.abspath(pte_path)), exist_ok=True)
     written_whole(pt2_path(pte_path), lambda f: torch.export.save(exported, f))
-    # The edge dialect's IR validity check stays on: registered custom ops pass it.
-    if partitioners:
-        edge = to_edge_transform_and_lower(exported, partitioner=list(partitioners), generate_etrecord=etrecord)
-    else:
-        edge = to_edge(exported, generate_etrecord=etrecord)
+    # The edge dialect's IR validity check stays on: registered custom ops pass it, and so do ATen's ops outside the
+    # core set that custom_ops.bzl gives a kernel (the edge dialect refuses other non-core ops).
+    config = EdgeCompileConfig(_core_aten_ops_exception_list=declared_aten_ops())
+    try:
+        if partitioners:
+            edge = to_edge_transform_and_lower(exported, partitioner=list(partitioners), compile_config=config,
+                                               generate_etrecord=etrecord)
+        else:
+            edge = to_edge(exported, compile_config=config, generate_etrecord=etrecord)
+    except Exception as err:  # exir's SpecViolationError, which it does not export
+        if type(err).__name__ != "SpecViolationError" or not NON_CORE_OP.search(str(err)):
+            raise
+        name = "aten::" + NON_CORE_OP.search(str(err)).group(1)
+        raise MissingKernelError(runtime_kernels.missing_kernel_message([name], "the model") +
+                                 f" ({name} is not a core ATen op, which ExecuTorch's edge dialect refuses unless a "
+                                 "kernel is declared for it)") from None
     # State (a buffer the model mutates, e.g. a KV cache) starts as the module's buffer, as in eager; ExecuTorch leaves
     # a mutable buffer's planned memory uninitialized unless told. The names are known once to_edge functionalized the
     # mutation (a custom op mutating its argument is recorded as such only then).
@@ -94,10 +106,36 @@ def export_to_pte(
                 memory_planning_pass=MemoryPlanningPass(alloc_graph_input=plan_graph_inputs),
             )
         )
+    check_runtime_has_kernels(program, pte_path)
     written_whole(pte_path, program.write_to_file)
     if etrecord:
         program.get_etrecord().save(etrecord_path(pte_path))
     return pte_path
+
+
+class MissingKernelError(RuntimeError):
+    """The program calls an operator no kernel of its runtime has: it would fail to load on the device."""
+
+
+# How the edge dialect names an ATen op outside the core set it refuses: "torch._ops.aten.bucketize.Tensor".
+NON_CORE_OP = re.compile(r"aten\.(\w+\.\w+) is not in Core ATen opset")
+
+
+def declared_aten_ops() -> list:
+    """The functional ATen ops custom_ops.bzl gives a runtime kernel (torch.ops.aten.bucketize.Tensor, ...)."""
+    from flow import declarations
+
+    return [op.functional() for op in declarations.load().values() if op.from_aten]
+
+
+def check_runtime_has_kernels(program, where: str) -> None:
+    """Refuses an ExecutorchProgramManager calling an operator that neither ExecuTorch's kernels nor a declared op
+    has (flow/runtime_kernels.py), naming each: on the device it would be "Missing operator" at load."""
+    operators = [f"{o.name}.{o.overload}" if o.overload else o.name
+                 for plan in program.executorch_program.execution_plan for o in plan.operators]
+    missing = runtime_kernels.without_kernel(operators)
+    if missing:
+        raise MissingKernelError(runtime_kernels.missing_kernel_message(missing, f"the program for {where}"))
 
 
 def written_whole(path: str, write) -> str:
@@ -121,7 +159,7 @@ def example_of(op, seed: int = 0):
     from flow.declarations import DeclarationError, import_repository_module
 
     if op.example_model is None:
-        return CallOp(op.packet().default), [op.make_example_inputs(seed)]
+        return CallOp(op.functional()), [op.make_example_inputs(seed)]
     module, _, function = op.example_model.rpartition(".")
     try:
         factory = getattr(import_repository_module(module), function)

@@ -124,7 +124,7 @@ def export_cached(name: str, output_dir: str) -> str:
     def make(path: str) -> None:
         with tempfile.TemporaryDirectory() as tmp:
             made = export(name, tmp)
-            declared = {f"{op.name}.out" for op in declarations.load().values()}
+            declared = {op.out_name for op in declarations.load().values()}
             if others := sorted(set(program.read(made).operators) & declared - {f"{op}.out" for op in CALLED_OPS}):
                 raise RuntimeError(f"{name} calls {', '.join(others)}, which flow/model.py's CALLED_OPS does not "
                                    "name; add them, so its cached program is made again when they change")

@@ -59,7 +59,7 @@ TRAIT_FIELDS = {"registered_from", "runtime_registration", "without_python_sourc
 
 def schema_of(op: DeclaredOp) -> str:
     """The out variant's schema as registered (the op must be registered with PyTorch)."""
-    return str(op.packet().out._schema)
+    return str(op.out_variant()._schema)
 
 
 def registered_schemas(declared: dict[str, DeclaredOp]) -> dict[str, str]:

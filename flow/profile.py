@@ -38,7 +38,7 @@ class MLP(torch.nn.Module):
 
     def __init__(self, ops, width: int = 64):
         super().__init__()
-        self.ops = [op.packet().default for op in ops]
+        self.ops = [op.functional() for op in ops]
         self.first = torch.nn.Linear(32, width)
         self.last = torch.nn.Linear(width, 10)
 

@@ -26,8 +26,20 @@ def custom_op_name(target) -> str | None:
 
 
 def references(declared_ops) -> dict[str, object]:
-    """Each declared op's reference function, by op name."""
-    return {op.name: op.reference_function() for op in declared_ops}
+    """Each declared op's reference function, by the op's name and the functional overload it stands in for
+    ("my_ops::mul3.default", "aten::bucketize.Tensor")."""
+    return {f"{op.name}.{op.functional_overload}": op.reference_function() for op in declared_ops}
+
+
+def reference_for(functions: dict[str, object], name: str, overload: str):
+    """The reference standing in for op `name`'s `overload`, None for an op without one; another overload of a
+    declared op (its out variant, say) is NotImplementedError: the reference computes the functional op only."""
+    function = functions.get(f"{name}.{overload}")
+    if function is None and any(key.rpartition(".")[0] == name for key in functions):
+        stands_in = next(key for key in functions if key.rpartition(".")[0] == name)
+        raise NotImplementedError(f"{name}.{overload} is in the graph; the reference stands in for {stands_in} only "
+                                  f"(export the model calling {stands_in})")
+    return function
 
 
 class ReferenceInterpreter(torch.fx.Interpreter):
@@ -38,13 +50,10 @@ class ReferenceInterpreter(torch.fx.Interpreter):
         self.reference_functions = reference_functions
 
     def call_function(self, target, args, kwargs):
-        name = custom_op_name(target)
-        if name in self.reference_functions:
-            overload = op_overload(target)._overloadname
-            if overload != "default":
-                raise NotImplementedError(f"{name}.{overload} is in the graph; the reference stands in for the "
-                                          f"functional op {name} only (export the model calling {name})")
-            return self.reference_functions[name](*args, **kwargs)
+        op = op_overload(target)
+        function = None if op is None else reference_for(self.reference_functions, op._schema.name, op._overloadname)
+        if function is not None:
+            return function(*args, **kwargs)
         return super().call_function(target, args, kwargs)
 
 
@@ -83,12 +92,9 @@ class ReferenceMode(torch.utils._python_dispatch.TorchDispatchMode):
         self.reference_functions = reference_functions
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        name = func._schema.name
-        if name in self.reference_functions:
-            if func._overloadname != "default":
-                raise NotImplementedError(f"{name}.{func._overloadname} was called; the reference stands in for the "
-                                          f"functional op {name} only")
-            return self.reference_functions[name](*args, **(kwargs or {}))
+        function = reference_for(self.reference_functions, func._schema.name, func._overloadname)
+        if function is not None:
+            return function(*args, **(kwargs or {}))
         return func(*args, **(kwargs or {}))
 
 

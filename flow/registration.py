@@ -125,12 +125,12 @@ def build_jit_library(ops=None, verbose: bool = False) -> str:
 def register_with_pytorch(ops, aot_library: str | None = None) -> None:
     """Makes `ops` known to PyTorch: imports the module of each Python-registered op, and loads the AOT library (which
     must register every C++-registered one; default: the one loaded already, else the CMake build of the first such
-    op's example)."""
+    op's example). ATen's ops need nothing: PyTorch ships them."""
     cpp_ops = [op for op in ops if op.from_cpp]
-    for op in ops:
-        if not op.from_cpp:
-            declarations.import_repository_module(op.python_module)
+    python_ops = [op for op in ops if op.from_python]
+    for op in python_ops:
+        declarations.import_repository_module(op.python_module)
     if cpp_ops:
         default = _loaded_library or os.path.join(cpp_ops[0].build_dir, "libcustom_ops_aot_lib.so")
         load_aot_library(aot_library or default, expect=cpp_ops)
-    _add_python_side([op for op in ops if not op.from_cpp])
+    _add_python_side(python_ops)

@@ -99,7 +99,8 @@ def _register() -> None:
             _import_python_op(op)
         elif op["elementwise"]:
             vmap_rules.register_elementwise(op["name"])
-        torch_compat.apply(op["name"].split("::")[0])
+        if op["registered_from"] != "aten":  # PyTorch's own ops need no workaround
+            torch_compat.apply(op["name"].split("::")[0])
         OPS.append(op["name"])
 
 

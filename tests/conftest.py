@@ -117,7 +117,7 @@ def python_ops(declared):
     """Registers every op declared from Python (their modules) in this process."""
     from flow import registration
 
-    registration.register_with_pytorch([op for op in declared.values() if not op.from_cpp])
+    registration.register_with_pytorch([op for op in declared.values() if op.from_python])
 
 
 @pytest.fixture(scope="session")

@@ -74,7 +74,7 @@ MUTATIONS = {
         "TARGETS", "define_common_targets()\n", "def f():\n    pass\n\ndefine_common_targets()\n", "evaluate",
         "`def` is not allowed in this dialect"),
     "a selection that differs from CMake's": (
-        "targets.bzl", 'et_operator_library(name = select, ops = [name + ".out" for name in by_codegen])',
+        "targets.bzl", 'et_operator_library(name = select, ops = [_out_variant(name) for name in by_codegen])',
         'et_operator_library(name = select, ops = ["my_ops::mul3.out"])', "check",
         "root//:select_mul4 selects ['my_ops::mul3.out'], CMake selects ['my_ops::mul4.out']"),
 }
@@ -108,7 +108,7 @@ def test_with_a_buck2_on_path_the_script_builds_exports_runs_and_verifies_each_o
     # A stand-in buck2 (tests/buck2/buck2) built on the graph executor: this checks the script's with-buck2 branch
     # (target names, --show-full-output parsing, AOT library hand-off), not buck2 itself: one op registered from
     # Python and one from C++ cover both branches, among those whose targets the graph check above built.
-    python_op = next(op for op in representatives if not op.from_cpp).short_name
+    python_op = next(op for op in representatives if op.from_python).short_name
     cpp_op = next(op for op in representatives if op.from_cpp).short_name
     proc = run_script_buck2(os.path.join(REPO_ROOT, "tests", "buck2") + ":", python_op, cpp_op)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -91,11 +91,11 @@ def test_profile_mode_tables_and_checks_every_declared_op(combined_build, declar
     checked = proc.stdout.split("Intermediate outputs")[1]
     rows = {line.split()[0]: line.split() for line in table.splitlines()[2:] if line.strip()}
     for op in declared.values():
-        kernel = f"{op.short_name}.out"
+        kernel = op.out_name.split("::")[1]
         row = rows[kernel]
         assert int(row[-5]) == 20 and all(float(v) > 0 for v in row[-4:]), row
         if not op.mutates_an_argument():  # re-inplaced by EXIR without a debug handle (docs/profiling.md)
-            assert row[1] == f"my_ops.{op.short_name}.default", row
+            assert row[1] == f"{op.namespace}.{op.short_name}.{op.functional_overload}", row
             how = "bit for bit" if op.bit_exact else "dtype tolerance"
             assert re.search(rf"{re.escape(kernel)}\s+ok\s+max \|diff\| \S+ \({how}; \d+ calls in 20 executions\)",
                              checked), checked

@@ -1,0 +1,119 @@
+"""Which kernels a program's runtime will have, so a program that would be dead on arrival is refused when it is made
+(export) or built for (selective build), naming each operator, instead of failing to load on the device.
+
+ExecuTorch's kernels are the wheel's libexecutorch_kernels_optimized.so (ATen's ops and the prims; ExecuTorch's Python
+runtime links the same library) and libexecutorch_kernels_quantized.so, both linked into this project's runner; this
+project's are the declared ops' out variants. ExecuTorch's set is read from its own registry, in a fresh interpreter
+(one that loaded a kernel library of this project's would count its kernels as ExecuTorch's), and kept as JSON by the
+torch and executorch versions: $CUSTOM_OPS_CODEGEN_CACHE, else ~/.cache/my_ops.
+
+    python -m flow.runtime_kernels [--pte x.pte]   ExecuTorch's kernels, or what a program calls that none has
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from importlib import metadata
+
+from flow import REPO_ROOT
+
+_READ_REGISTRY = """
+import ctypes, json, os, sys
+from flow.lazy_exir import defer_exir_package
+defer_exir_package()
+import executorch
+ctypes.CDLL(os.path.join(executorch.__path__[0], "lib", "libexecutorch_kernels_quantized.so"), mode=ctypes.RTLD_GLOBAL)
+from executorch.runtime import Runtime
+sys.stdout.write("\\n@@NAMES@@" + json.dumps(sorted(Runtime.get().operator_registry.operator_names)))
+"""
+
+# Where each of ExecuTorch's kernels comes from, for the messages.
+EXECUTORCH_LIBRARIES = ("libexecutorch_kernels_optimized.so (ATen ops, prims) and libexecutorch_kernels_quantized.so "
+                        "(quantized_decomposed::*)")
+
+
+def _cache_dir() -> str:
+    return os.environ.get("CUSTOM_OPS_CODEGEN_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "my_ops")
+
+
+@functools.cache
+def executorch_kernels() -> frozenset[str]:
+    """The operators ExecuTorch's kernel libraries register, by the name a program gives them ("aten::add.out")."""
+    with open(__file__, "rb") as f:
+        digest = hashlib.sha256(f.read())
+    digest.update(f"torch={metadata.version('torch')};executorch={metadata.version('executorch')}".encode())
+    path = os.path.join(_cache_dir(), f"executorch_kernels-{digest.hexdigest()[:32]}.json")
+    try:
+        with open(path) as f:
+            return frozenset(json.load(f))
+    except (OSError, ValueError):  # not made yet, or damaged: made again
+        pass
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [REPO_ROOT, os.environ.get("PYTHONPATH")])))
+    proc = subprocess.run([sys.executable, "-c", _READ_REGISTRY], capture_output=True, text=True, env=env)
+    if proc.returncode != 0 or "@@NAMES@@" not in proc.stdout:
+        raise RuntimeError(f"could not read ExecuTorch's kernel registry (exit {proc.returncode}):\n{proc.stderr[-2000:]}")
+    names = json.loads(proc.stdout.split("@@NAMES@@")[-1])
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(f"{path}.{os.getpid()}.tmp", "w") as f:
+        json.dump(names, f)
+    os.replace(f"{path}.{os.getpid()}.tmp", path)  # whole or absent for a concurrent reader
+    return frozenset(names)
+
+
+def declared_kernels(declared=None) -> dict[str, object]:
+    """The out variants this project's declared ops give kernels for, by name."""
+    from flow import declarations
+
+    declared = declarations.load() if declared is None else declared
+    return {op.out_name: op for op in declared.values()}
+
+
+def twice_registered(declared=None) -> list[str]:
+    """Declared ops whose out variant ExecuTorch's kernels register too: ExecuTorch stops the process when a second
+    library registers a name (an ET_CHECK in register_kernels), so no build may link both."""
+    return [name for name in declared_kernels(declared) if name in executorch_kernels()]
+
+
+def without_kernel(operators, declared=None) -> list[str]:
+    """The operators of `operators` that neither ExecuTorch's kernels nor a declared op serve, in order, once each."""
+    ours = declared_kernels(declared)
+    return [name for name in dict.fromkeys(operators) if name not in ours and name not in executorch_kernels()]
+
+
+def missing_kernel_message(names, where: str) -> str:
+    """Why a program calling `names` (no kernel for them) is refused, and the two ways out."""
+    aten = [name for name in names if name.startswith("aten::")]
+    fixes = ["declare a kernel for it in custom_ops.bzl and custom_ops.yaml (docs/adding-an-op.md, \"A kernel for an "
+             "ATen op ExecuTorch lacks\")"]
+    if aten:
+        fixes.append("keep it out of the program: replace the call in the model, or give export a decomposition of "
+                     "it into ops ExecuTorch has (docs/adding-an-op.md shows one)")
+    return (f"{where} calls {', '.join(names)}, which no kernel the runtime links has (ExecuTorch's: "
+            f"{EXECUTORCH_LIBRARIES}; this project's: the ops custom_ops.bzl declares): the program would fail to load "
+            f"with \"Missing operator\". Either {'; or '.join(fixes)}")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pte", help="a program: print what it calls that no kernel has (exit 1 if any)")
+    args = parser.parse_args(argv)
+    if not args.pte:
+        print("\n".join(sorted(executorch_kernels())))
+        return 0
+    from flow import program
+
+    missing = without_kernel(program.read(args.pte).operators)
+    if missing:
+        print(f"error: {missing_kernel_message(missing, args.pte)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
