@@ -308,7 +308,7 @@ mode_aarch64() {
   AARCH64_EXECUTORCH="$(aarch64_executorch_package)"
   local selected ops
   selected="$(selected_ops "$@")"
-  ops="$(cut -f2 <<< "${selected}" | sed 's/$/.out/' | paste -sd, -)"
+  ops="$(cut -f7 <<< "${selected}" | paste -sd, -)"
   step "Cross-compile the kernels of ${ops} and the runner for aarch64 into cmake-out/aarch64/all_ops; build this \
 machine's AOT library (cmake-out/all_ops)"
   cmake_build "${BUILD_ROOT}/aarch64/all_ops" --toolchain "${REPO_ROOT}/cmake/aarch64-linux-gnu.toolchain.cmake" \

@@ -501,9 +501,9 @@ def plan(build_dir: str, *, root_ops=None, model_file=None, example=None) -> Non
     if unbound:
         raise SelectionError(f"the program calls {', '.join(unbound)}, which custom_ops.yaml does not bind; bind and "
                              "declare them, or export the program without them")
+    check_runtime_kernels(selected, chosen, ops, model_file)
     if not chosen:
         raise SelectionError("the selection contains no op of custom_ops.yaml; nothing to build")
-    check_runtime_kernels(selected, chosen, ops, model_file)
     by_codegen = codegen_names(selected, ops)
     write_selection(os.path.join(build_dir, "selected_operators.yaml"), by_codegen)
     cpp = [op for op in chosen if op.from_cpp]

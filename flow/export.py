@@ -60,6 +60,8 @@ def export_to_pte(
     plan_graph_inputs: bool = True,
     etrecord: bool = False,
     partitioners: Sequence[Any] = (),
+    decompositions: dict | None = None,
+    check_kernels: bool = True,
 ) -> str:
     """Exports `model` to an ExecuTorch program at `pte_path` (and its ExportedProgram to pt2_path()); returns the path.
 
@@ -69,6 +71,11 @@ def export_to_pte(
     executorch.devtools.Inspector name each op in an ETDump from the runner (profile_program.py).
     partitioners: delegates to lower to (e.g. [XnnpackPartitioner()]), through to_edge_transform_and_lower; what they
     do not take (this project's custom ops among it) stays on the runtime's kernels.
+    decompositions: {OpOverload: function} run on the exported graph (beside torch.export's defaults) before to_edge:
+    how an op no kernel has is kept out of the program (docs/adding-an-op.md). The .pt2 keeps the model's own ops.
+    check_kernels=False writes a program whose operators the runtime may lack (for another runtime's kernels);
+    otherwise one is refused here, naming it (MissingKernelError), as is a declared ATen op's call in a dtype its
+    kernel does not declare.
     """
     from executorch.exir import EdgeCompileConfig, ExecutorchBackendConfig, to_edge, to_edge_transform_and_lower
     from executorch.exir.passes import MemoryPlanningPass
@@ -78,6 +85,10 @@ def export_to_pte(
     pte_path = os.fspath(pte_path)
     os.makedirs(os.path.dirname(os.path.abspath(pte_path)), exist_ok=True)
     written_whole(pt2_path(pte_path), lambda f: torch.export.save(exported, f))
+    if decompositions:
+        exported = exported.run_decompositions({**torch.export.default_decompositions(), **decompositions})
+    if check_kernels:
+        check_declared_dtypes(exported)
     # The edge dialect's IR validity check stays on: registered custom ops pass it, and so do ATen's ops outside the
     # core set that custom_ops.bzl gives a kernel (the edge dialect refuses other non-core ops).
     config = EdgeCompileConfig(_core_aten_ops_exception_list=declared_aten_ops())
@@ -106,7 +117,8 @@ def export_to_pte(
                 memory_planning_pass=MemoryPlanningPass(alloc_graph_input=plan_graph_inputs),
             )
         )
-    check_runtime_has_kernels(program, pte_path)
+    if check_kernels:
+        check_runtime_has_kernels(program, pte_path)
     written_whole(pte_path, program.write_to_file)
     if etrecord:
         program.get_etrecord().save(etrecord_path(pte_path))
@@ -126,6 +138,23 @@ def declared_aten_ops() -> list:
     from flow import declarations
 
     return [op.functional() for op in declarations.load().values() if op.from_aten]
+
+
+def check_declared_dtypes(exported: torch.export.ExportedProgram) -> None:
+    """Refuses a call of a declared ATen op whose first tensor is in a dtype its kernel does not declare: PyTorch's own
+    kernel takes it, so nothing else would stop the program before the runtime kernel refuses it on the device."""
+    from flow import declarations
+
+    by_overload = {op.functional(): op for op in declarations.load().values() if op.from_aten}
+    for node in exported.graph.nodes:
+        op = by_overload.get(node.target) if node.op == "call_function" else None
+        first = next((a.meta.get("val") for a in node.args if isinstance(a, torch.fx.Node)), None) if op else None
+        dtype = str(first.dtype).removeprefix("torch.") if isinstance(first, torch.Tensor) else None
+        if dtype is not None and dtype not in op.dtypes:
+            raise MissingKernelError(f"{op.out_name}: the model calls it with {node.args[0]} in {dtype}, which its "
+                                     f"kernel (custom_ops.bzl) does not take; it takes {', '.join(op.dtypes)}. "
+                                     "Convert the input in the model, or add the dtype to the kernel and its "
+                                     "declaration")
 
 
 def check_runtime_has_kernels(program, where: str) -> None:

@@ -29,6 +29,9 @@ PATHS = {
                                                                     "source registers itself wherever it is linked",
     "registered from cpp, in the runtime by codegen": "TORCH_LIBRARY_FRAGMENT in the AOT library, which the build "
                                                       "makes and export loads; codegen registers the kernel",
+    "registered from aten, in the runtime by codegen": "PyTorch ships the op (nothing registered ahead of time); "
+                                                       "custom_ops.yaml binds ATen's out variant by name (`op:`), "
+                                                       "codegen registers it; export lets the non-core op through",
     "a C++ registration without Python": "libcustom_ops_without_python.so, for AOTInductor's runner",
     "CUDA kernels": "built only with a CUDA torch (test_aot_build.py compiles them with nvcc)",
     "example from inputs": "the flow exports one call of the op on the declared inputs",
@@ -51,6 +54,8 @@ NOT_A_PATH = {
     "dtypes": "every op in each of them in test_references.py (both kernels) and the sanitized runner",
     "python_module": "its registration path is the 'registered from python' trait; test_imports.py checks every one",
     "aot_sources": "its registration path is the 'registered from cpp' trait",
+    "out_overload": "the out variant's name (every place reads DeclaredOp.out_name); the 'registered from aten' "
+                    "trait covers the ops whose out variant is not '.out'",
 }
 # The fields a trait is read from (traits() below).
 TRAIT_FIELDS = {"registered_from", "runtime_registration", "without_python_sources", "cuda_sources", "example_inputs",

@@ -49,15 +49,16 @@ contract::Problem arguments_problem(const Tensor& self, int64_t dim, std::option
   return contract::dense_problem(out, kOp, "out");
 }
 
-// Wrapping product of int64s, as ATen's (two's complement) without signed overflow.
-inline int64_t times(int64_t a, int64_t b) {
-  return static_cast<int64_t>(static_cast<uint64_t>(a) * static_cast<uint64_t>(b));
+// The running product times the next element. Integers wrap, as ATen's int64 product does (two's complement),
+// without signed overflow. Floats keep the running product's NaN once it is one: when both operands are NaN an x86
+// multiply returns its first operand's, and the compiler may order a product's operands either way; ATen's
+// `product *= x` keeps the product's (its sign and payload are part of the bits compared).
+inline int64_t times(int64_t product, int64_t x) {
+  return static_cast<int64_t>(static_cast<uint64_t>(product) * static_cast<uint64_t>(x));
 }
-inline double times(double a, double b) {
-  return a * b;
-}
-inline float times(float a, float b) {
-  return a * b;
+template <typename F>
+inline F times(F product, F x) {
+  return product != product ? product : product * x;
 }
 
 // The input converted to the output's dtype, element by element (ATen's self.to(result dtype)).

@@ -1,0 +1,290 @@
+"""Kernels for ATen ops that ExecuTorch's kernel libraries lack (custom_ops.bzl's registered_from "aten"): each runs in
+ExecuTorch's runtime bit for bit like ATen's own kernel, over every dtype it declares and the cases the op defines
+(ties, NaN and the infinities, both sides, both index dtypes; scans along every dimension, empty and 0-d tensors,
+integer products that wrap, the dtype argument), each program executed twice. Export and selective build check a
+program's operators against the kernels its runtime will have, naming each one that none has, and refuse a declared
+kernel that ExecuTorch's kernels register too."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from flow.compare import assert_bit_exact
+from helpers import REPO_ROOT, copy_repository, full_range
+
+REAL_DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.uint8, torch.int8, torch.int16,
+               torch.int32, torch.int64]
+
+
+def run_twice(load_method, pte, inputs):
+    method = load_method(pte)
+    first = [t.clone() for t in method.execute(list(inputs))]
+    second = method.execute(list(inputs))
+    for a, b in zip(first, second):
+        assert_bit_exact(b, a, "second execution")
+    return first
+
+
+class EveryBucketize(torch.nn.Module):
+    def forward(self, x, boundaries):
+        return tuple(torch.bucketize(x, boundaries, out_int32=out_int32, right=right)
+                     for out_int32 in (False, True) for right in (False, True))
+
+
+def sorted_boundaries(dtype):
+    values = full_range((40,), dtype, seed=3)
+    if dtype.is_floating_point:
+        values = values[~values.isnan()]
+        values = torch.cat([values, values[:5]])  # repeated boundaries: ties on both sides
+    return values.sort().values
+
+
+@pytest.mark.parametrize("dtype", REAL_DTYPES, ids=str)
+def test_bucketize_gives_atens_indices_in_every_dtype(dtype, load_method, tmp_path):
+    from flow.export import export_to_pte
+
+    boundaries = sorted_boundaries(dtype)
+    x = torch.cat([full_range((3, 70), dtype, seed=4).flatten(), boundaries]).reshape(1, -1)  # every boundary hit
+    pte = export_to_pte(EveryBucketize(), (x, boundaries), tmp_path / "bucketize.pte")
+    actual = run_twice(load_method, pte, (x, boundaries))
+    expected = EveryBucketize()(x, boundaries)
+    for a, e in zip(actual, expected):
+        assert a.dtype == e.dtype
+        assert_bit_exact(a, e, f"bucketize {dtype}")
+
+
+class Scans(torch.nn.Module):
+    def forward(self, x):
+        return torch.cumprod(x, 0), torch.cumprod(x, 1), torch.cumprod(x, -1)
+
+
+@pytest.mark.parametrize("dtype", REAL_DTYPES, ids=str)
+def test_cumprod_gives_atens_products_along_every_dimension(dtype, load_method, tmp_path):
+    from flow.export import export_to_pte
+
+    # Near one for floats, so products neither vanish nor overflow over a row; integers wrap around as ATen's do.
+    x = (1 + full_range((5, 7, 130), torch.float64, seed=5).clamp(-1e3, 1e3) / 1e3).to(dtype)
+    if not dtype.is_floating_point:
+        x = full_range((5, 7, 130), dtype, seed=5)
+    pte = export_to_pte(Scans(), (x,), tmp_path / "cumprod.pte")
+    actual = run_twice(load_method, pte, (x,))
+    for a, e in zip(actual, Scans()(x)):
+        assert a.dtype == e.dtype  # int64 for every integer input
+        assert_bit_exact(a, e, f"cumprod {dtype}")
+
+
+class ScanInto(torch.nn.Module):
+    def __init__(self, dtype):
+        super().__init__()
+        self.dtype = dtype
+
+    def forward(self, x):
+        return torch.cumprod(x, -1, dtype=self.dtype)
+
+
+@pytest.mark.parametrize("shape", [(), (0, 4), (3, 1), (1,)], ids=str)
+@pytest.mark.parametrize("from_dtype, to_dtype", [(torch.int32, torch.float16), (torch.float32, torch.float64),
+                                                  (torch.float64, torch.bfloat16), (torch.int64, torch.int8)], ids=str)
+def test_cumprod_converts_to_the_dtype_asked_for_then_scans(shape, from_dtype, to_dtype, load_method, tmp_path):
+    from flow.export import export_to_pte
+
+    x = full_range(shape, from_dtype, seed=6) if shape else torch.tensor(-3, dtype=from_dtype)
+    pte = export_to_pte(ScanInto(to_dtype), (x,), tmp_path / "cumprod_into.pte")
+    (actual,) = run_twice(load_method, pte, (x,))
+    assert_bit_exact(actual, ScanInto(to_dtype)(x), f"cumprod {from_dtype} -> {to_dtype} {shape}")
+
+
+class Searchsorted(torch.nn.Module):
+    def forward(self, boundaries, x):
+        return torch.searchsorted(boundaries, x)
+
+
+def test_export_names_a_non_core_op_no_kernel_serves_and_the_two_ways_out(tmp_path):
+    from flow.export import MissingKernelError, export_to_pte
+
+    with pytest.raises(MissingKernelError) as err:
+        export_to_pte(Searchsorted(), (torch.arange(5.0), torch.randn(7)), tmp_path / "searchsorted.pte")
+    message = str(err.value)
+    assert "aten::searchsorted.Tensor" in message and "no kernel the runtime links has" in message
+    assert "A kernel for an ATen op ExecuTorch lacks" in message and "decomposition" in message
+    assert not (tmp_path / "searchsorted.pte").exists()
+
+
+def test_export_refuses_a_program_whose_operator_the_runtime_lacks(monkeypatch, tmp_path):
+    # A core ATen op ExecuTorch's registry did not have would be caught the same way: here the registry read is made
+    # to miss aten::add.out, and the program calling it is refused by name before it is written.
+    from flow import runtime_kernels
+    from flow.export import CallOp, MissingKernelError, export_to_pte
+
+    without_add = runtime_kernels.executorch_kernels() - {"aten::add.out"}
+    monkeypatch.setattr(runtime_kernels, "executorch_kernels", lambda: without_add)
+    with pytest.raises(MissingKernelError, match=r"calls aten::add\.out, which no kernel the runtime links has"):
+        export_to_pte(CallOp(torch.add), (torch.randn(3), torch.randn(3)), tmp_path / "add.pte")
+    assert not (tmp_path / "add.pte").exists()
+
+
+def test_executorch_kernels_are_read_from_its_registry():
+    from flow import runtime_kernels
+
+    kernels = runtime_kernels.executorch_kernels()
+    assert {"aten::add.out", "aten::cumsum.out", "quantized_decomposed::dequantize_per_tensor.out",
+            "executorch_prim::et_view.default"} <= kernels
+    assert not {"aten::bucketize.Tensor_out", "aten::cumprod.out", "my_ops::mul3.out"} & kernels
+
+
+class BinsThenAdds(torch.nn.Module):
+    def forward(self, x, boundaries):
+        return torch.bucketize(x, boundaries) + 1, torch.cumsum(x, 0)
+
+
+def test_a_model_file_selects_its_aten_kernels_beside_executorchs_and_the_runner_runs_it(tmp_path):
+    # The model's own op list picks the project's kernel for bucketize; ExecuTorch's serve add and cumsum.
+    from flow.export import export_to_pte
+
+    x, boundaries = torch.randn(6, 4), torch.tensor([-1.0, 0.0, 1.0])
+    pte = export_to_pte(BinsThenAdds(), (x, boundaries), tmp_path / "bins.pte")
+    build = tmp_path / "build"
+    configure = subprocess.run(["cmake", "-S", REPO_ROOT, "-B", str(build), "-G", "Ninja",
+                                f"-DPython3_EXECUTABLE={sys.executable}", f"-DCUSTOM_OPS_MODEL_FILE={pte}",
+                                "-DCUSTOM_OPS_BUILD_AOT_LIBRARY=OFF"], capture_output=True, text=True, timeout=300)
+    assert configure.returncode == 0, configure.stderr[-3000:]
+    assert "Custom ops: aten::bucketize" in configure.stdout
+    built = subprocess.run(["cmake", "--build", str(build), "--target", "custom_ops_executor_runner"],
+                           capture_output=True, text=True, timeout=900)
+    assert built.returncode == 0, built.stdout[-3000:]
+    proc = subprocess.run([sys.executable, "-m", "flow.verify", "--pte", pte,
+                           "--runner", str(build / "custom_ops_executor_runner")],
+                          capture_output=True, text=True, timeout=600, cwd=REPO_ROOT)
+    assert proc.returncode == 0 and "outputs match the reference" in proc.stdout, proc.stdout + proc.stderr
+
+
+def plan(repo, *args):
+    return subprocess.run([sys.executable, os.path.join(repo, "codegen", "run_codegen.py"), "plan", *args],
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_a_program_calling_an_op_no_kernel_has_is_refused_at_configure_time_by_name(tmp_path):
+    from executorch.exir import EdgeCompileConfig, to_edge
+
+    # Written past the exporter's own check, as another tool would: searchsorted let through as if it had a kernel.
+    exported = torch.export.export(Searchsorted(), (torch.arange(5.0), torch.randn(7)))
+    config = EdgeCompileConfig(_core_aten_ops_exception_list=[torch.ops.aten.searchsorted.Tensor])
+    pte = tmp_path / "dead_on_arrival.pte"
+    pte.write_bytes(to_edge(exported, compile_config=config).to_executorch().buffer)
+    proc = plan(REPO_ROOT, "--build_dir", str(tmp_path / "build"), "--model_file", str(pte))
+    assert proc.returncode == 1
+    assert proc.stderr.startswith(f"error: {pte} calls aten::searchsorted.Tensor_out, which no kernel the runtime "
+                                  "links has"), proc.stderr
+
+
+def test_a_declared_kernel_executorch_registers_too_is_refused_by_name(tmp_path):
+    # ExecuTorch stops the process when a second library registers a name it has: refused when the build is planned.
+    repo = copy_repository(tmp_path / "repo")
+    bzl = os.path.join(repo, "custom_ops.bzl")
+    text = open(bzl).read().replace('"aten::cumprod": {', '"aten::cumsum": {').replace(
+        '"example_program": "cumprod"', '"example_program": "cumsum"')
+    open(bzl, "w").write(text)
+    with open(os.path.join(repo, "custom_ops.yaml")) as f:
+        yaml_text = f.read().replace("- op: aten::cumprod.out", "- op: aten::cumsum.out")
+    with open(os.path.join(repo, "custom_ops.yaml"), "w") as f:
+        f.write(yaml_text)
+    proc = plan(repo, "--build_dir", str(tmp_path / "build"), "--root_ops", "aten::cumsum.out")
+    assert proc.returncode == 1, proc.stdout
+    assert proc.stderr.startswith("error: aten::cumsum.out: ExecuTorch's kernels"), proc.stderr
+    assert "register it already" in proc.stderr and "remove the declaration" in proc.stderr
+
+
+@pytest.mark.parametrize("root_op, expected", [
+    ("aten::bucketize.out", "error: root op 'aten::bucketize.out' is not the out variant custom_ops.yaml binds; did "
+                            "you mean aten::bucketize.Tensor_out?"),
+])
+def test_a_root_op_naming_the_wrong_overload_names_the_right_one(root_op, expected, tmp_path):
+    proc = plan(REPO_ROOT, "--build_dir", str(tmp_path), "--root_ops", root_op)
+    assert proc.returncode == 1 and proc.stderr.strip() == expected, proc.stderr
+
+
+def test_an_op_entry_naming_an_op_pytorch_lacks_is_refused_by_name(tmp_path):
+    repo = copy_repository(tmp_path / "repo")
+    path = os.path.join(repo, "custom_ops.yaml")
+    with open(path) as f:
+        text = f.read().replace("- op: aten::cumprod.out", "- op: aten::cumprod.Out")
+    with open(path, "w") as f:
+        f.write(text)
+    proc = plan(repo, "--build_dir", str(tmp_path / "build"))
+    assert proc.returncode == 1
+    assert "custom_ops.yaml binds aten::cumprod.Out, which PyTorch does not have" in proc.stderr, proc.stderr
+
+
+class BoolProducts(torch.nn.Module):
+    def forward(self, flags):
+        return torch.cumprod(flags, 0)
+
+
+def test_export_refuses_a_declared_aten_op_in_a_dtype_its_kernel_does_not_take(tmp_path):
+    # ATen's cumprod takes bool (its result int64); the declared kernel does not, and would refuse it on the device.
+    from flow.export import MissingKernelError, export_to_pte
+
+    with pytest.raises(MissingKernelError, match=r"^aten::cumprod\.out: the model calls it with flags in bool, which "
+                                                 r"its kernel \(custom_ops.bzl\) does not take; it takes float32"):
+        export_to_pte(BoolProducts(), (torch.ones(4, dtype=torch.bool),), tmp_path / "bool.pte")
+
+
+def test_the_runtime_kernel_refuses_an_undeclared_dtype_a_rewritten_program_passes(combined_build, tmp_path):
+    # Past the exporter (tests/pte_surgery.py): bucketize's tensors declared bool, fed as raw bytes.
+    from executorch.exir.schema import ScalarType, Tensor
+
+    from flow.export import export_to_pte
+    from helpers import run_runner
+    from pte_surgery import edit_plan
+
+    x, boundaries = torch.randn(2, 8), torch.tensor([-1.0, 0.0, 1.0, 2.0])
+    pte = export_to_pte(EveryBucketize(), (x, boundaries), tmp_path / "good.pte")
+
+    def to_bool(plan):
+        for value in plan.values:
+            if isinstance(value.val, Tensor):
+                value.val.scalar_type = ScalarType.BOOL
+
+    bad = edit_plan(pte, str(tmp_path / "bad.pte"), to_bool)
+    files = [tmp_path / "x.bin", tmp_path / "b.bin"]
+    files[0].write_bytes(bytes(16))
+    files[1].write_bytes(bytes(4))
+    proc = run_runner(combined_build.runner, f"--model_path={bad}", f"--inputs={','.join(map(str, files))}")
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    assert proc.returncode == 1 and len(errors) == 1, proc.stderr[-2000:]
+    assert "aten::bucketize.Tensor_out: self has unsupported dtype bool" in proc.stderr, proc.stderr[-2000:]
+
+
+def documented_decomposition() -> dict:
+    """The decomposition docs/adding-an-op.md shows (its `python decomposition` block), run as the page has it."""
+    import re
+
+    with open(os.path.join(REPO_ROOT, "docs", "adding-an-op.md")) as f:
+        (block,) = re.findall(r"^```python decomposition\n(.*?)^```", f.read(), re.M | re.S)
+    scope = {"torch": torch}
+    exec(block, scope)
+    return scope["decompositions"]
+
+
+@pytest.mark.parametrize("right", [False, True])
+def test_the_documented_decomposition_keeps_searchsorted_out_and_gives_atens_indices(right, combined_build, tmp_path):
+    from flow.export import export_to_pte
+    from flow.program import read
+    from flow.runner import run_pte
+
+    class Search(torch.nn.Module):
+        def forward(self, boundaries, x):
+            return torch.searchsorted(boundaries, x, right=right), torch.searchsorted(boundaries, x, out_int32=True)
+
+    boundaries = torch.tensor([-2.0, -1.0, 0.0, 0.0, 0.5, 3.0])
+    x = torch.cat([torch.randn(40) * 2, boundaries, torch.tensor([float("nan"), float("inf"), -float("inf")])])
+    pte = export_to_pte(Search(), (boundaries, x), tmp_path / "search.pte", decompositions=documented_decomposition())
+    assert not any("searchsorted" in name for name in read(pte).operators)
+    expected = list(Search()(boundaries, x))
+    for n in (1, 3):
+        actual = run_pte(combined_build.runner, pte, [boundaries, x], expected, num_executions=n)
+        for a, e in zip(actual, expected):
+            assert_bit_exact(a, e, f"searchsorted right={right}")
