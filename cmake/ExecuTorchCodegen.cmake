@@ -14,7 +14,8 @@
 #       or (ATEN) the schemas and CPU registration for the PyTorch AOT library.
 #   generate_argument_kinds(OUTPUT_DIR <dir>)
 #       at build time: <dir>/argument_kinds.h, the value kinds ExecuTorch's own kernels unbox, from PyTorch's schemas
-#       (flow/argument_kinds.py), for the runner's check of a program's kernel calls.
+#       (flow/argument_kinds.py), for the runner's check of a program's kernel calls, and the operators those kernels
+#       register (flow/runtime_kernels.py), for its message when one is missing.
 
 set(CODEGEN_ENTRY_POINT "${CMAKE_CURRENT_LIST_DIR}/../codegen/run_codegen.py")
 get_filename_component(CODEGEN_ENTRY_POINT "${CODEGEN_ENTRY_POINT}" ABSOLUTE)
@@ -87,7 +88,7 @@ function(generate_argument_kinds)
     OUTPUT "${ARG_OUTPUT_DIR}/argument_kinds.h"
     COMMAND "${Python3_EXECUTABLE}" "${CODEGEN_ENTRY_POINT}" argument_kinds --output "${ARG_OUTPUT_DIR}/argument_kinds.h"
     DEPENDS "${CODEGEN_ENTRY_POINT}" "${CUSTOM_OPS_REPO_ROOT}/flow/argument_kinds.py"
-            "${CUSTOM_OPS_REPO_ROOT}/flow/xnnpack_layout.py"
+            "${CUSTOM_OPS_REPO_ROOT}/flow/xnnpack_layout.py" "${CUSTOM_OPS_REPO_ROOT}/flow/runtime_kernels.py"
     COMMENT "Generating the runner's table of argument kinds in ${ARG_OUTPUT_DIR}"
     VERBATIM)
 endfunction()

@@ -382,7 +382,8 @@ def argument_kinds(output: str) -> None:
 
     from flow import argument_kinds as kinds
 
-    files = [os.path.join(REPO_ROOT, "flow", name) for name in ("argument_kinds.py", "xnnpack_layout.py")]
+    files = [os.path.join(REPO_ROOT, "flow", name) for name in ("argument_kinds.py", "xnnpack_layout.py",
+                                                                 "runtime_kernels.py")]
     with tempfile.TemporaryDirectory() as tmp:
         _cached("argument_kinds-" + _key(*_versions(), files=files), tmp,
                 lambda directory: kinds.main(["--output", os.path.join(directory, "argument_kinds.h")]))

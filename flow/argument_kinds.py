@@ -168,9 +168,11 @@ def _cached_table(cache: str | None) -> dict[str, Arguments]:
     return table
 
 
-def cpp_header(table: dict[str, Arguments]) -> str:
+def cpp_header(table: dict[str, Arguments], executorch_kernels=()) -> str:
     """The table as the runner compiles it: operators sorted by name (binary search), each a run of arguments whose
-    kinds are a bit per KernelTypes tag (Null = 1; 0 = not checked)."""
+    kinds are a bit per KernelTypes tag (Null = 1; 0 = not checked). Beside it, the operators ExecuTorch's kernel
+    libraries register (flow/runtime_kernels.py), sorted: how the runner tells an op whose library is not linked from
+    one nobody ships."""
     bit = {kind: 1 << (i + 1) for i, kind in enumerate(KERNEL_TYPES)}
     arguments, operators = [], []
     for name, args in table.items():
@@ -187,6 +189,12 @@ def cpp_header(table: dict[str, Arguments]) -> str:
         "struct Operator {", "  const char* name;  // \"ns::op.overload\", sorted", "  uint32_t first, count;", "};", "",
         "inline constexpr Argument kArguments[] = {", *arguments, "};",
         "inline constexpr Operator kOperators[] = {", *operators, "};", "",
+        "// The operators ExecuTorch's kernel libraries register (the wheel's optimized and quantized kernels), sorted,",
+        "// and the namespaces of ExecuTorch's own ops (an op of another is a project's own).",
+        "inline constexpr const char* kExecuTorchKernels[] = {",
+        *(f'    "{name}",' for name in sorted(executorch_kernels)), "};",
+        "inline constexpr const char* kRuntimeNamespaces[] = {",
+        *(f'    "{namespace}",' for namespace in RUNTIME_NAMESPACES), "};", "",
         "}  // namespace custom_ops_runner::argument_kinds", ""])
 
 
@@ -194,7 +202,9 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--output", required=True, help="the header to write")
     args = parser.parse_args(argv)
-    text = cpp_header(runtime_table())
+    from flow.runtime_kernels import executorch_kernels
+
+    text = cpp_header(runtime_table(), executorch_kernels())
     os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
     with open(args.output + ".tmp", "w") as f:
         f.write(text)

@@ -12,7 +12,8 @@ them first (and a fourth hangs it: load_kernel_library() makes the threadpool, s
   do: a process takes one kernel library, the same one again is a no-op, a second is a RuntimeError;
 - a program whose output refers past its values aborts in Method::get_outputs (an ET_CHECK), and one whose planned
   buffers are huge ends in bad_alloc: load_method_checked() makes the C++ runner's pre-flight checks first
-  (flow.program.check) and refuses both;
+  (flow.program.check) and refuses both, and names each operator no loaded library registers, with what to do about
+  it by its kind (MissingOperatorError), where the runtime's own error is a number;
 - a Method does not keep its Program alive, and the Program owns the program's bytes: `load_program(p).load_method(m)`
   leaves a Method reading freed memory once the Program is collected. load_method_checked() returns a method that
   holds its Program.
@@ -160,6 +161,10 @@ def _unnamed_file(data: bytes, directory: str) -> int | None:
     return fd
 
 
+class MissingOperatorError(RuntimeError):
+    """The program calls an operator no kernel library in this process registers (the runtime's "Missing operator")."""
+
+
 def load_method_checked(path: str | os.PathLike, method: str = "forward",
                         max_memory: int = DEFAULT_MAX_MEMORY) -> CheckedMethod:
     """flow.program.check() (a ValueError naming the problem), then the runtime's own load with full verification
@@ -170,6 +175,13 @@ def load_method_checked(path: str | os.PathLike, method: str = "forward",
     with open(path, "rb") as f:
         data = f.read()
     spec = check(data, method, max_memory)
+    registered = set(Runtime.get().operator_registry.operator_names)
+    if missing := [name for name in dict.fromkeys(spec.operators) if name not in registered]:
+        from flow.runtime_kernels import missing_operator_advice
+
+        raise MissingOperatorError(f"{os.path.basename(os.fspath(path))}: the program calls operator(s) that no kernel "
+                                   f"library loaded into this process registers: {', '.join(missing)}. "
+                                   f"{missing_operator_advice(missing)}")
     fd = _unnamed_file(data, os.path.dirname(os.path.abspath(path))) if len(data) > LARGE_PROGRAM_BYTES else None
     fd = _as_file(data) if fd is None else fd
     if fd is None:

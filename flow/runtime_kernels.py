@@ -99,6 +99,29 @@ def missing_kernel_message(names, where: str) -> str:
             f"with \"Missing operator\". Either {'; or '.join(fixes)}")
 
 
+def missing_operator_advice(names, declared=None) -> str:
+    """What to do about operators no kernel library loaded into a runtime registers, by kind, as the runner words it
+    (runner/program_runner.cpp): an op of this project's namespaces, one ExecuTorch's kernels have, one nobody ships."""
+    from flow.argument_kinds import RUNTIME_NAMESPACES
+
+    ours = declared_kernels(declared)
+    kinds: dict[str, list[str]] = {"project": [], "executorch": [], "nobody": []}
+    for name in names:
+        kind = ("executorch" if name in executorch_kernels() else
+                "nobody" if name.split("::")[0] in RUNTIME_NAMESPACES and name not in ours else "project")
+        kinds[kind].append(name)
+    what = {
+        "project": "an op custom_ops.bzl declares: load a kernel library built with it "
+                   "(flow.runtime.load_kernel_library(<build>/libcustom_ops_lib.so), built with "
+                   "-DCUSTOM_OPS_ROOT_OPS or -DCUSTOM_OPS_MODEL_FILE selecting it)",
+        "executorch": "ExecuTorch's kernels have it: load the library that does before the program (quantized_decomposed"
+                      "::*: executorch/lib/libexecutorch_kernels_quantized.so, ctypes.CDLL(path, mode=RTLD_GLOBAL))",
+        "nobody": "no kernel library ExecuTorch ships has it: write one (docs/adding-an-op.md, \"A kernel for an ATen op "
+                  "ExecuTorch lacks\"), or keep it out of the program with a decomposition at export",
+    }
+    return "; ".join(f"{', '.join(found)}: {what[kind]}" for kind, found in kinds.items() if found)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pte", help="a program: print what it calls that no kernel has (exit 1 if any)")

@@ -28,6 +28,13 @@ const K::Operator* find_operator(const std::string& name) {
   return it != end && name == it->name ? it : nullptr;
 }
 
+bool in_sorted(const char* const* begin, const char* const* end, const std::string& name) {
+  const auto* it = std::lower_bound(begin, end, name, [](const char* entry, const std::string& key) {
+    return std::strcmp(entry, key.c_str()) < 0;
+  });
+  return it != end && name == *it;
+}
+
 bool has_element_size(int8_t dtype) {
   switch (static_cast<executorch::runtime::etensor::ScalarType>(dtype)) {
 #define CUSTOM_OPS_KNOWN_DTYPE(ctype, name) case executorch::runtime::etensor::ScalarType::name:
@@ -147,6 +154,16 @@ std::optional<std::string> check_kernel_calls(const uint8_t* data, size_t size) 
     }
   }
   return std::nullopt;
+}
+
+bool executorch_ships_kernel(const std::string& name) {
+  return in_sorted(std::begin(K::kExecuTorchKernels), std::end(K::kExecuTorchKernels), name);
+}
+
+bool in_runtime_namespace(const std::string& name) {
+  const std::string ns = name.substr(0, name.find("::"));
+  return std::any_of(std::begin(K::kRuntimeNamespaces), std::end(K::kRuntimeNamespaces),
+                     [&](const char* runtime) { return ns == runtime; });
 }
 
 } // namespace custom_ops_runner

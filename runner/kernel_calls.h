@@ -24,4 +24,10 @@ std::optional<std::string> check_tensor_dtypes(const uint8_t* data, size_t size)
 // set_input would copy the caller's values over those bytes, read-only where the program is mapped from a file.
 std::optional<std::string> check_input_data(const uint8_t* data, size_t size);
 
+// Whether ExecuTorch's kernel libraries (the wheel's optimized and quantized kernels) register `name`, and whether
+// `name` is of one of ExecuTorch's own namespaces (aten, prims, quantized_decomposed, ...): from the same generated
+// table, for the message naming what to do about an operator no linked library registers.
+bool executorch_ships_kernel(const std::string& name);
+bool in_runtime_namespace(const std::string& name);
+
 } // namespace custom_ops_runner

@@ -185,6 +185,31 @@ std::string unregistered_kernel_library() {
   return "";
 }
 
+// What to do about the operators no linked kernel library registers, by kind: an op of this project's namespaces
+// (select it and rebuild), one ExecuTorch's kernels have (link that library), one nobody ships (write a kernel, or
+// keep it out of the program). flow/runtime_kernels.py words the same kinds for the Python runtime.
+std::string missing_operator_advice(const std::set<std::string>& names) {
+  std::set<std::string> project, executorch, nobody;
+  for (const auto& name : names) {
+    (executorch_ships_kernel(name) ? executorch : in_runtime_namespace(name) ? nobody : project).insert(name);
+  }
+  std::string advice;
+  const auto add = [&](const std::set<std::string>& kind, const char* what) {
+    if (!kind.empty()) {
+      advice += (advice.empty() ? "" : "; ") + joined(kind) + ": " + what;
+    }
+  };
+  add(project, "an op of this project's: add it to the selected root ops (CMake -DCUSTOM_OPS_ROOT_OPS, "
+               "-DCUSTOM_OPS_MODEL_FILE or REGISTER_EXAMPLE_CUSTOM_OP), bind it to a kernel in custom_ops.yaml, and "
+               "rebuild");
+  add(executorch, "ExecuTorch's kernels have it: link the library that does (ATen ops and prims: "
+                  "executorch::kernels_optimized; quantized_decomposed::*: executorch::kernels_quantized)");
+  add(nobody, "no kernel library ExecuTorch ships has it: write one (docs/adding-an-op.md, \"A kernel for an ATen op "
+              "ExecuTorch lacks\"; one custom_ops.bzl declares already: select it and rebuild), or keep it out of the "
+              "program with a decomposition at export");
+  return advice.empty() ? "See the log above" : advice;
+}
+
 std::string describe(Error error) {
   char code[16];
   std::snprintf(code, sizeof(code), "0x%x", static_cast<unsigned>(error));
@@ -895,9 +920,7 @@ int run_program(
       if (const std::string why = unregistered_kernel_library(); !why.empty()) {
         return fail(calls + ". " + why);
       }
-      return fail(calls + ". A custom op: add it to the selected root ops (CMake -DCUSTOM_OPS_ROOT_OPS or "
-                  "REGISTER_EXAMPLE_CUSTOM_OP), bind it to a kernel in custom_ops.yaml, and rebuild; an ExecuTorch op: "
-                  "link the kernel library that has it (quantized_decomposed::*: executorch::kernels_quantized)");
+      return fail(calls + ". " + missing_operator_advice(g_log.missing_operators));
     }
     return fail("cannot load method '" + options.method + "': " + describe(method.error()) + logged_errors());
   }

@@ -166,14 +166,20 @@ def plan(repo, *args):
                           capture_output=True, text=True, timeout=300)
 
 
-def test_a_program_calling_an_op_no_kernel_has_is_refused_at_configure_time_by_name(tmp_path):
+def dead_on_arrival_program(directory):
+    """A program calling searchsorted, written past the exporter's own check as another tool would: let through
+    to_edge as if it had a kernel."""
     from executorch.exir import EdgeCompileConfig, to_edge
 
-    # Written past the exporter's own check, as another tool would: searchsorted let through as if it had a kernel.
     exported = torch.export.export(Searchsorted(), (torch.arange(5.0), torch.randn(7)))
     config = EdgeCompileConfig(_core_aten_ops_exception_list=[torch.ops.aten.searchsorted.Tensor])
-    pte = tmp_path / "dead_on_arrival.pte"
+    pte = directory / "dead_on_arrival.pte"
     pte.write_bytes(to_edge(exported, compile_config=config).to_executorch().buffer)
+    return pte
+
+
+def test_a_program_calling_an_op_no_kernel_has_is_refused_at_configure_time_by_name(tmp_path):
+    pte = dead_on_arrival_program(tmp_path)
     proc = plan(REPO_ROOT, "--build_dir", str(tmp_path / "build"), "--model_file", str(pte))
     assert proc.returncode == 1
     assert proc.stderr.startswith(f"error: {pte} calls aten::searchsorted.Tensor_out, which no kernel the runtime "
@@ -288,3 +294,52 @@ def test_the_documented_decomposition_keeps_searchsorted_out_and_gives_atens_ind
         actual = run_pte(combined_build.runner, pte, [boundaries, x], expected, num_executions=n)
         for a, e in zip(actual, expected):
             assert_bit_exact(a, e, f"searchsorted right={right}")
+
+
+def test_the_runner_says_what_to_do_about_a_missing_op_by_its_kind(mul3_build, declared, tmp_path):
+    # The mul3 flow's runner lacks aten::bucketize.Tensor_out (an ATen op ExecuTorch does not ship) and cumprod.
+    from flow.export import export_example
+    from helpers import run_runner
+
+    pte = export_example(declared["aten::bucketize"], str(tmp_path))
+    proc = run_runner(mul3_build.runner, f"--model_path={pte}")
+    assert proc.returncode == 1
+    assert ("registers: aten::bucketize.Tensor_out. aten::bucketize.Tensor_out: no kernel library ExecuTorch ships has "
+            "it: write one (docs/adding-an-op.md, \"A kernel for an ATen op ExecuTorch lacks\"") in proc.stderr, \
+        proc.stderr[-2000:]
+    assert "decomposition at export" in proc.stderr and "custom_ops.yaml" not in proc.stderr
+
+
+class QuantizeThenBins(torch.nn.Module):
+    def forward(self, x, boundaries):
+        q = torch.ops.quantized_decomposed.quantize_per_tensor(x, 0.1, 0, -128, 127, torch.int8)
+        return q, torch.bucketize(x, boundaries), torch.ops.my_ops.mul3(x)
+
+
+def test_the_python_loader_says_what_to_do_about_a_missing_op_by_its_kind(python_ops, tmp_path):
+    # In a process that loaded no kernel library: quantized_decomposed's kernel is ExecuTorch's (not loaded), bucketize's
+    # and mul3's are the project's.
+    import executorch.kernels.quantized  # noqa: F401  (their out variants)
+    import torch.ao.quantization.fx._decomposed  # noqa: F401  (quantized_decomposed's ops)
+
+    from flow.export import export_to_pte
+    from helpers import run_in_fresh_python
+
+    pte = export_to_pte(QuantizeThenBins(), (torch.randn(4), torch.tensor([0.0])), tmp_path / "mixed.pte")
+    dead = dead_on_arrival_program(tmp_path)  # searchsorted: nobody's
+    message, dead_message = run_in_fresh_python(f"""
+        from flow.runtime import MissingOperatorError, load_method_checked
+        result = []
+        for pte in ({str(pte)!r}, {str(dead)!r}):
+            try:
+                load_method_checked(pte)
+                result.append("loaded")
+            except MissingOperatorError as err:
+                result.append(str(err))
+    """)
+    assert message.startswith("mixed.pte: the program calls operator(s) that no kernel library loaded into this "
+                              "process registers: "), message
+    assert "quantized_decomposed::quantize_per_tensor.out: ExecuTorch's kernels have it: load the library" in message
+    assert "aten::bucketize.Tensor_out, my_ops::mul3.out: an op custom_ops.bzl declares: load a kernel library" in message
+    assert ("registers: aten::searchsorted.Tensor_out. aten::searchsorted.Tensor_out: no kernel library ExecuTorch "
+            "ships has it: write one") in dead_message, dead_message
