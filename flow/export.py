@@ -12,6 +12,7 @@ and `python custom_ops_1.py` / `python custom_ops_2.py` do the same for their ow
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import sys
@@ -109,7 +110,8 @@ def export_to_pte(
     # a mutable buffer's planned memory uninitialized unless told. The names are known once to_edge functionalized the
     # mutation (a custom op mutating its argument is recorded as such only then).
     mutated = sorted(edge.exported_program().graph_signature.buffers_to_mutate.values())
-    with warnings.catch_warnings():  # the emitter warns of uninitialized state on every mutated buffer, pass or not
+    with warnings.catch_warnings(), out_variants_named():
+        # (the emitter warns of uninitialized state on every mutated buffer, pass or not)
         warnings.filterwarnings("ignore", message="Mutation on a buffer in the model is detected")
         program = edge.to_executorch(
             ExecutorchBackendConfig(
@@ -131,6 +133,25 @@ class MissingKernelError(RuntimeError):
 
 # How the edge dialect names an ATen op outside the core set it refuses: "torch._ops.aten.bucketize.Tensor".
 NON_CORE_OP = re.compile(r"aten\.(\w+\.\w+) is not in Core ATen opset")
+
+
+@contextlib.contextmanager
+def out_variants_named():
+    """Rewrites to_executorch's "Missing out variants: {...}" into a MissingKernelError naming each op and the fix."""
+    try:
+        yield
+    except RuntimeError as err:
+        found = re.search(r"Missing out variants: \{(.*)\}", str(err))
+        if not found:
+            raise
+        names = ", ".join(name.strip(" '\"") for name in found.group(1).split(","))
+        raise MissingKernelError(
+            f"{names}: no out variant, which ExecuTorch's exporter needs of every op a program runs (it plans each "
+            "output's memory). An op of yours: define its .out overload beside it (docs/adding-an-op.md). An op "
+            "another library defines: add the out form from a file of your own, a FRAGMENT of its namespace defining "
+            "<name>.out (the op's arguments, then `*, Tensor(a!) out`, tagged torch.Tag.out) with an eager and a fake "
+            "kernel, then bind a runtime kernel to it and declare it (docs/adding-an-op.md, \"An out variant for an "
+            "op you cannot edit\")") from None
 
 
 def declared_aten_ops() -> list:

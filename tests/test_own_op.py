@@ -2,8 +2,9 @@
 as it says (`file=F` creates F, `mode=append` appends to it, `mode=insert` inserts above the declarations'
 "# Add new ops above this line." marker) and every `bash run` block is run. That adds my_ops::add7 from Python,
 my_ops::relu6 from C++, my_ops::scaled_add (two tensors and a float, on the N-input helper, from C++ with
-Autograd) and a kernel for aten::triu (an ATen op ExecuTorch's kernels lack), and runs each one's flow; then their
-runners are checked against ATen: x + 7, relu6, triu, and x + 0.1 * y broadcast every way, on x86 and cross-built for ARM64 under qemu (0.1 * y rounds: a kernel fusing x + alpha * y into one FMA would
+Autograd), a kernel for aten::triu (an ATen op ExecuTorch's kernels lack) and the out variant of
+other_lib::scale_shift (an op another library defined without one), and runs each one's flow; then their runners are
+checked against ATen: x + 7, relu6, triu, x * 0.5 - 1.25, and x + 0.1 * y broadcast every way, on x86 and cross-built for ARM64 under qemu (0.1 * y rounds: a kernel fusing x + alpha * y into one FMA would
 differ); scaled_add's gradients equal ATen's."""
 
 import os
@@ -59,11 +60,14 @@ def test_the_recipe_has_the_files_and_commands_of_both_paths():
                      "ops/relu6/relu6.cpp", "ops/relu6/relu6_out.cpp", "custom_ops.yaml", "custom_ops.bzl",
                      "ops/scaled_add/scaled_add.cpp", "ops/scaled_add/scaled_add_out.cpp", "ops/scaled_add/scaled_add.py",
                      "custom_ops.yaml", "custom_ops.bzl",
-                     "ops/triu/triu.py", "ops/triu/triu_out.cpp", "custom_ops.yaml", "custom_ops.bzl"]
+                     "ops/triu/triu.py", "ops/triu/triu_out.cpp", "custom_ops.yaml", "custom_ops.bzl",
+                     "ops/scale_shift/scale_shift.py", "ops/scale_shift/scale_shift_out.cpp", "custom_ops.yaml",
+                     "custom_ops.bzl"]
     # A new op's own files are in its folder; the rest are the two declarations.
     assert {f.split("/")[0] for f in files} == {"ops", "custom_ops.yaml", "custom_ops.bzl"}
     assert commands == ["bash test_custom_ops.sh cmake add7", "bash test_custom_ops.sh cmake relu6",
-                        "bash test_custom_ops.sh cmake scaled_add", "bash test_custom_ops.sh cmake triu"]
+                        "bash test_custom_ops.sh cmake scaled_add", "bash test_custom_ops.sh cmake triu",
+                        "bash test_custom_ops.sh cmake scale_shift"]
 
 
 @pytest.fixture(scope="module")
@@ -85,6 +89,7 @@ def repo_with_recipe(tmp_path_factory):
     ("relu6", [(4, 8)], torch.nn.functional.relu6),
     ("scaled_add", [(3, 40), (40,)], lambda x, y: x + 0.1 * y),  # y broadcast; alpha 0.1: the product rounds
     ("triu", [(2, 5, 7)], lambda x: torch.triu(x, 1)),  # ATen's op, the kernel the recipe adds for it
+    ("scale_shift", [(3, 33)], lambda x: x * 0.5 - 1.25),  # another library's op, the out variant the recipe adds
 ])
 def test_the_new_ops_compute_what_aten_does(repo_with_recipe, program, shapes, reference):
     runner = os.path.join(repo_with_recipe, "cmake-out", program, "custom_ops_executor_runner")
@@ -188,8 +193,8 @@ def test_the_declaration_driven_tests_pass_with_the_new_ops(repo_with_recipe):
     proc = subprocess.run([python if os.path.exists(python) else sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n0", "-v", "--durations=0",
                            # The new ops' cases and every case not of one op: the project's own ops' cases ran in
                            # this suite already. wrong_functor copies the tree again; root_holds needs git.
-                           *DECLARATION_DRIVEN, "-k", "(add7 or relu6 or scaled_add or triu or not (my_ops or "
-                           "aten)) and not wrong_functor and not root_holds"],
+                           *DECLARATION_DRIVEN, "-k", "(add7 or relu6 or scaled_add or triu or scale_shift or not "
+                           "(my_ops or aten)) and not wrong_functor and not root_holds"],
                           cwd=repo_with_recipe, capture_output=True, text=True, timeout=1800,
                           # These files use the combined runner and AOT library, not AOTInductor's side or the
                           # helpers' checks: a dozen compiles of the copy's tree spared.

@@ -19,7 +19,7 @@ DECLARED = declarations.load()
 CALLED_ON_TENSORS = [op for op in DECLARED.values() if op.example_inputs and not op.from_aten]
 # Ops declared with an example model: swept through their dtypes from the first call the model makes. ATen's ops
 # (registered_from "aten") are left out: in PyTorch they are ATen's own kernel, their reference; their runtime kernels
-# are checked against it in every declared dtype, and refusing the others, in test_aten_kernels.py.
+# are checked against it in every declared dtype, and refusing the others, in test_kernels_the_runtime_lacks.py.
 IN_A_MODEL = [op for op in DECLARED.values() if op.example_model and not op.from_aten]
 REFUSED = ("bool", "complex64")  # dtypes no op takes, only ever refused
 

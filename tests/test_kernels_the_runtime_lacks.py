@@ -343,3 +343,25 @@ def test_the_python_loader_says_what_to_do_about_a_missing_op_by_its_kind(python
     assert "aten::bucketize.Tensor_out, my_ops::mul3.out: an op custom_ops.bzl declares: load a kernel library" in message
     assert ("registers: aten::searchsorted.Tensor_out. aten::searchsorted.Tensor_out: no kernel library ExecuTorch "
             "ships has it: write one") in dead_message, dead_message
+
+
+def test_export_names_each_op_without_an_out_variant_and_the_recipe_section(tmp_path):
+    # A functional op another library defines with no out form (torch.library.custom_op, as a model's own code does).
+    from flow.export import MissingKernelError, export_to_pte
+
+    @torch.library.custom_op("functional_only::halve", mutates_args=())
+    def halve(x: torch.Tensor) -> torch.Tensor:
+        return x / 2
+
+    halve.register_fake(lambda x: torch.empty_like(x))
+
+    class Halves(torch.nn.Module):
+        def forward(self, x):
+            return torch.ops.functional_only.halve(x) + 1
+
+    with pytest.raises(MissingKernelError) as err:
+        export_to_pte(Halves(), (torch.randn(3),), tmp_path / "halves.pte")
+    message = str(err.value)
+    assert message.startswith("functional_only::halve: no out variant, which ExecuTorch's exporter needs"), message
+    assert "An out variant for an op you cannot edit" in message and "FRAGMENT" in message
+    assert not (tmp_path / "halves.pte").exists()
