@@ -8,6 +8,8 @@
 #                    (TORCH_LIBRARY_FRAGMENT in sources built into libcustom_ops_aot_lib.so), or "aten": an ATen op
 #                    PyTorch ships and ExecuTorch's kernels lack, given a runtime kernel here (key "aten::<name>")
 #   out_overload     optional: its out variant's overload, when not "out" (aten::bucketize's is "Tensor_out")
+#   defined_by       "python" ops another library defines without an out variant: that library's module, imported
+#                    before python_module, which adds the out variant (docs/adding-an-op.md)
 #   python_module    "python" ops: the module that registers it (importing it must register it and do nothing else)
 #   aot_sources      "cpp" ops: the C++ sources of its PyTorch registration
 #   cuda_sources     "cpp" ops, optional: CUDA kernels, built only with a CUDA build of torch

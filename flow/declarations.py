@@ -46,6 +46,7 @@ class DeclaredOp:
     elementwise: bool = False
     bit_exact: bool = False
     out_overload: str = "out"  # its out variant's overload; ATen names some otherwise (bucketize.Tensor_out)
+    defined_by: str | None = None  # "python" ops another library defines: its module, imported before python_module
 
     @property
     def namespace(self) -> str:
@@ -102,7 +103,7 @@ class DeclaredOp:
     def as_manifest(self) -> dict:
         """What the my_ops package needs at import time (setup.py writes it into the wheel as _declared.py)."""
         return {"name": self.name, "registered_from": self.registered_from, "python_file": self.python_file,
-                "wheel_module": self.wheel_module, "elementwise": self.elementwise}
+                "wheel_module": self.wheel_module, "elementwise": self.elementwise, "defined_by": self.defined_by}
 
     @property
     def build_dir(self) -> str:
@@ -257,6 +258,11 @@ def _check(name: str, entry: object, path: str) -> DeclaredOp:
             raise DeclarationError(f"{where}: an ATen op's kernel is bound in custom_ops.yaml (`- op: "
                                    f"{name}.{entry.get('out_overload', 'out')}`) and registered by codegen; remove "
                                    "runtime_registration")
+    if "defined_by" in entry and not (origin == "python" and isinstance(entry["defined_by"], str)
+                                      and all(part.isidentifier() for part in entry["defined_by"].split("."))):
+        raise DeclarationError(f"{where}: defined_by names the module of the library that defines the op (a Python "
+                               "module name, imported before python_module, which adds the out variant), for an op "
+                               f"registered_from 'python'; got {entry['defined_by']!r}")
     overload = entry.get("out_overload", "out")
     if not (isinstance(overload, str) and overload.isidentifier() and (overload == "out" or overload.endswith("_out"))):
         raise DeclarationError(f"{where}: out_overload must name the out variant's overload, 'out' or '<overload>_out' "

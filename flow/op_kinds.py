@@ -32,6 +32,8 @@ PATHS = {
     "registered from aten, in the runtime by codegen": "PyTorch ships the op (nothing registered ahead of time); "
                                                        "custom_ops.yaml binds ATen's out variant by name (`op:`), "
                                                        "codegen registers it; export lets the non-core op through",
+    "an op another library defines": "the library's module (defined_by) imported before the op's, which adds the "
+                                      "out variant to its namespace: registration, export, the verifier, the wheel",
     "a C++ registration without Python": "libcustom_ops_without_python.so, for AOTInductor's runner",
     "CUDA kernels": "built only with a CUDA torch (test_aot_build.py compiles them with nvcc)",
     "example from inputs": "the flow exports one call of the op on the declared inputs",
@@ -59,7 +61,7 @@ NOT_A_PATH = {
 }
 # The fields a trait is read from (traits() below).
 TRAIT_FIELDS = {"registered_from", "runtime_registration", "without_python_sources", "cuda_sources", "example_inputs",
-                "example_model", "elementwise", "bit_exact"}
+                "example_model", "elementwise", "bit_exact", "defined_by"}
 
 
 def schema_of(op: DeclaredOp) -> str:
@@ -77,6 +79,7 @@ def traits(op: DeclaredOp, schema: str, declared: dict[str, DeclaredOp]) -> set[
     found = {f"registered from {op.registered_from}, in the runtime by {op.runtime_registration}",
              "example from a model" if op.example_model else "example from inputs"}
     for field, trait in (("without_python_sources", "a C++ registration without Python"),
+                         ("defined_by", "an op another library defines"),
                          ("cuda_sources", "CUDA kernels"), ("elementwise", "elementwise"),
                          ("bit_exact", "compared bit for bit")):
         if getattr(op, field):

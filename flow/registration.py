@@ -129,6 +129,8 @@ def register_with_pytorch(ops, aot_library: str | None = None) -> None:
     cpp_ops = [op for op in ops if op.from_cpp]
     python_ops = [op for op in ops if op.from_python]
     for op in python_ops:
+        if op.defined_by:  # the library that defines the op, whose out variant the op's module adds
+            declarations.import_repository_module(op.defined_by)
         declarations.import_repository_module(op.python_module)
     if cpp_ops:
         default = _loaded_library or os.path.join(cpp_ops[0].build_dir, "libcustom_ops_aot_lib.so")

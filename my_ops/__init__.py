@@ -58,6 +58,8 @@ def _declared_ops() -> list[dict]:
 
 
 def _import_python_op(op: dict):
+    if op.get("defined_by"):  # the library defining the op, whose out variant the op's module adds
+        importlib.import_module(op["defined_by"])
     if _EDITABLE:
         return _from_checkout(op["wheel_module"], op["python_file"])
     return importlib.import_module(f".{op['wheel_module']}", __name__)
