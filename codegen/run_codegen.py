@@ -179,7 +179,7 @@ def codegen_names(selected: list[str], ops: dict[str, declarations.DeclaredOp]) 
 def namespaces(bound: list[str]) -> set[str]:
     """The namespaces of the ops custom_ops.yaml binds that are this project's alone: ExecuTorch's own kernels serve
     the others (aten, quantized_decomposed, ...), where the yaml may add a kernel for an op they lack."""
-    from flow.argument_kinds import RUNTIME_NAMESPACES
+    from flow.runtime_kernels import RUNTIME_NAMESPACES
 
     return {name.split("::")[0] for name in bound} - set(RUNTIME_NAMESPACES)
 
@@ -469,7 +469,7 @@ def check_runtime_kernels(selected: list[str], chosen, ops, model_file: str | No
     would stop ExecuTorch at load (register_kernels refuses a name registered twice with a failed ET_CHECK); an op in
     neither would fail the program's load ("Missing operator")."""
     from flow import runtime_kernels
-    from flow.argument_kinds import RUNTIME_NAMESPACES
+    from flow.runtime_kernels import RUNTIME_NAMESPACES
 
     if not (model_file or any(op.namespace in RUNTIME_NAMESPACES for op in chosen)):
         return  # only this project's namespaces: nothing ExecuTorch registers, no need to read its registry

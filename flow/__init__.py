@@ -7,7 +7,7 @@ ops/<name>/, are data to it):
     program        the one .pte reader: operators, inputs and outputs, planned memory, and the untrusted-program checks
     runtime        the ExecuTorch Python runtime: the kernel library, checked loading
     runtime_kernels  the kernels a program's runtime will have (ExecuTorch's and the declared ops'), so export and
-                   selective build refuse a program dead on arrival      python -m flow.runtime_kernels [--pte X.pte]
+                   selective build refuse a program dead on arrival      python -m flow.runtime_kernels
     runner         driving the C++ runner: raw tensor files in and out
     reference      the exported model in eager PyTorch with each custom op replaced by its declared ATen reference
     compare        what "bit for bit" means here (and the tolerance otherwise)

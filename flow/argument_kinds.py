@@ -16,9 +16,7 @@ import sys
 
 from flow.xnnpack_layout import KERNEL_TYPES
 
-# The namespaces of the kernels a runner links besides this project's own (which check their calls themselves):
-# ExecuTorch's aten kernels, its prim ops, its quantized kernels, its dim-order and its device-copy ops.
-RUNTIME_NAMESPACES = ("aten", "executorch_prim", "quantized_decomposed", "dim_order_ops", "et_copy")
+from flow.runtime_kernels import RUNTIME_NAMESPACES
 
 # PyTorch's name of an argument type (str(argument.type)) -> the value kinds (program.fbs KernelTypes) ExecuTorch
 # unboxes it from. ScalarType, Layout and MemoryFormat are "int" here, as in a program. Types not listed (Device,

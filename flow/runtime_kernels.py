@@ -7,7 +7,8 @@ project's are the declared ops' out variants. ExecuTorch's set is read from its 
 (one that loaded a kernel library of this project's would count its kernels as ExecuTorch's), and kept as JSON by the
 torch and executorch versions: $CUSTOM_OPS_CODEGEN_CACHE, else ~/.cache/my_ops.
 
-    python -m flow.runtime_kernels [--pte x.pte]   ExecuTorch's kernels, or what a program calls that none has
+    python -m flow.runtime_kernels      ExecuTorch's kernels, one a line (what a program calls that no kernel has:
+                                        codegen/run_codegen.py plan --model_file x.pte --build_dir DIR)
 """
 
 from __future__ import annotations
@@ -32,6 +33,11 @@ ctypes.CDLL(os.path.join(executorch.__path__[0], "lib", "libexecutorch_kernels_q
 from executorch.runtime import Runtime
 sys.stdout.write("\\n@@NAMES@@" + json.dumps(sorted(Runtime.get().operator_registry.operator_names)))
 """
+
+# The namespaces of ExecuTorch's own ops, whose kernels a runner links besides this project's: its aten kernels, its
+# prim ops, its quantized kernels, its dim-order and its device-copy ops. (The project may add a kernel for an ATen op
+# they lack; an op of any other namespace is the project's own.)
+RUNTIME_NAMESPACES = ("aten", "executorch_prim", "quantized_decomposed", "dim_order_ops", "et_copy")
 
 # Where each of ExecuTorch's kernels comes from, for the messages.
 EXECUTORCH_LIBRARIES = ("libexecutorch_kernels_optimized.so (ATen ops, prims) and libexecutorch_kernels_quantized.so "
@@ -102,8 +108,6 @@ def missing_kernel_message(names, where: str) -> str:
 def missing_operator_advice(names, declared=None) -> str:
     """What to do about operators no kernel library loaded into a runtime registers, by kind, as the runner words it
     (runner/program_runner.cpp): an op of this project's namespaces, one ExecuTorch's kernels have, one nobody ships."""
-    from flow.argument_kinds import RUNTIME_NAMESPACES
-
     ours = declared_kernels(declared)
     kinds: dict[str, list[str]] = {"project": [], "executorch": [], "nobody": []}
     for name in names:
@@ -123,18 +127,8 @@ def missing_operator_advice(names, declared=None) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pte", help="a program: print what it calls that no kernel has (exit 1 if any)")
-    args = parser.parse_args(argv)
-    if not args.pte:
-        print("\n".join(sorted(executorch_kernels())))
-        return 0
-    from flow import program
-
-    missing = without_kernel(program.read(args.pte).operators)
-    if missing:
-        print(f"error: {missing_kernel_message(missing, args.pte)}", file=sys.stderr)
-        return 1
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args(argv)
+    print("\n".join(sorted(executorch_kernels())))
     return 0
 
 
