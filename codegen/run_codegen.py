@@ -333,9 +333,7 @@ def _cached(key: str, output_dir: str, make) -> None:
 def generate(selection: str, output_dir: str, aten: bool, manual: bool = False) -> list[str]:
     """Runs executorch.codegen.gen (through the cache, see _cached); returns the generated sources. `manual`: codegen's
     --manual_registration, a register_all_kernels() the application calls instead of a static initializer."""
-    import torchgen
-
-    native = os.path.join(os.path.dirname(torchgen.__file__), "packaged", "ATen", "native")
+    native = native_yaml_dir()
     names = (["RegisterSchema.cpp"] if aten else ["RegisterKernelsEverything.cpp"] if manual
              else ["RegisterCodegenUnboxedKernelsEverything.cpp"])
 
