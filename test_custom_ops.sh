@@ -174,20 +174,20 @@ run_flows() {
 }
 
 # The same kernels linked as apps and firmware link them (CMakeLists.txt, 4b): a static archive linked whole, and an
-# archive generated with --manual_registration whose runner calls register_all_kernels(); each example the flows
+# archive generated with --manual_registration whose runner calls register_all_kernels(); every example the flows
 # exported checked in both runners (the manual one on ops codegen registers: an op that registers itself from its
 # source needs its object linked, docs/adding-an-op.md). One verifier process per AOT library: a C++ op's is its flow's.
+# Part of the whole `cmake` run; one op's flow (`cmake NAME`, the edit loop) leaves it out.
 run_link_variants() {
-  local build_dir="${BUILD_ROOT}/linked_as_archives" root_ops=() groups=() op key group args
+  local build_dir="${BUILD_ROOT}/linked_as_archives" groups=() op key group args
   while IFS=$'\t' read -r -a op; do
-    [[ $# -gt 0 ]] && root_ops+=("${op[6]}")
     key="${op[5]}|"
     [[ "${op[3]}" == cpp ]] && key+="${BUILD_ROOT}/${op[2]}/libcustom_ops_aot_lib.so"
     groups+=("${key}|${REPO_ROOT}/${op[2]}.pte")
-  done <<< "$(selected_ops "$@")"
+  done <<< "$(selected_ops)"
   step "Link the kernels as a static archive (linked whole) and with manual registration (${build_dir#"${REPO_ROOT}"/})"
-  cmake_build "${build_dir}" -DCUSTOM_OPS_LINK_VARIANTS=ON -DCUSTOM_OPS_BUILD_AOT_LIBRARY=OFF \
-    "-DCUSTOM_OPS_ROOT_OPS=$(IFS=,; echo "${root_ops[*]}")"
+  # Every declared op (an empty selection, set so a selection cached in the tree does not stay).
+  cmake_build "${build_dir}" -DCUSTOM_OPS_LINK_VARIANTS=ON -DCUSTOM_OPS_BUILD_AOT_LIBRARY=OFF -DCUSTOM_OPS_ROOT_OPS=
   step "Each example in the whole-archive runner and, registered by codegen, the manual-registration one (flow/verify.py)"
   while IFS= read -r key; do
     IFS='|' read -r -a group <<< "${key}"
@@ -205,7 +205,7 @@ mode_cmake() {
   ensure_venv
   use_venv
   run_flows run_flow_cmake flows "$@"
-  run_link_variants "$@"
+  [[ $# -gt 0 ]] || run_link_variants
 }
 
 # Exit code of `buck2` mode when buck2 is not on PATH: the graph check ran (and passed), buck2 itself did not.
