@@ -365,3 +365,45 @@ def test_export_names_each_op_without_an_out_variant_and_the_recipe_section(tmp_
     assert message.startswith("functional_only::halve: no out variant, which ExecuTorch's exporter needs"), message
     assert "An out variant for an op you cannot edit" in message and "FRAGMENT" in message
     assert not (tmp_path / "halves.pte").exists()
+
+
+class LargeWork(torch.nn.Module):
+    def forward(self, x, boundaries):
+        return torch.bucketize(x, boundaries, right=True), torch.cumprod(x, 0), torch.cumprod(x, -1)
+
+
+LARGE_WORK_PROBE = """
+import torch
+from executorch.extension.pybindings import portable_lib
+from flow.compare import bit_difference
+from flow.runtime import load_kernel_library, load_method_checked, path_counts
+load_kernel_library({kernel_lib!r})
+x, boundaries = torch.load({inputs!r})
+expected = torch.load({expected!r})
+method = load_method_checked({pte!r})
+result = {{}}
+for threads in (2, 1):
+    portable_lib._unsafe_reset_threadpool(threads)
+    before = path_counts({kernel_lib!r})["pool_handoffs"]
+    differences = [bit_difference(a, e) for _ in range(2) for a, e in zip(method.execute([x, boundaries]), expected)]
+    result[threads] = [path_counts({kernel_lib!r})["pool_handoffs"] - before, [d for d in differences if d]]
+"""
+
+
+def test_work_split_over_the_pool_gives_the_same_bits(combined_build, tmp_path):
+    # Large enough that each of the three calls hands ranges to the pool on 2 threads (bucketize: 2^15 elements a
+    # task; cumprod: blocks of columns, or whole rows), counted where the pool is reached; the same bits on 1 thread.
+    from flow.export import export_to_pte
+    from helpers import run_in_fresh_python
+
+    generator = torch.Generator().manual_seed(7)
+    x = 1 + torch.randn(96, 1500, generator=generator) / 300
+    boundaries = torch.randn(2000, generator=generator).sort().values  # a deep search
+    pte = export_to_pte(LargeWork(), (x, boundaries), tmp_path / "large.pte")
+    torch.save((x, boundaries), tmp_path / "inputs.pt")
+    torch.save(list(LargeWork()(x, boundaries)), tmp_path / "expected.pt")
+    counts = run_in_fresh_python(LARGE_WORK_PROBE.format(kernel_lib=combined_build.kernel_lib, pte=str(pte),
+                                                         inputs=str(tmp_path / "inputs.pt"),
+                                                         expected=str(tmp_path / "expected.pt")),
+                                 env={"CUSTOM_OPS_COUNT_PATHS": "1"})
+    assert counts == {"2": [6, []], "1": [0, []]}, counts

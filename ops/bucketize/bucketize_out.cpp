@@ -50,12 +50,13 @@ using Compared = std::conditional_t<std::is_same_v<T, c10::Half> || std::is_same
 
 // The first index in [0, n) whose boundary is not below x (kRight: not at or below x), else n. Written as negated
 // comparisons so a NaN x lands past every boundary, as ATen's search puts it.
-template <bool kRight, typename C>
-int64_t bucket_of(C x, const C* bounds, int64_t n) {
+template <bool kRight, typename T>
+int64_t bucket_of(Compared<T> x, const T* bounds, int64_t n) {
   int64_t low = 0, high = n;
   while (low < high) {
     const int64_t mid = low + ((high - low) >> 1);
-    const bool below = kRight ? !(bounds[mid] > x) : !(bounds[mid] >= x);
+    const auto bound = static_cast<Compared<T>>(bounds[mid]);
+    const bool below = kRight ? !(bound > x) : !(bound >= x);
     low = below ? mid + 1 : low;
     high = below ? high : mid;
   }
@@ -63,35 +64,16 @@ int64_t bucket_of(C x, const C* bounds, int64_t n) {
 }
 
 template <typename T, typename Index, bool kRight>
-void bucketize_range(const T* x, const Compared<T>* bounds, int64_t n, Index* out, int64_t begin, int64_t end) {
+void bucketize_range(const T* x, const T* bounds, int64_t n, Index* out, int64_t begin, int64_t end) {
   for (int64_t i = begin; i < end; ++i) {
-    out[i] = static_cast<Index>(bucket_of<kRight>(static_cast<Compared<T>>(x[i]), bounds, n));
+    out[i] = static_cast<Index>(bucket_of<kRight, T>(static_cast<Compared<T>>(x[i]), bounds, n));
   }
 }
 
 template <typename T, typename Index>
 bool bucketize_all(KernelContext& ctx, const Tensor& self, const Tensor& boundaries, bool right, Tensor& out) {
-  using C = Compared<T>;
   const int64_t n = boundaries.numel();
-  const T* raw = boundaries.const_data_ptr<T>();
-  // The half types' boundaries converted once; kept on the stack up to 1024, else in the runtime's scratch memory.
-  C stack_bounds[std::is_same_v<C, T> ? 1 : 1024];
-  const C* bounds = reinterpret_cast<const C*>(raw);
-  if constexpr (!std::is_same_v<C, T>) {
-    C* converted = stack_bounds;
-    if (n > 1024) {
-      auto scratch = ctx.allocate_temp(static_cast<size_t>(n) * sizeof(C), alignof(C));
-      if (!scratch.ok()) {
-        return contract::require(ctx, std::string(kOp) + ": no scratch memory for " + std::to_string(n) +
-                                 " converted boundaries; give the method a temp allocator (the runner has one)");
-      }
-      converted = static_cast<C*>(*scratch);
-    }
-    for (int64_t i = 0; i < n; ++i) {
-      converted[i] = static_cast<C>(raw[i]);
-    }
-    bounds = converted;
-  }
+  const T* bounds = boundaries.const_data_ptr<T>();
   const T* x = self.const_data_ptr<T>();
   Index* indices = out.mutable_data_ptr<Index>();
   // A search costs ~log2(n) dependent loads: about 2^15 elements a task keeps the hand-off below a tenth of the work.
