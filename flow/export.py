@@ -88,11 +88,12 @@ def export_to_pte(
     written_whole(pt2_path(pte_path), lambda f: torch.export.save(exported, f))
     if decompositions:
         exported = exported.run_decompositions({**torch.export.default_decompositions(), **decompositions})
+    aten_ops = declared_aten_ops()
     if check_kernels:
-        check_declared_dtypes(exported)
+        check_declared_dtypes(exported, aten_ops)
     # The edge dialect's IR validity check stays on: registered custom ops pass it, and so do ATen's ops outside the
     # core set that custom_ops.bzl gives a kernel (the edge dialect refuses other non-core ops).
-    config = EdgeCompileConfig(_core_aten_ops_exception_list=declared_aten_ops())
+    config = EdgeCompileConfig(_core_aten_ops_exception_list=list(aten_ops))
     try:
         if partitioners:
             edge = to_edge_transform_and_lower(exported, partitioner=list(partitioners), compile_config=config,
@@ -154,19 +155,18 @@ def out_variants_named():
             "op you cannot edit\")") from None
 
 
-def declared_aten_ops() -> list:
-    """The functional ATen ops custom_ops.bzl gives a runtime kernel (torch.ops.aten.bucketize.Tensor, ...)."""
+def declared_aten_ops() -> dict:
+    """The ATen ops custom_ops.bzl gives a runtime kernel, by their functional overload
+    (torch.ops.aten.bucketize.Tensor: its DeclaredOp)."""
     from flow import declarations
 
-    return [op.functional() for op in declarations.load().values() if op.from_aten]
+    return {op.functional(): op for op in declarations.load().values() if op.from_aten}
 
 
-def check_declared_dtypes(exported: torch.export.ExportedProgram) -> None:
-    """Refuses a call of a declared ATen op whose first tensor is in a dtype its kernel does not declare: PyTorch's own
-    kernel takes it, so nothing else would stop the program before the runtime kernel refuses it on the device."""
-    from flow import declarations
-
-    by_overload = {op.functional(): op for op in declarations.load().values() if op.from_aten}
+def check_declared_dtypes(exported: torch.export.ExportedProgram, by_overload: dict) -> None:
+    """Refuses a call of a declared ATen op (declared_aten_ops()) whose first tensor is in a dtype its kernel does not
+    declare: PyTorch's own kernel takes it, so nothing else would stop the program before the runtime kernel refuses
+    it on the device."""
     for node in exported.graph.nodes:
         op = by_overload.get(node.target) if node.op == "call_function" else None
         first = next((a.meta.get("val") for a in node.args if isinstance(a, torch.fx.Node)), None) if op else None

@@ -25,20 +25,23 @@ def custom_op_name(target) -> str | None:
     return None if op is None else op._schema.name
 
 
-def references(declared_ops) -> dict[str, object]:
-    """Each declared op's reference function, by the op's name and the functional overload it stands in for
-    ("my_ops::mul3.default", "aten::bucketize.Tensor")."""
-    return {f"{op.name}.{op.functional_overload}": op.reference_function() for op in declared_ops}
+def references(declared_ops) -> dict[str, tuple[str, object]]:
+    """Each declared op's reference function, by the op's name, with the functional overload it stands in for:
+    {"my_ops::mul3": ("default", f), "aten::bucketize": ("Tensor", g)}."""
+    return {op.name: (op.functional_overload, op.reference_function()) for op in declared_ops}
 
 
-def reference_for(functions: dict[str, object], name: str, overload: str):
+def reference_for(functions: dict[str, tuple[str, object]], name: str, overload: str):
     """The reference standing in for op `name`'s `overload`, None for an op without one; another overload of a
-    declared op (its out variant, say) is NotImplementedError: the reference computes the functional op only."""
-    function = functions.get(f"{name}.{overload}")
-    if function is None and any(key.rpartition(".")[0] == name for key in functions):
-        stands_in = next(key for key in functions if key.rpartition(".")[0] == name)
-        raise NotImplementedError(f"{name}.{overload} is in the graph; the reference stands in for {stands_in} only "
-                                  f"(export the model calling {stands_in})")
+    declared op (its out variant, say) is NotImplementedError: the reference computes the functional op only.
+    One lookup: ReferenceMode asks for every op a model dispatches."""
+    entry = functions.get(name)
+    if entry is None:
+        return None
+    stands_in, function = entry
+    if overload != stands_in:
+        raise NotImplementedError(f"{name}.{overload} is in the graph; the reference stands in for {name}.{stands_in} "
+                                  f"only (export the model calling {name}.{stands_in})")
     return function
 
 

@@ -132,7 +132,7 @@ def test_the_reference_interpreter_calls_the_reference_not_the_op(mul4_aot, tmp_
     pte = export_to_pte(CallOp(torch.ops.my_ops.mul4.default), (x,), tmp_path / "mul4.pte")
     (exported,) = reference_outputs(pt2_path(pte), [x], [stand_in])
     edge = to_edge(torch.export.export(CallOp(torch.ops.my_ops.mul4.default), (x,))).exported_program().module()
-    from_edge = ReferenceInterpreter(edge, {"my_ops::mul4.default": lambda x: x * 5}).run(x)
+    from_edge = ReferenceInterpreter(edge, {"my_ops::mul4": ("default", lambda x: x * 5)}).run(x)
     assert torch.equal(exported, x * 5) and torch.equal(from_edge, x * 5)
 
 
