@@ -7,6 +7,10 @@
 #   registered_from  how PyTorch learns the op: "python" (a module calling torch.library), "cpp"
 #                    (TORCH_LIBRARY_FRAGMENT in sources built into libcustom_ops_aot_lib.so), or "aten": an ATen op
 #                    PyTorch ships and ExecuTorch's kernels lack, given a runtime kernel here (key "aten::<name>")
+#   replaces_executorch  "aten" ops, optional: True when ExecuTorch's kernels have the op too and this kernel is to
+#                    run in its place. It stays out of the global registry (a second kernel of a name stops
+#                    ExecuTorch at load) and the runner hands it to each method it loads, which looks there first;
+#                    ExecuTorch's Python runtime, which cannot, runs ExecuTorch's (docs/adding-an-op.md)
 #   out_overload     optional: its out variant's overload, when not "out" (aten::bucketize's is "Tensor_out")
 #   defined_by       "python" ops another library defines without an out variant: that library's module, imported
 #                    before python_module, which adds the out variant (docs/adding-an-op.md)
@@ -221,6 +225,17 @@ CUSTOM_OPS = {
         "dtypes": ["float32", "float64", "float16", "bfloat16", "uint8", "int8", "int16", "int32", "int64"],
         "example_program": "cumprod",
         "example_model": "ops.cumprod.cumprod.example",
+    },
+    # A kernel for an ATen op ExecuTorch's kernels have too, which the runner uses in place of theirs.
+    "aten::cumsum": {
+        "registered_from": "aten",
+        "replaces_executorch": True,
+        "kernel_sources": ["ops/cumsum/cumsum_out.cpp"],
+        "bit_exact": True,
+        "reference": "ops.cumsum.cumsum.cumsum_reference",
+        "dtypes": ["float32", "float64", "float16", "bfloat16", "uint8", "int8", "int16", "int32", "int64"],
+        "example_program": "cumsum",
+        "example_model": "ops.cumsum.cumsum.example",
     },
     # Add new ops above this line.
 }

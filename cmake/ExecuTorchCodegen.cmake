@@ -66,17 +66,19 @@ function(generate_kernel_bindings)
   elseif(ARG_MANUAL_REGISTRATION)
     set(mode --manual_registration)
     set(outputs "${ARG_OUTPUT_DIR}/RegisterKernelsEverything.cpp")
-    set(headers "${ARG_OUTPUT_DIR}/NativeFunctions.h" "${ARG_OUTPUT_DIR}/RegisterKernels.h")
+    set(headers "${ARG_OUTPUT_DIR}/NativeFunctions.h" "${ARG_OUTPUT_DIR}/RegisterKernels.h"
+                "${ARG_OUTPUT_DIR}/ReplacedKernels.h")
   else()
     set(mode)
     set(outputs "${ARG_OUTPUT_DIR}/RegisterCodegenUnboxedKernelsEverything.cpp")
-    set(headers "${ARG_OUTPUT_DIR}/NativeFunctions.h")
+    set(headers "${ARG_OUTPUT_DIR}/NativeFunctions.h" "${ARG_OUTPUT_DIR}/ReplacedKernels.h")
   endif()
   add_custom_command(
     OUTPUT ${outputs} ${headers}
     COMMAND "${Python3_EXECUTABLE}" "${CODEGEN_ENTRY_POINT}" generate
             --selection "${ARG_SELECTION}" --output_dir "${ARG_OUTPUT_DIR}" ${mode}
-    DEPENDS "${CUSTOM_OPS_REPO_ROOT}/custom_ops.yaml" "${ARG_SELECTION}" ${CODEGEN_TEMPLATES} "${CODEGEN_ENTRY_POINT}"
+    DEPENDS "${CUSTOM_OPS_REPO_ROOT}/custom_ops.yaml" "${CUSTOM_OPS_REPO_ROOT}/custom_ops.bzl" "${ARG_SELECTION}"
+            ${CODEGEN_TEMPLATES} "${CODEGEN_ENTRY_POINT}"
     COMMENT "Generating kernel bindings in ${ARG_OUTPUT_DIR}"
     VERBATIM)
   set(${ARG_SOURCES_VAR} ${outputs} PARENT_SCOPE)

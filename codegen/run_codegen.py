@@ -289,11 +289,29 @@ def selected_bindings(selection: str) -> str:
     return yaml.safe_dump(entries, sort_keys=False)
 
 
+def replacing_executorch(bindings: str) -> list[str]:
+    """The out variants bound in `bindings` whose kernels replace ExecuTorch's (declared replaces_executorch)."""
+    import yaml
+
+    replacing = {op.out_name for op in declarations.load().values() if op.replaces_executorch}
+    return [entry_name(e) for e in yaml.safe_load(bindings) or [] if entry_name(e) in replacing]
+
+
+def replaced_kernels_header(names: list[str]) -> str:
+    """ReplacedKernels.h, which the registration templates include: the kernels register_table keeps out of the global
+    registry for the runner to hand to each method it loads (kernel_helpers/registration_prelude.h)."""
+    rows = "".join(f'"{name}", ' for name in names)
+    return ("// Written by codegen/run_codegen.py: the selected kernels that replace ExecuTorch's own (declared\n"
+            "// replaces_executorch in custom_ops.bzl), null-terminated.\n#pragma once\n\nnamespace custom_ops {\n"
+            f"inline constexpr const char* kReplacingExecuTorch[] = {{{rows}nullptr}};\n}}  // namespace custom_ops\n")
+
+
 def _generation_key(selection: str, bindings: str, aten: bool, native: str, manual: bool) -> str:
-    """What codegen's output depends on: the selection, its bindings, the templates, this file (the argument checks it
-    inserts), ATen's yaml files and the executorch and torch versions."""
+    """What codegen's output depends on: the selection, its bindings and which of them replace ExecuTorch's kernels,
+    the templates, this file (the argument checks it inserts), ATen's yaml files and the executorch and torch
+    versions."""
     templates = os.path.join(CODEGEN_DIR, "templates")
-    return _key(f"aten={aten}", f"manual={manual}", *_versions(), bindings, files=[
+    return _key(f"aten={aten}", f"manual={manual}", *_versions(), bindings, *replacing_executorch(bindings), files=[
         selection, os.path.abspath(__file__), os.path.join(native, "tags.yaml"),
         os.path.join(native, "native_functions.yaml"),
         *sorted(os.path.join(templates, name) for name in os.listdir(templates))])
@@ -357,6 +375,8 @@ def generate(selection: str, output_dir: str, aten: bool, manual: bool = False) 
             merge_aten_registrations(directory)
         else:
             insert_argument_checks(os.path.join(directory, names[0]))
+            with open(os.path.join(directory, "ReplacedKernels.h"), "w") as f:
+                f.write(replaced_kernels_header(replacing_executorch(bindings)))
 
     _cached(_generation_key(selection, bindings, aten, native, manual), output_dir, make)
     return [os.path.join(output_dir, name) for name in names]
@@ -462,23 +482,30 @@ def insert_argument_checks(path: str) -> None:
 
 
 def check_runtime_kernels(selected: list[str], chosen, ops, model_file: str | None) -> None:
-    """A program's operators, each served by exactly one kernel library the runner links: ExecuTorch's (the wheel's,
-    linked whole: one shared object registering all of its ops at load) or this project's selected ones. An op in both
-    would stop ExecuTorch at load (register_kernels refuses a name registered twice with a failed ET_CHECK); an op in
-    neither would fail the program's load ("Missing operator")."""
+    """A program's operators, each registered by exactly one kernel library the runner links: ExecuTorch's (the
+    wheel's, linked whole: one shared object registering all of its ops at load) or this project's selected ones. An
+    op in both would stop ExecuTorch at load (register_kernels refuses a name registered twice with a failed
+    ET_CHECK) unless its declaration says it replaces ExecuTorch's (then it is not registered but handed to each
+    method); an op in neither would fail the program's load ("Missing operator")."""
     from flow import runtime_kernels
     from flow.runtime_kernels import RUNTIME_NAMESPACES
 
     if not (model_file or any(op.namespace in RUNTIME_NAMESPACES for op in chosen)):
         return  # only this project's namespaces: nothing ExecuTorch registers, no need to read its registry
-    twice = runtime_kernels.twice_registered({op.name: op for op in chosen})
+    chosen_by_name = {op.name: op for op in chosen}
+    twice = runtime_kernels.twice_registered(chosen_by_name)
     if twice:
         raise SelectionError(f"{', '.join(twice)}: ExecuTorch's kernels ({runtime_kernels.EXECUTORCH_LIBRARIES}, which "
                              "the runner and the Python runtime link) register it already, and a second registration "
-                             "stops ExecuTorch at load. The wheel's library registers all of its ops at once and "
-                             "cannot leave one out, so keep ExecuTorch's: remove the declaration from custom_ops.bzl and "
-                             "custom_ops.yaml (yours can replace it only in an ExecuTorch built from source with "
-                             "selective build leaving it out)")
+                             "stops ExecuTorch at load. To run yours in its place, declare it with "
+                             "\"replaces_executorch\": True in custom_ops.bzl (the runner hands it to each method it "
+                             "loads, which looks there before the global registry); to keep ExecuTorch's, remove the "
+                             "declaration from custom_ops.bzl and custom_ops.yaml")
+    nothing = runtime_kernels.replacing_nothing(chosen_by_name)
+    if nothing:
+        raise SelectionError(f"{', '.join(nothing)}: declared replaces_executorch, but ExecuTorch's kernels have no "
+                             "kernel of that name to replace; remove the field (the kernel is then registered like "
+                             "any other)")
     if model_file:
         missing = runtime_kernels.without_kernel(selected, ops)
         if missing:

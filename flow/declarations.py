@@ -47,6 +47,7 @@ class DeclaredOp:
     bit_exact: bool = False
     out_overload: str = "out"  # its out variant's overload; ATen names some otherwise (bucketize.Tensor_out)
     defined_by: str | None = None  # "python" ops another library defines: its module, imported before python_module
+    replaces_executorch: bool = False  # "aten" ops ExecuTorch has too: this kernel runs in place of theirs
 
     @property
     def namespace(self) -> str:
@@ -258,6 +259,10 @@ def _check(name: str, entry: object, path: str) -> DeclaredOp:
             raise DeclarationError(f"{where}: an ATen op's kernel is bound in custom_ops.yaml (`- op: "
                                    f"{name}.{entry.get('out_overload', 'out')}`) and registered by codegen; remove "
                                    "runtime_registration")
+    if "replaces_executorch" in entry and not (origin == "aten" and entry["replaces_executorch"] is True):
+        raise DeclarationError(f"{where}: replaces_executorch is True or absent, for an ATen op (registered_from "
+                               "'aten') whose ExecuTorch kernel this one replaces; got "
+                               f"{entry['replaces_executorch']!r} for an op registered from {origin!r}")
     if "defined_by" in entry and not (origin == "python" and isinstance(entry["defined_by"], str)
                                       and all(part.isidentifier() for part in entry["defined_by"].split("."))):
         raise DeclarationError(f"{where}: defined_by names the module of the library that defines the op (a Python "

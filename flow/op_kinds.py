@@ -32,6 +32,9 @@ PATHS = {
     "registered from aten, in the runtime by codegen": "PyTorch ships the op (nothing registered ahead of time); "
                                                        "custom_ops.yaml binds ATen's out variant by name (`op:`), "
                                                        "codegen registers it; export lets the non-core op through",
+    "a kernel in place of ExecuTorch's": "kept out of the global registry (a second kernel of a name stops "
+                                         "ExecuTorch); the runner hands it to load_method as a method-scoped kernel, "
+                                         "the Python loader registers it under its calls' kernel keys",
     "an op another library defines": "the library's module (defined_by) imported before the op's, which adds the "
                                       "out variant to its namespace: registration, export, the verifier, the wheel",
     "a C++ registration without Python": "libcustom_ops_without_python.so, for AOTInductor's runner",
@@ -61,7 +64,7 @@ NOT_A_PATH = {
 }
 # The fields a trait is read from (traits() below).
 TRAIT_FIELDS = {"registered_from", "runtime_registration", "without_python_sources", "cuda_sources", "example_inputs",
-                "example_model", "elementwise", "bit_exact", "defined_by"}
+                "example_model", "elementwise", "bit_exact", "defined_by", "replaces_executorch"}
 
 
 def schema_of(op: DeclaredOp) -> str:
@@ -80,6 +83,7 @@ def traits(op: DeclaredOp, schema: str, declared: dict[str, DeclaredOp]) -> set[
              "example from a model" if op.example_model else "example from inputs"}
     for field, trait in (("without_python_sources", "a C++ registration without Python"),
                          ("defined_by", "an op another library defines"),
+                         ("replaces_executorch", "a kernel in place of ExecuTorch's"),
                          ("cuda_sources", "CUDA kernels"), ("elementwise", "elementwise"),
                          ("bit_exact", "compared bit for bit")):
         if getattr(op, field):

@@ -93,6 +93,7 @@ class MethodSpec:
     planned_buffer_sizes: tuple[int, ...]  # ExecuTorch's non_const_buffer_sizes: entry 0 is reserved (0)
     operators: tuple[str, ...]
     kernel_calls: tuple[tuple[int, tuple[str, ...]], ...] = ()  # (operator index, each argument value's kind)
+    kernel_keys: tuple[tuple[int, str], ...] = ()  # (operator index, the kernel key its call resolves with)
     backends: tuple[str, ...] = ()  # the delegates' backend ids, e.g. ("XnnpackBackend",)
     delegate_problems: tuple[str, ...] = ()  # what is wrong with the delegates' entries or payloads (check 7)
     list_problem: str | None = None  # a list value whose item is of another kind (check 8)
@@ -196,19 +197,28 @@ def list_problem(kinds: list[str], items_of) -> str | None:
     return None
 
 
+def _kernel_key(values, args) -> str:
+    """The kernel key ExecuTorch's Method builds when it resolves a call: each tensor argument's dtype number and dim
+    order, in argument order ("v1/6;0,1|6;0,1"); a specialized kernel registered under it is preferred to a fallback."""
+    tensors = [values[i].val for i in args if 0 <= i < len(values) and type(values[i].val).__name__ == "Tensor"]
+    return "v1/" + "|".join(f"{int(t.scalar_type)};{','.join(str(d) for d in t.dim_order)}" for t in tensors)
+
+
 def _read_methods(program, data: bytes, segment_base: int | None, named_data: dict[bytes, int]) -> ProgramSpec:
     methods = {}
     for plan in program.execution_plan:
         delegate_args = _delegate_args(plan)
         operators = tuple(f"{op.name}.{op.overload}" if op.overload else op.name for op in plan.operators)
+        kernel_args = [args for chain in plan.chains for instruction in chain.instructions
+                       if type(args := instruction.instr_args).__name__ == "KernelCall"]
         calls = tuple((args.op_index, tuple(_value_spec(plan.values, i).kind for i in args.args))
-                      for chain in plan.chains for instruction in chain.instructions
-                      if type(args := instruction.instr_args).__name__ == "KernelCall")
+                      for args in kernel_args)
         methods[plan.name] = MethodSpec(
             name=plan.name, num_values=len(plan.values),
             inputs=tuple(_value_spec(plan.values, i) for i in plan.inputs),
             outputs=tuple(_value_spec(plan.values, i) for i in plan.outputs),
             planned_buffer_sizes=tuple(plan.non_const_buffer_sizes), operators=operators, kernel_calls=calls,
+            kernel_keys=tuple((args.op_index, _kernel_key(plan.values, args.args)) for args in kernel_args),
             backends=tuple(delegate.id for delegate in plan.delegates),
             list_problem=list_problem([type(v.val).__name__ for v in plan.values],
                                       lambda i: plan.values[i].val.items),
@@ -268,7 +278,8 @@ def operators_in_program(path: str | os.PathLike) -> list[str]:
 
 
 def registered_in(runner: str | os.PathLike) -> set[str]:
-    """What a runner binary links in: {"operator my_ops::mul3.out", "backend XnnpackBackend", ...}."""
+    """What a runner binary links in: {"operator my_ops::mul3.out", "backend XnnpackBackend", ...}, and "replacing
+    aten::cumsum.out" for an operator whose kernel there runs in place of ExecuTorch's (replaces_executorch)."""
     import subprocess
 
     listed = subprocess.run([os.fspath(runner), "--list_registered"], capture_output=True, text=True)

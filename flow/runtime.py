@@ -17,6 +17,9 @@ them first (and a fourth hangs it: load_kernel_library() makes the threadpool, s
 - a Method does not keep its Program alive, and the Program owns the program's bytes: `load_program(p).load_method(m)`
   leaves a Method reading freed memory once the Program is collected. load_method_checked() returns a method that
   holds its Program.
+And one kernel would not be the project's: the pybindings load a method without method-scoped kernels, where the C++
+runner puts an op whose declared kernel replaces ExecuTorch's (replaces_executorch). load_method_checked() registers
+that kernel under the kernel key of each of the program's calls instead, which ExecuTorch prefers to its own.
 And one slows it: a program loaded from a Python bytes object is read where the bytes sit, 48 bytes past a cache line,
 so every weight a kernel loads 64 bytes at a time straddles two lines (the float32 SmolLM2 decoded 55 tokens/s so,
 70 from its file). load_method_checked() hands the runtime the checked bytes as a file (see _as_file()), and a large
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import warnings
 from typing import Any, Sequence
 
 from flow.lazy_exir import defer_exir_package
@@ -161,8 +165,39 @@ def _unnamed_file(data: bytes, directory: str) -> int | None:
     return fd
 
 
+class ReplacedKernelWarning(UserWarning):
+    """A program calls an op whose declared kernel replaces ExecuTorch's (replaces_executorch), and the loaded kernel
+    library does not hold it: ExecuTorch's own kernel runs."""
+
+
 class MissingOperatorError(RuntimeError):
     """The program calls an operator no kernel library in this process registers (the runtime's "Missing operator")."""
+
+
+def _register_replacing_kernels(spec: MethodSpec, program_name: str) -> None:
+    """The pybindings load a method without method-scoped kernels, so for an op whose declared kernel replaces
+    ExecuTorch's (replaces_executorch), the loaded kernel library registers its kernel globally under the kernel key of
+    each call the program makes (custom_ops_register_keyed), which ExecuTorch prefers to its own fallback kernel."""
+    from flow.runtime_kernels import replaced
+
+    theirs = replaced(spec.operators)
+    if not theirs:
+        return
+    library = ctypes.CDLL(_loaded) if _loaded else None
+    register = getattr(library, "custom_ops_register_keyed", None)
+    left = []
+    for name in theirs:
+        keys = dict.fromkeys(key for index, key in spec.kernel_keys if spec.operators[index] == name)
+        results = {register(name.encode(), key.encode()) for key in keys} if register else {1}
+        if -1 in results:
+            raise RuntimeError(f"{program_name}: registering the kernel library's {name} under its calls' kernel keys "
+                               "failed (ExecuTorch's kernel registry is full?)")
+        if 1 in results:
+            left.append(name)
+    if left:
+        warnings.warn(f"{program_name}: ExecuTorch's own kernel runs for {', '.join(left)} in this process: the loaded "
+                      "kernel library has no kernel for it (select the op and rebuild the library)",
+                      ReplacedKernelWarning, stacklevel=3)
 
 
 def load_method_checked(path: str | os.PathLike, method: str = "forward",
@@ -182,6 +217,7 @@ def load_method_checked(path: str | os.PathLike, method: str = "forward",
         raise MissingOperatorError(f"{os.path.basename(os.fspath(path))}: the program calls operator(s) that no kernel "
                                    f"library loaded into this process registers: {', '.join(missing)}. "
                                    f"{missing_operator_advice(missing)}")
+    _register_replacing_kernels(spec, os.path.basename(os.fspath(path)))
     fd = _unnamed_file(data, os.path.dirname(os.path.abspath(path))) if len(data) > LARGE_PROGRAM_BYTES else None
     fd = _as_file(data) if fd is None else fd
     if fd is None:

@@ -81,9 +81,23 @@ def declared_kernels(declared=None) -> dict[str, object]:
 
 
 def twice_registered(declared=None) -> list[str]:
-    """Declared ops whose out variant ExecuTorch's kernels register too: ExecuTorch stops the process when a second
-    library registers a name (an ET_CHECK in register_kernels), so no build may link both."""
-    return [name for name in declared_kernels(declared) if name in executorch_kernels()]
+    """Declared ops whose out variant ExecuTorch's kernels register too, and which do not say they replace theirs:
+    ExecuTorch stops the process when a second library registers a name (an ET_CHECK in register_kernels)."""
+    return [name for name, op in declared_kernels(declared).items()
+            if name in executorch_kernels() and not op.replaces_executorch]
+
+
+def replacing_nothing(declared=None) -> list[str]:
+    """Declared ops that say they replace ExecuTorch's kernel where ExecuTorch's kernels have none."""
+    return [name for name, op in declared_kernels(declared).items()
+            if op.replaces_executorch and name not in executorch_kernels()]
+
+
+def replaced(operators, declared=None) -> list[str]:
+    """The operators of `operators` whose declared kernel replaces ExecuTorch's: a runner that passes the kernel
+    library's method kernels to load_method runs the project's, ExecuTorch's Python runtime runs ExecuTorch's."""
+    ours = declared_kernels(declared)
+    return [name for name in dict.fromkeys(operators) if name in ours and ours[name].replaces_executorch]
 
 
 def without_kernel(operators, declared=None) -> list[str]:

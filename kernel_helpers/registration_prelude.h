@@ -16,20 +16,90 @@
 #include "kernel_helpers/checked_unboxing.h"
 
 #include <cstddef>
+#include <cstring>
+#include <mutex>
+#include <set>
+#include <string>
 
 // 0 until the kernels are registered, 1 by a static initializer, 2 by register_all_kernels(), -1 when registering
 // failed. The generated source defines it; a runner reads it through a weak reference (runner/program_runner.cpp).
 extern "C" int custom_ops_kernels_registered;
 
+// The generated source's kernels that replace ExecuTorch's own (declared replaces_executorch; ReplacedKernels.h names
+// them): register_table keeps them out of the global registry, where a second kernel of a name stops ExecuTorch, and
+// a runner puts them in the kernel list it passes to Program::load_method, which is searched before the global
+// registry. Sets *kernels and returns how many; the generated source defines it, a runner reads it through a weak
+// reference.
+extern "C" size_t custom_ops_method_kernels(const ::executorch::runtime::Kernel** kernels);
+
+// For a process that cannot load a method with method-scoped kernels (ExecuTorch's pybindings): registers the method
+// kernel `name` in the global registry under one specialized kernel key ("v1/6;0,1|6;0,1": each tensor argument's
+// dtype and dim order, as Method builds it when it resolves a call), which ExecuTorch prefers to the fallback kernel
+// its own library registers under the name. 0 registered (or already), 1 no method kernel of that name, -1 failed.
+extern "C" int custom_ops_register_keyed(const char* name, const char* key);
+
 namespace custom_ops {
 
-// Registers a generated table of kernels and records how (`registered_as`: 1 or 2) in custom_ops_kernels_registered.
+inline bool named_in(const char* name, const char* const* names) {
+  for (; *names != nullptr; ++names) {
+    if (std::strcmp(name, *names) == 0) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// Registers a generated table of kernels, but for those named in `replacing` (null-terminated), which it moves to
+// `method_kernels` (`method_count` of them), and records how (`registered_as`: 1 or 2) in
+// custom_ops_kernels_registered.
 template <size_t N>
-::executorch::runtime::Error register_table(const ::executorch::runtime::Kernel (&kernels)[N], int registered_as) {
+::executorch::runtime::Error register_table(const ::executorch::runtime::Kernel (&kernels)[N],
+                                            const char* const* replacing,
+                                            ::executorch::runtime::Kernel (&method_kernels)[N], size_t& method_count,
+                                            int registered_as) {
   using ::executorch::runtime::Kernel;
-  const auto status = ::executorch::runtime::register_kernels(::executorch::runtime::Span<const Kernel>(kernels, N));
+  static Kernel global[N];  // the registry copies what it registers; static all the same, as the table is
+  size_t global_count = 0;
+  method_count = 0;
+  for (const Kernel& kernel : kernels) {
+    if (named_in(kernel.name_, replacing)) {
+      method_kernels[method_count++] = kernel;
+    } else {
+      global[global_count++] = kernel;
+    }
+  }
+  const auto status =
+      ::executorch::runtime::register_kernels(::executorch::runtime::Span<const Kernel>(global, global_count));
   custom_ops_kernels_registered = status == ::executorch::runtime::Error::Ok ? registered_as : -1;
   return status;
+}
+
+// custom_ops_register_keyed's body: each (name, key) registered once, the key's text kept for the registry's lifetime.
+inline int register_keyed(const ::executorch::runtime::Kernel* kernels, size_t count, const char* name,
+                          const char* key) {
+  using ::executorch::runtime::Kernel;
+  const Kernel* kernel = nullptr;
+  for (size_t i = 0; i < count && kernel == nullptr; ++i) {
+    kernel = std::strcmp(kernels[i].name_, name) == 0 ? &kernels[i] : nullptr;
+  }
+  if (kernel == nullptr) {
+    return 1;
+  }
+  static std::mutex mutex;
+  static std::set<std::string> registered;
+  const std::lock_guard<std::mutex> lock(mutex);
+  std::string entry = std::string(name) + '\0' + key;
+  if (registered.count(entry) != 0) {
+    return 0;
+  }
+  const char* kept = (new std::string(key))->c_str();  // the registry keeps the pointer, not the text
+  const Kernel keyed(kernel->name_, ::executorch::runtime::KernelKey(kept), kernel->op_);
+  if (::executorch::runtime::register_kernels(::executorch::runtime::Span<const Kernel>(&keyed, 1)) !=
+      ::executorch::runtime::Error::Ok) {
+    return -1;
+  }
+  registered.insert(std::move(entry));
+  return 0;
 }
 
 }  // namespace custom_ops

@@ -107,7 +107,8 @@ const std::vector<Flag>& flags() {
       {"--package", "FILE.pt2", kAotInductorOnly, "the torch._inductor package to run (required)",
        [](const std::string& v, CommandLine& o) { return store_path("--package", v, o.program); }},
       {"--list_registered", nullptr, kExecuTorchOnly,
-       "print the operators and backends linked in, one per line, and stop",
+       "print the operators and backends linked in, one per line, and each operator whose kernel here replaces "
+       "ExecuTorch's (`replacing NAME`), and stop",
        [](const std::string&, CommandLine& o) -> std::optional<std::string> {
          o.list_registered = true;
          return std::nullopt;

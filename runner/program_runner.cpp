@@ -32,6 +32,7 @@
 #include <sstream>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 namespace custom_ops_runner {
 namespace {
@@ -156,6 +157,39 @@ std::string logged_errors() {
 // it, 0 while a library generated with --manual_registration waits for its call, 1 registered by a static
 // initializer, 2 by that call, -1 failed.
 extern "C" __attribute__((weak)) int custom_ops_kernels_registered;
+
+// The kernel library's kernels that replace ExecuTorch's own (declared replaces_executorch), kept out of the global
+// registry: absent from the binary when the linker dropped the registration.
+extern "C" __attribute__((weak)) size_t custom_ops_method_kernels(const executorch::runtime::Kernel** kernels);
+
+executorch::runtime::Span<const executorch::runtime::Kernel> replacing_kernels() {
+  const executorch::runtime::Kernel* kernels = nullptr;
+  const size_t count = &custom_ops_method_kernels != nullptr ? custom_ops_method_kernels(&kernels) : 0;
+  return {kernels, count};
+}
+
+// The kernel list each method is loaded with (its method-scoped registry, which ExecuTorch looks up before the global
+// one): the global registry with the replaced names' kernels swapped for the library's. Whole, because ExecuTorch logs
+// an error for each operator a method-scoped list lacks before it falls back, and a load that logs an error is one
+// this runner refuses. Empty (the global registry alone) when nothing is replaced.
+std::vector<executorch::runtime::Kernel> method_kernel_list() {
+  std::vector<executorch::runtime::Kernel> list;
+  const auto replacing = replacing_kernels();
+  if (replacing.size() == 0) {
+    return list;
+  }
+  const auto replaced = [&](const char* name) {
+    return std::any_of(replacing.begin(), replacing.end(),
+                       [&](const executorch::runtime::Kernel& k) { return std::strcmp(k.name_, name) == 0; });
+  };
+  for (const auto& kernel : executorch::runtime::get_registered_kernels()) {
+    if (!replaced(kernel.name_)) {
+      list.push_back(kernel);
+    }
+  }
+  list.insert(list.end(), replacing.begin(), replacing.end());
+  return list;
+}
 
 // Why this binary has none of the project's kernels registered, or "" when it has them (then a missing op is one the
 // library does not hold). The two link steps a static archive needs (docs/adding-an-op.md).
@@ -502,6 +536,9 @@ void print_registered() {
   std::set<std::string> lines;
   for (const auto& kernel : executorch::runtime::get_registered_kernels()) {
     lines.insert(std::string("operator ") + kernel.name_);
+  }
+  for (const auto& kernel : replacing_kernels()) {
+    lines.insert(std::string("replacing ") + kernel.name_);  // the project's kernel, run in place of ExecuTorch's
   }
   for (size_t i = 0; i < executorch::runtime::get_num_registered_backends(); ++i) {
     if (auto name = executorch::runtime::get_backend_name(i); name.ok() && *name != nullptr) {
@@ -897,7 +934,10 @@ int run_program(
   executorch::extension::MallocMemoryAllocator temp_allocator;
   executorch::runtime::MemoryManager memory_manager(&method_allocator, planned.allocator.get(), &temp_allocator);
   g_log.errors.clear();
-  auto method = program->load_method(options.method.c_str(), &memory_manager, profile ? &profiling.tracer : nullptr);
+  const std::vector<executorch::runtime::Kernel> kernels = method_kernel_list();
+  auto method = program->load_method(options.method.c_str(), &memory_manager, profile ? &profiling.tracer : nullptr,
+                                     /*named_data_map=*/nullptr, /*backend_options=*/nullptr,
+                                     {kernels.data(), kernels.size()});
   // ExecuTorch 1.5 can report success for a method one of whose operators it failed to resolve (a later operator's
   // success overwrites the delayed error; e.g. a name over its 100-character buffer): executing it calls a null kernel.
   // An error logged during loading means the method is not usable, whatever load_method returned.

@@ -136,16 +136,25 @@ def run_in_fresh_python(code: str, timeout: int = 300, env: dict[str, str] | Non
     return json.loads(proc.stdout.split("@@RESULT@@")[-1])
 
 
-def registered_operators(kernel_lib: str) -> list[str]:
-    """The ExecuTorch registry's operator names after loading only `kernel_lib`."""
-    return run_in_fresh_python(f"""
+def registered_operators(kernel_lib: str) -> tuple[list[str], list[str]]:
+    """The ExecuTorch registry's operator names after loading only `kernel_lib`, and the names of the library's
+    kernels that replace ExecuTorch's, which it keeps out of the registry (custom_ops_method_kernels: ExecuTorch's
+    Kernel, a name, a key and a function pointer)."""
+    return tuple(run_in_fresh_python(f"""
         import ctypes
-        ctypes.CDLL({kernel_lib!r}, mode=ctypes.RTLD_GLOBAL)
+        library = ctypes.CDLL({kernel_lib!r}, mode=ctypes.RTLD_GLOBAL)
         from flow.lazy_exir import defer_exir_package
         defer_exir_package()
         from executorch.runtime import Runtime
-        result = sorted(Runtime.get().operator_registry.operator_names)
-    """)
+
+        class Kernel(ctypes.Structure):
+            _fields_ = [("name", ctypes.c_char_p), ("key", ctypes.c_char_p), ("op", ctypes.c_void_p)]
+
+        kernels = ctypes.POINTER(Kernel)()
+        count = library.custom_ops_method_kernels(ctypes.byref(kernels)) if hasattr(library, "custom_ops_method_kernels") else 0
+        result = [sorted(Runtime.get().operator_registry.operator_names),
+                  sorted(kernels[i].name.decode() for i in range(count))]
+    """))
 
 
 # The runner's last-resort line when ExecuTorch itself aborts (ET_CHECK) or throws: one error line, but a finding.

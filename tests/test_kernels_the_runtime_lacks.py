@@ -3,7 +3,7 @@ ExecuTorch's runtime bit for bit like ATen's own kernel, over every dtype it dec
 (ties, NaN and the infinities, both sides, both index dtypes; scans along every dimension, empty and 0-d tensors,
 integer products that wrap, the dtype argument), each program executed twice. Export and selective build check a
 program's operators against the kernels its runtime will have, naming each one that none has, and refuse a declared
-kernel that ExecuTorch's kernels register too."""
+kernel that ExecuTorch's kernels register too unless it says it replaces theirs (test_replacing_executorch_kernels.py)."""
 
 import os
 import subprocess
@@ -137,11 +137,11 @@ def test_executorch_kernels_are_read_from_its_registry():
 
 class BinsThenAdds(torch.nn.Module):
     def forward(self, x, boundaries):
-        return torch.bucketize(x, boundaries) + 1, torch.cumsum(x, 0)
+        return torch.bucketize(x, boundaries) + 1, torch.amax(x, 0)
 
 
 def test_a_model_file_selects_its_aten_kernels_beside_executorchs_and_the_runner_runs_it(tmp_path):
-    # The model's own op list picks the project's kernel for bucketize; ExecuTorch's serve add and cumsum.
+    # The model's own op list picks the project's kernel for bucketize; ExecuTorch's serve add and amax.
     from flow.export import export_to_pte
 
     x, boundaries = torch.randn(6, 4), torch.tensor([-1.0, 0.0, 1.0])
@@ -186,21 +186,19 @@ def test_a_program_calling_an_op_no_kernel_has_is_refused_at_configure_time_by_n
                                   "links has"), proc.stderr
 
 
-def test_a_declared_kernel_executorch_registers_too_is_refused_by_name(tmp_path):
-    # ExecuTorch stops the process when a second library registers a name it has: refused when the build is planned.
+def test_a_declared_kernel_executorch_registers_too_is_refused_by_name_unless_it_says_it_replaces_theirs(tmp_path):
+    # ExecuTorch stops the process when a second library registers a name it has: refused when the build is planned,
+    # naming both ways out.
     repo = copy_repository(tmp_path / "repo")
     bzl = os.path.join(repo, "custom_ops.bzl")
-    text = open(bzl).read().replace('"aten::cumprod": {', '"aten::cumsum": {').replace(
-        '"example_program": "cumprod"', '"example_program": "cumsum"')
-    open(bzl, "w").write(text)
-    with open(os.path.join(repo, "custom_ops.yaml")) as f:
-        yaml_text = f.read().replace("- op: aten::cumprod.out", "- op: aten::cumsum.out")
-    with open(os.path.join(repo, "custom_ops.yaml"), "w") as f:
-        f.write(yaml_text)
+    text = open(bzl).read()
+    assert text.count('"replaces_executorch": True,') == 1
+    open(bzl, "w").write(text.replace('"replaces_executorch": True,', ""))
     proc = plan(repo, "--build_dir", str(tmp_path / "build"), "--root_ops", "aten::cumsum.out")
     assert proc.returncode == 1, proc.stdout
     assert proc.stderr.startswith("error: aten::cumsum.out: ExecuTorch's kernels"), proc.stderr
-    assert "register it already" in proc.stderr and "remove the declaration" in proc.stderr
+    assert "register it already" in proc.stderr and '"replaces_executorch": True' in proc.stderr, proc.stderr
+    assert "remove the declaration" in proc.stderr, proc.stderr
 
 
 @pytest.mark.parametrize("root_op, expected", [

@@ -12,11 +12,13 @@ from tests.conftest import cmake_build, op_build
 
 
 def custom_ops(kernel_lib):
-    """The ops the runtime registry holds after loading only `kernel_lib` that ExecuTorch's own kernels do not give
-    it: this project's, of its namespaces and ATen's."""
+    """The ops `kernel_lib` gives kernels for, alone in a process: those the runtime registry then holds that
+    ExecuTorch's own kernels do not give it (this project's, of its namespaces and ATen's), and those whose kernels
+    it holds in place of ExecuTorch's."""
     from flow.runtime_kernels import executorch_kernels
 
-    return [op for op in registered_operators(kernel_lib) if op not in executorch_kernels()]
+    registered, replacing = registered_operators(kernel_lib)
+    return sorted([op for op in registered if op not in executorch_kernels()] + replacing)
 
 
 def test_one_op_of_each_kind_builds_alone_and_registers_only_itself(representatives):

@@ -4,6 +4,7 @@
 // clang-format off
 #include "kernel_helpers/registration_prelude.h"
 #include "${fn_header}"
+#include "ReplacedKernels.h"
 
 // The generated lambdas name `Kernel`, `EValue`, `Span` and `internal::` unqualified: this namespace provides them.
 namespace torch {
@@ -18,6 +19,8 @@ namespace checked_unboxing = ::custom_ops::checked_unboxing;
 Kernel kernels_to_register[] = {
     ${unboxed_kernels}
 };
+Kernel method_kernels[sizeof(kernels_to_register) / sizeof(kernels_to_register[0])];
+size_t method_kernel_count = 0;
 
 } // namespace
 } // namespace function
@@ -27,9 +30,22 @@ Kernel kernels_to_register[] = {
 // Defined here, read by the runner (kernel_helpers/registration_prelude.h).
 extern "C" {
 __attribute__((visibility("default"))) int custom_ops_kernels_registered = 0;
+
+__attribute__((visibility("default"))) size_t custom_ops_method_kernels(const ::executorch::runtime::Kernel** kernels) {
+  *kernels = torch::executor::function::method_kernels;
+  return torch::executor::function::method_kernel_count;
+}
+
+__attribute__((visibility("default"))) int custom_ops_register_keyed(const char* name, const char* key) {
+  return ::custom_ops::register_keyed(torch::executor::function::method_kernels,
+                                      torch::executor::function::method_kernel_count, name, key);
+}
 }
 
 namespace {
 // Registration happens in a static initializer, so linking (or dlopen-ing) this library is all it takes.
-const auto registration_status = ::custom_ops::register_table(torch::executor::function::kernels_to_register, 1);
+namespace function = torch::executor::function;
+const auto registration_status = ::custom_ops::register_table(
+    function::kernels_to_register, ::custom_ops::kReplacingExecuTorch, function::method_kernels,
+    function::method_kernel_count, 1);
 } // namespace

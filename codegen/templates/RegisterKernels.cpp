@@ -5,6 +5,7 @@
 // clang-format off
 #include "kernel_helpers/registration_prelude.h"
 #include "${fn_header}"
+#include "ReplacedKernels.h"
 #include "RegisterKernels.h"
 
 namespace torch {
@@ -17,6 +18,8 @@ namespace checked_unboxing = ::custom_ops::checked_unboxing;
 Kernel kernels_to_register[] = {
     ${unboxed_kernels}
 };
+Kernel method_kernels[sizeof(kernels_to_register) / sizeof(kernels_to_register[0])];
+size_t method_kernel_count = 0;
 
 } // namespace
 } // namespace function
@@ -26,8 +29,19 @@ Kernel kernels_to_register[] = {
 // Defined here, read by the runner (kernel_helpers/registration_prelude.h).
 extern "C" {
 __attribute__((visibility("default"))) int custom_ops_kernels_registered = 0;
+
+__attribute__((visibility("default"))) size_t custom_ops_method_kernels(const ::executorch::runtime::Kernel** kernels) {
+  *kernels = torch::executor::function::method_kernels;
+  return torch::executor::function::method_kernel_count;
+}
+
+__attribute__((visibility("default"))) int custom_ops_register_keyed(const char* name, const char* key) {
+  return ::custom_ops::register_keyed(torch::executor::function::method_kernels,
+                                      torch::executor::function::method_kernel_count, name, key);
+}
 }
 
 ::executorch::runtime::Error torch::executor::register_all_kernels() {
-  return ::custom_ops::register_table(function::kernels_to_register, 2);
+  return ::custom_ops::register_table(function::kernels_to_register, ::custom_ops::kReplacingExecuTorch,
+                                      function::method_kernels, function::method_kernel_count, 2);
 }
