@@ -297,21 +297,33 @@ def replacing_executorch(bindings: str) -> list[str]:
     return [entry_name(e) for e in yaml.safe_load(bindings) or [] if entry_name(e) in replacing]
 
 
-def replaced_kernels_header(names: list[str]) -> str:
-    """ReplacedKernels.h, which the registration templates include: the kernels register_table keeps out of the global
-    registry for the runner to hand to each method it loads (kernel_helpers/registration_prelude.h)."""
-    rows = "".join(f'"{name}", ' for name in names)
-    return ("// Written by codegen/run_codegen.py: the selected kernels that replace ExecuTorch's own (declared\n"
-            "// replaces_executorch in custom_ops.bzl), null-terminated.\n#pragma once\n\nnamespace custom_ops {\n"
-            f"inline constexpr const char* kReplacingExecuTorch[] = {{{rows}nullptr}};\n}}  // namespace custom_ops\n")
+def declared_replacing() -> list[str]:
+    """Every declared out variant whose kernel replaces ExecuTorch's, selected or not."""
+    return [op.out_name for op in declarations.load().values() if op.replaces_executorch]
+
+
+def replaced_kernels_header(selected: list[str], declared: list[str]) -> str:
+    """ReplacedKernels.h, which the registration templates include: the selected kernels register_table keeps out of
+    the global registry for the runner to hand to each method it loads, and every declared one, so a runner can say
+    when ExecuTorch's kernel runs for an op the library was built without (kernel_helpers/registration_prelude.h)."""
+    def rows(names):
+        return "".join(f'"{name}", ' for name in names)
+
+    return ("// Written by codegen/run_codegen.py: the kernels that replace ExecuTorch's own (declared\n"
+            "// replaces_executorch in custom_ops.bzl), the selected ones and all, each null-terminated.\n"
+            "#pragma once\n\nnamespace custom_ops {\n"
+            f"inline constexpr const char* kReplacingExecuTorch[] = {{{rows(selected)}nullptr}};\n"
+            f"inline constexpr const char* kDeclaredReplacing[] = {{{rows(declared)}nullptr}};\n"
+            "}  // namespace custom_ops\n")
 
 
 def _generation_key(selection: str, bindings: str, aten: bool, native: str, manual: bool) -> str:
-    """What codegen's output depends on: the selection, its bindings and which of them replace ExecuTorch's kernels,
-    the templates, this file (the argument checks it inserts), ATen's yaml files and the executorch and torch
+    """What codegen's output depends on: the selection, its bindings, which of them and which declared ops replace
+    ExecuTorch's kernels, the templates, this file (the argument checks it inserts), ATen's yaml files and the executorch and torch
     versions."""
     templates = os.path.join(CODEGEN_DIR, "templates")
-    return _key(f"aten={aten}", f"manual={manual}", *_versions(), bindings, *replacing_executorch(bindings), files=[
+    return _key(f"aten={aten}", f"manual={manual}", *_versions(), bindings, *replacing_executorch(bindings),
+                "declared:", *declared_replacing(), files=[
         selection, os.path.abspath(__file__), os.path.join(native, "tags.yaml"),
         os.path.join(native, "native_functions.yaml"),
         *sorted(os.path.join(templates, name) for name in os.listdir(templates))])
@@ -376,7 +388,7 @@ def generate(selection: str, output_dir: str, aten: bool, manual: bool = False) 
         else:
             insert_argument_checks(os.path.join(directory, names[0]))
             with open(os.path.join(directory, "ReplacedKernels.h"), "w") as f:
-                f.write(replaced_kernels_header(replacing_executorch(bindings)))
+                f.write(replaced_kernels_header(replacing_executorch(bindings), declared_replacing()))
 
     _cached(_generation_key(selection, bindings, aten, native, manual), output_dir, make)
     return [os.path.join(output_dir, name) for name in names]

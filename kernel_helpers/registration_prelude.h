@@ -32,6 +32,10 @@ extern "C" int custom_ops_kernels_registered;
 // reference.
 extern "C" size_t custom_ops_method_kernels(const ::executorch::runtime::Kernel** kernels);
 
+// Every declared op whose kernel replaces ExecuTorch's (selected here or not), null-terminated: a runner says when
+// ExecuTorch's own kernel runs for one because this library was built without it.
+extern "C" const char* const* custom_ops_declared_replacing();
+
 // For a process that cannot load a method with method-scoped kernels (ExecuTorch's pybindings): registers the method
 // kernel `name` in the global registry under one specialized kernel key ("v1/6;0,1|6;0,1": each tensor argument's
 // dtype and dim order, as Method builds it when it resolves a call), which ExecuTorch prefers to the fallback kernel

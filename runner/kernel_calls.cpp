@@ -55,6 +55,16 @@ std::string input_data_problem(size_t input, uint32_t buffer) {
       "), not planned memory or the caller's: setting it would write over the program's own bytes";
 }
 
+// A method's operators as "ns::op.overload", in the order kernel calls index them.
+std::vector<std::string> operator_names(FlatReader& r, size_t plan) {
+  std::vector<std::string> names;
+  for (size_t op : r.tables(plan, L::ExecutionPlan::kOperators).value_or(std::vector<size_t>{})) {
+    const std::string overload = r.string(op, L::Operator::kOverload).value_or("");
+    names.push_back(r.string(op, L::Operator::kName).value_or("") + (overload.empty() ? "" : "." + overload));
+  }
+  return names;
+}
+
 } // namespace
 
 std::optional<std::string> check_tensor_dtypes(const uint8_t* data, size_t size) {
@@ -103,6 +113,16 @@ std::optional<std::string> check_input_data(const uint8_t* data, size_t size) {
   return std::nullopt;
 }
 
+std::vector<std::string> program_operators(const uint8_t* data, size_t size) {
+  FlatReader r(data, size);
+  std::vector<std::string> all;
+  for (size_t plan : r.tables(r.target(0), L::Program::kExecutionPlan).value_or(std::vector<size_t>{})) {
+    const std::vector<std::string> names = operator_names(r, plan);
+    all.insert(all.end(), names.begin(), names.end());
+  }
+  return all;
+}
+
 std::optional<std::string> check_kernel_calls(const uint8_t* data, size_t size) {
   constexpr size_t kTypes = sizeof(L::kKernelTypes) / sizeof(L::kKernelTypes[0]);
   FlatReader r(data, size);
@@ -112,11 +132,7 @@ std::optional<std::string> check_kernel_calls(const uint8_t* data, size_t size) 
     for (size_t value : r.tables(plan, L::ExecutionPlan::kValues).value_or(std::vector<size_t>{})) {
       tags.push_back(r.scalar<uint8_t>(value, L::EValue::kValType));
     }
-    std::vector<std::string> names;
-    for (size_t op : r.tables(plan, L::ExecutionPlan::kOperators).value_or(std::vector<size_t>{})) {
-      const std::string overload = r.string(op, L::Operator::kOverload).value_or("");
-      names.push_back(r.string(op, L::Operator::kName).value_or("") + (overload.empty() ? "" : "." + overload));
-    }
+    const std::vector<std::string> names = operator_names(r, plan);
     for (size_t chain : r.tables(plan, L::ExecutionPlan::kChains).value_or(std::vector<size_t>{})) {
       for (size_t instruction : r.tables(chain, L::Chain::kInstructions).value_or(std::vector<size_t>{})) {
         if (!r.ok() || r.scalar<uint8_t>(instruction, L::Instruction::kInstrArgsType) != L::kInstructionKernelCall) {

@@ -9,8 +9,12 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace custom_ops_runner {
+
+// The operators of every method of the program, as "ns::op.overload" (empty when it cannot be read).
+std::vector<std::string> program_operators(const uint8_t* data, size_t size);
 
 // The first kernel call naming an operator the method lacks, or passing a number or kinds of values its schema does
 // not take; nullopt when every call matches (operators the table does not list are left to their kernels' checks).

@@ -168,6 +168,28 @@ executorch::runtime::Span<const executorch::runtime::Kernel> replacing_kernels()
   return {kernels, count};
 }
 
+extern "C" __attribute__((weak)) const char* const* custom_ops_declared_replacing();
+
+// The program's operators that a declaration says the project's kernel replaces, where the linked library holds no
+// such kernel: ExecuTorch's own runs for them.
+std::vector<std::string> executorchs_in_place_of_declared(const std::vector<std::string>& operators) {
+  std::vector<std::string> found;
+  if (&custom_ops_declared_replacing == nullptr) {
+    return found;
+  }
+  const auto replacing = replacing_kernels();
+  for (const char* const* declared = custom_ops_declared_replacing(); *declared != nullptr; ++declared) {
+    const bool called = std::find(operators.begin(), operators.end(), *declared) != operators.end();
+    const bool held = std::any_of(replacing.begin(), replacing.end(), [&](const executorch::runtime::Kernel& k) {
+      return std::strcmp(k.name_, *declared) == 0;
+    });
+    if (called && !held) {
+      found.emplace_back(*declared);
+    }
+  }
+  return found;
+}
+
 // The kernel list each method is loaded with (its method-scoped registry, which ExecuTorch looks up before the global
 // one): the global registry with the replaced names' kernels swapped for the library's. Whole, because ExecuTorch logs
 // an error for each operator a method-scoped list lacks before it falls back, and a load that logs an error is one
@@ -714,7 +736,8 @@ size_t program_data_bytes(const executorch::runtime::DataLoader& loader, size_t 
 // was verified already; its FlatBuffers data is read once more here, and the whole file when a delegate's payload (in
 // a segment) must be read: a copy of the constant segments beside the loaded program would double the runner's memory
 // for a model whose weights are most of its file.
-std::optional<std::string> check_program_data(const executorch::runtime::DataLoader& loader, bool delegated) {
+std::optional<std::string> check_program_data(const executorch::runtime::DataLoader& loader, bool delegated,
+                                              std::vector<std::string>& operators) {
   auto size = loader.size();
   if (!size.ok()) {
     return std::nullopt;  // Program::load read it; nothing to add
@@ -726,6 +749,7 @@ std::optional<std::string> check_program_data(const executorch::runtime::DataLoa
     return "cannot be read whole to check its values and delegates: " + describe(file.error());
   }
   const auto* data = static_cast<const uint8_t*>(file->data());
+  operators = program_operators(data, file->size());
   if (auto problem = check_kernel_calls(data, file->size())) {
     return "has a kernel call the runtime cannot unbox safely: " + *problem;
   }
@@ -916,8 +940,14 @@ int run_program(
   if (!meta.ok()) {
     return fail("cannot read method '" + options.method + "': " + describe(meta.error()) + logged_errors());
   }
-  if (auto err = check_program_data(*loader, meta->num_backends() != 0)) {
+  std::vector<std::string> operators;
+  if (auto err = check_program_data(*loader, meta->num_backends() != 0, operators)) {
     return fail("'" + program_name + "' " + *err + ". Re-export it");
+  }
+  for (const std::string& name : executorchs_in_place_of_declared(operators)) {
+    std::fprintf(stderr, "warning: ExecuTorch's own kernel runs for %s: custom_ops.bzl declares a kernel in its place "
+                 "(replaces_executorch), but this runner's kernel library was built without it; select it "
+                 "(-DCUSTOM_OPS_ROOT_OPS, -DCUSTOM_OPS_MODEL_FILE) and rebuild\n", name.c_str());
   }
   std::vector<size_t> planned_sizes;
   uint64_t planned_total = 0;

@@ -2,8 +2,8 @@
 keeps a float32 running sum where ATen's keeps a double one, so a long float32 scan tells the two kernels apart by
 their bits. The project's kernel gives ATen's bits in every dtype; the runner runs it (a method-scoped kernel handed to
 load_method), and so does the Python runtime (registered under the kernel key of each call the program makes), while
-ExecuTorch's own kernel, alone in a process, does not. A library without the kernel says ExecuTorch's runs; the
-declaration and the selection refuse a replacement of nothing and a replacement never asked for."""
+ExecuTorch's own kernel, alone in a process, does not. A runner or a loaded library without the kernel says
+ExecuTorch's runs; the declaration and the selection refuse a replacement of nothing and one never asked for."""
 
 import os
 import subprocess
@@ -155,6 +155,19 @@ def test_a_kernel_library_without_the_kernel_says_executorchs_runs(long_scan_pro
     assert len(result) == 1 and "ExecuTorch's own kernel runs for aten::cumsum.out" in result[0], result
     assert "select the op and rebuild the library" in result[0], result
     assert differs(torch.load(tmp_path / "outputs.pt"), expected)
+
+
+def test_a_runner_without_the_kernel_says_executorchs_runs(long_scan_program, mul3_build, tmp_path):
+    from flow.runner import run_pte
+
+    pte, x, expected = long_scan_program
+    proc = subprocess.run([mul3_build.runner, f"--model_path={pte}"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    warnings = [line for line in proc.stderr.splitlines() if line.startswith("warning: ")]
+    assert warnings == ["warning: ExecuTorch's own kernel runs for aten::cumsum.out: custom_ops.bzl declares a kernel "
+                        "in its place (replaces_executorch), but this runner's kernel library was built without it; "
+                        "select it (-DCUSTOM_OPS_ROOT_OPS, -DCUSTOM_OPS_MODEL_FILE) and rebuild"], proc.stderr[-2000:]
+    assert differs(run_pte(mul3_build.runner, pte, [x], expected), expected)
 
 
 def plan(repo, *args):

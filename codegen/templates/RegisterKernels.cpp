@@ -35,6 +35,10 @@ __attribute__((visibility("default"))) size_t custom_ops_method_kernels(const ::
   return torch::executor::function::method_kernel_count;
 }
 
+__attribute__((visibility("default"))) const char* const* custom_ops_declared_replacing() {
+  return ::custom_ops::kDeclaredReplacing;
+}
+
 __attribute__((visibility("default"))) int custom_ops_register_keyed(const char* name, const char* key) {
   return ::custom_ops::register_keyed(torch::executor::function::method_kernels,
                                       torch::executor::function::method_kernel_count, name, key);
