@@ -107,3 +107,17 @@ inline int register_keyed(const ::executorch::runtime::Kernel* kernels, size_t c
 }
 
 }  // namespace custom_ops
+
+// The entry points above that the replacing kernels need, defined by the generated source over its table of them.
+#define CUSTOM_OPS_REPLACING_KERNELS_ENTRY_POINTS(method_kernels, method_kernel_count)                                 \
+  extern "C" __attribute__((visibility("default"))) size_t custom_ops_method_kernels(                                 \
+      const ::executorch::runtime::Kernel** kernels) {                                                               \
+    *kernels = method_kernels;                                                                                       \
+    return method_kernel_count;                                                                                      \
+  }                                                                                                                  \
+  extern "C" __attribute__((visibility("default"))) const char* const* custom_ops_declared_replacing() {             \
+    return ::custom_ops::kDeclaredReplacing;                                                                         \
+  }                                                                                                                  \
+  extern "C" __attribute__((visibility("default"))) int custom_ops_register_keyed(const char* name, const char* key) { \
+    return ::custom_ops::register_keyed(method_kernels, method_kernel_count, name, key);                             \
+  }

@@ -30,21 +30,9 @@ size_t method_kernel_count = 0;
 // Defined here, read by the runner (kernel_helpers/registration_prelude.h).
 extern "C" {
 __attribute__((visibility("default"))) int custom_ops_kernels_registered = 0;
-
-__attribute__((visibility("default"))) size_t custom_ops_method_kernels(const ::executorch::runtime::Kernel** kernels) {
-  *kernels = torch::executor::function::method_kernels;
-  return torch::executor::function::method_kernel_count;
 }
-
-__attribute__((visibility("default"))) const char* const* custom_ops_declared_replacing() {
-  return ::custom_ops::kDeclaredReplacing;
-}
-
-__attribute__((visibility("default"))) int custom_ops_register_keyed(const char* name, const char* key) {
-  return ::custom_ops::register_keyed(torch::executor::function::method_kernels,
-                                      torch::executor::function::method_kernel_count, name, key);
-}
-}
+CUSTOM_OPS_REPLACING_KERNELS_ENTRY_POINTS(torch::executor::function::method_kernels,
+                                          torch::executor::function::method_kernel_count)
 
 namespace {
 // Registration happens in a static initializer, so linking (or dlopen-ing) this library is all it takes.
