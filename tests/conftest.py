@@ -136,6 +136,26 @@ def mul3_pte(declared, tmp_path_factory) -> str:
     return export_example(declared["my_ops::mul3"], tmp_path_factory.mktemp("mul3"))
 
 
+class MulBinsAndMax(torch.nn.Module):
+    """A model calling a project op, a declared kernel for an ATen op ExecuTorch lacks, and ExecuTorch's own ops."""
+
+    def forward(self, x, boundaries):
+        return torch.ops.my_ops.mul3(x) + 1, torch.bucketize(x, boundaries), torch.amax(x, 0)
+
+
+@pytest.fixture(scope="session")
+def model_file_build(declared, tmp_path_factory) -> tuple[CMakeBuild, str]:
+    """(the build, the program): a tree selected by a program's own op list (-DCUSTOM_OPS_MODEL_FILE), MulBinsAndMax's:
+    its declared kernels (mul3, bucketize) beside ExecuTorch's for the rest."""
+    from flow import registration
+    from flow.export import export_to_pte
+
+    registration.register_with_pytorch([declared["my_ops::mul3"]])
+    pte = export_to_pte(MulBinsAndMax(), (torch.randn(6, 4), torch.tensor([-1.0, 0.0, 1.0])),
+                        tmp_path_factory.mktemp("model_file") / "mul_bins_and_max.pte")
+    return cmake_build("custom_ops_from_model", f"CUSTOM_OPS_MODEL_FILE={pte}"), pte
+
+
 @pytest.fixture(scope="session")
 def aarch64_flow(request, tmp_path_factory):
     """Runs the aarch64 mode once per test run (it installs the Debian packages when missing and fetches the wheel);

@@ -135,28 +135,13 @@ def test_executorch_kernels_are_read_from_its_registry():
     assert not {"aten::bucketize.Tensor_out", "aten::cumprod.out", "my_ops::mul3.out"} & kernels
 
 
-class BinsThenAdds(torch.nn.Module):
-    def forward(self, x, boundaries):
-        return torch.bucketize(x, boundaries) + 1, torch.amax(x, 0)
-
-
-def test_a_model_file_selects_its_aten_kernels_beside_executorchs_and_the_runner_runs_it(tmp_path):
-    # The model's own op list picks the project's kernel for bucketize; ExecuTorch's serve add and amax.
-    from flow.export import export_to_pte
-
-    x, boundaries = torch.randn(6, 4), torch.tensor([-1.0, 0.0, 1.0])
-    pte = export_to_pte(BinsThenAdds(), (x, boundaries), tmp_path / "bins.pte")
-    build = tmp_path / "build"
-    configure = subprocess.run(["cmake", "-S", REPO_ROOT, "-B", str(build), "-G", "Ninja",
-                                f"-DPython3_EXECUTABLE={sys.executable}", f"-DCUSTOM_OPS_MODEL_FILE={pte}",
-                                "-DCUSTOM_OPS_BUILD_AOT_LIBRARY=OFF"], capture_output=True, text=True, timeout=300)
-    assert configure.returncode == 0, configure.stderr[-3000:]
-    assert "Custom ops: aten::bucketize" in configure.stdout
-    built = subprocess.run(["cmake", "--build", str(build), "--target", "custom_ops_executor_runner"],
-                           capture_output=True, text=True, timeout=900)
-    assert built.returncode == 0, built.stdout[-3000:]
-    proc = subprocess.run([sys.executable, "-m", "flow.verify", "--pte", pte,
-                           "--runner", str(build / "custom_ops_executor_runner")],
+def test_a_model_file_selects_its_aten_kernels_beside_executorchs_and_the_runner_runs_it(model_file_build):
+    # The model's own op list picks the project's kernels for mul3 and bucketize; ExecuTorch's serve add and amax.
+    build, pte = model_file_build
+    with open(os.path.join(build.build_dir, "custom_ops_plan.cmake")) as f:
+        assert sorted(f.read().split('set(CUSTOM_OPS_SELECTED "')[1].split('"')[0].split(";")) == [
+            "aten::bucketize", "my_ops::mul3"]
+    proc = subprocess.run([sys.executable, "-m", "flow.verify", "--pte", pte, "--runner", build.runner],
                           capture_output=True, text=True, timeout=600, cwd=REPO_ROOT)
     assert proc.returncode == 0 and "outputs match the reference" in proc.stdout, proc.stdout + proc.stderr
 
