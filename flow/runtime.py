@@ -174,21 +174,31 @@ class MissingOperatorError(RuntimeError):
     """The program calls an operator no kernel library in this process registers (the runtime's "Missing operator")."""
 
 
+def _declared_replacing(library: ctypes.CDLL) -> list[str]:
+    """The ops whose declared kernel replaces ExecuTorch's, as the kernel library was built with them (its
+    custom_ops_declared_replacing(): every declared one, selected or not, null-terminated)."""
+    listed = getattr(library, "custom_ops_declared_replacing", None)
+    if listed is None:
+        return []
+    listed.restype = ctypes.POINTER(ctypes.c_char_p)
+    names, found = listed(), []
+    while names[len(found)] is not None:
+        found.append(names[len(found)].decode())
+    return found
+
+
 def _register_replacing_kernels(spec: MethodSpec, program_name: str) -> None:
     """The pybindings load a method without method-scoped kernels, so for an op whose declared kernel replaces
     ExecuTorch's (replaces_executorch), the loaded kernel library registers its kernel globally under the kernel key of
     each call the program makes (custom_ops_register_keyed), which ExecuTorch prefers to its own fallback kernel."""
-    from flow.runtime_kernels import replaced
-
-    theirs = replaced(spec.operators)
-    if not theirs:
-        return
-    library = ctypes.CDLL(_loaded) if _loaded else None
-    register = getattr(library, "custom_ops_register_keyed", None)
+    if _loaded is None:
+        return  # nothing of the project's is loaded: ExecuTorch's kernels serve every op the loader lets through
+    library = ctypes.CDLL(_loaded)
+    declared = _declared_replacing(library)
     left = []
-    for name in theirs:
+    for name in [op for op in dict.fromkeys(spec.operators) if op in declared]:
         keys = dict.fromkeys(key for index, key in spec.kernel_keys if spec.operators[index] == name)
-        results = {register(name.encode(), key.encode()) for key in keys} if register else {1}
+        results = {library.custom_ops_register_keyed(name.encode(), key.encode()) for key in keys}
         if -1 in results:
             raise RuntimeError(f"{program_name}: registering the kernel library's {name} under its calls' kernel keys "
                                "failed (ExecuTorch's kernel registry is full?)")

@@ -93,13 +93,6 @@ def replacing_nothing(declared=None) -> list[str]:
             if op.replaces_executorch and name not in executorch_kernels()]
 
 
-def replaced(operators, declared=None) -> list[str]:
-    """The operators of `operators` whose declared kernel replaces ExecuTorch's: a runner that passes the kernel
-    library's method kernels to load_method runs the project's, ExecuTorch's Python runtime runs ExecuTorch's."""
-    ours = declared_kernels(declared)
-    return [name for name in dict.fromkeys(operators) if name in ours and ours[name].replaces_executorch]
-
-
 def without_kernel(operators, declared=None) -> list[str]:
     """The operators of `operators` that neither ExecuTorch's kernels nor a declared op serve, in order, once each."""
     ours = declared_kernels(declared)
