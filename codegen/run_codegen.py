@@ -289,17 +289,16 @@ def selected_bindings(selection: str) -> str:
     return yaml.safe_dump(entries, sort_keys=False)
 
 
-def replacing_executorch(bindings: str) -> list[str]:
-    """The out variants bound in `bindings` whose kernels replace ExecuTorch's (declared replaces_executorch)."""
+def declared_replacing() -> list[str]:
+    """Every declared out variant whose kernel replaces ExecuTorch's (replaces_executorch), selected or not."""
+    return [op.out_name for op in declarations.load().values() if op.replaces_executorch]
+
+
+def bound_among(bindings: str, names: list[str]) -> list[str]:
+    """The out variants of `names` that `bindings` (a selection's custom_ops.yaml entries) binds."""
     import yaml
 
-    replacing = {op.out_name for op in declarations.load().values() if op.replaces_executorch}
-    return [entry_name(e) for e in yaml.safe_load(bindings) or [] if entry_name(e) in replacing]
-
-
-def declared_replacing() -> list[str]:
-    """Every declared out variant whose kernel replaces ExecuTorch's, selected or not."""
-    return [op.out_name for op in declarations.load().values() if op.replaces_executorch]
+    return [entry_name(e) for e in yaml.safe_load(bindings) or [] if entry_name(e) in names]
 
 
 def replaced_kernels_header(selected: list[str], declared: list[str]) -> str:
@@ -317,13 +316,12 @@ def replaced_kernels_header(selected: list[str], declared: list[str]) -> str:
             "}  // namespace custom_ops\n")
 
 
-def _generation_key(selection: str, bindings: str, aten: bool, native: str, manual: bool) -> str:
-    """What codegen's output depends on: the selection, its bindings, which of them and which declared ops replace
-    ExecuTorch's kernels, the templates, this file (the argument checks it inserts), ATen's yaml files and the executorch and torch
-    versions."""
+def _generation_key(selection: str, bindings: str, aten: bool, native: str, manual: bool, replacing: list[str]) -> str:
+    """What codegen's output depends on: the selection, its bindings, the declared ops whose kernels replace
+    ExecuTorch's, the templates, this file (the argument checks it inserts), ATen's yaml files and the executorch and
+    torch versions."""
     templates = os.path.join(CODEGEN_DIR, "templates")
-    return _key(f"aten={aten}", f"manual={manual}", *_versions(), bindings, *replacing_executorch(bindings),
-                "declared:", *declared_replacing(), files=[
+    return _key(f"aten={aten}", f"manual={manual}", *_versions(), bindings, "replacing:", *replacing, files=[
         selection, os.path.abspath(__file__), os.path.join(native, "tags.yaml"),
         os.path.join(native, "native_functions.yaml"),
         *sorted(os.path.join(templates, name) for name in os.listdir(templates))])
@@ -368,6 +366,7 @@ def generate(selection: str, output_dir: str, aten: bool, manual: bool = False) 
              else ["RegisterCodegenUnboxedKernelsEverything.cpp"])
 
     bindings = selected_bindings(selection)
+    replacing = declared_replacing()
 
     def make(directory):
         import tempfile
@@ -388,9 +387,9 @@ def generate(selection: str, output_dir: str, aten: bool, manual: bool = False) 
         else:
             insert_argument_checks(os.path.join(directory, names[0]))
             with open(os.path.join(directory, "ReplacedKernels.h"), "w") as f:
-                f.write(replaced_kernels_header(replacing_executorch(bindings), declared_replacing()))
+                f.write(replaced_kernels_header(bound_among(bindings, replacing), replacing))
 
-    _cached(_generation_key(selection, bindings, aten, native, manual), output_dir, make)
+    _cached(_generation_key(selection, bindings, aten, native, manual, replacing), output_dir, make)
     return [os.path.join(output_dir, name) for name in names]
 
 
