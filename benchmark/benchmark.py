@@ -32,7 +32,7 @@ TARGET_EXECUTION_SECONDS = 0.05  # per (program, round): enough executions for a
 
 
 def goals(dtype: str, n: int) -> tuple[float | None, float | None]:
-    """(minimum speedup over aten, minimum fraction of memcpy bandwidth) for one row, per issue 11."""
+    """(minimum speedup over aten, minimum fraction of memcpy bandwidth) for one row."""
     if n == LARGE:
         return None, 0.75
     if n == 4 * 1024 * 1024:

@@ -21,7 +21,7 @@ from benchmark import spread  # noqa: E402  (benchmark/benchmark.py)
 
 NEW_TOKENS = 96
 GENERATIONS = 3
-# (what, faster variant, baseline, goal): the ratio of decode tokens/s, per issue 19
+# (what, faster variant, baseline, goal): the ratio of decode tokens/s
 COMPARISONS = [
     ("custom ops vs ATen ops", "decoder", "decoder_aten_ops", 1.3),
     ("sdpa_with_cache vs ATen attention", "decoder", "decoder_aten_attention", 1.3),

