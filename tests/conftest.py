@@ -264,8 +264,9 @@ def dynamic_programs(mul4_aot, declared, tmp_path_factory) -> DynamicPrograms:
 
 
 # ---- Order, and the developer's quick loop --------------------------------------------------------------------------
-# The files that take longest first (their times: docs/tests.md). pytest-xdist hands whole files to the workers in
-# collection order, so the long ones start at once and no long file starts last. Any file not named runs after them.
+# The files that take longest first (by a cold run's time; docs/tests.md: what a run costs). pytest-xdist hands whole
+# files to the workers in collection order, so the long ones start at once and no long file starts last. Any file not
+# named runs after them.
 HEAVIEST_FIRST = [
     # The first two start together: the second compiles with the Buck2 graph's own commands while the first builds the
     # combined tree, and the recipe's copy (third) then finds that tree's objects in the compiler cache.
