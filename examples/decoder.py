@@ -1,7 +1,7 @@
 """The example ops in a real model: a small Llama-style decoder (seeded random weights, nothing downloaded) whose norms
 are my_ops::rms_norm, whose K/V caches are mutable buffers written with my_ops::update_cache and whose attention over
-them is my_ops::sdpa_with_cache. Its linear layers go to the XNNPACK delegate (flow/model.py lowers and runs it); the
-custom ops stay on this project's CPU kernels.
+them is my_ops::sdpa_with_cache. Its linear layers go to the XNNPACK delegate (models/example_decoder.py lowers and
+runs it); the custom ops stay on this project's CPU kernels.
 
 One method, forward(tokens [1, T], input_pos [1]) -> logits of the last position [1, VOCAB], serves prefill (T = the
 prompt's length, input_pos 0) and each decode step (T = 1, input_pos = tokens so far): the caches carry the state from

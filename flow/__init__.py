@@ -1,22 +1,31 @@
-"""The machinery of the custom-op flow, for any op declared in custom_ops.bzl (the examples, at the top level and in
-ops/<name>/, are data to it):
+"""The op machinery, for any op declared in custom_ops.bzl: declare, register, bind, select, build, export, run,
+verify. The ops (custom_ops_*.py and ops/<name>/) are data to it; it names no op and no model. Above it, models/ puts
+models on the ops and benchmark/ times both; nothing here imports either.
 
-    declarations   custom_ops.bzl for Python: the ops, how PyTorch learns each, its kernels, reference and example
-    registration   makes declared ops known to PyTorch (their modules, the C++ AOT library, vmap rules, torch_compat)
-    export         torch.export -> .pte (+ .pt2 beside it)             python -m flow.export --op NAME
-    program        the one .pte reader: operators, inputs and outputs, planned memory, and the untrusted-program checks
-    runtime        the ExecuTorch Python runtime: the kernel library, checked loading
-    runtime_kernels  the kernels a program's runtime will have (ExecuTorch's and the declared ops'), so export and
-                   selective build refuse a program dead on arrival      python -m flow.runtime_kernels
-    runner         driving the C++ runner: raw tensor files in and out
-    reference      the exported model in eager PyTorch with each custom op replaced by its declared ATen reference
-    compare        what "bit for bit" means here (and the tolerance otherwise)
-    verify         the verifier: runner and Python runtime against the reference    python -m flow.verify --pte X.pte
-    profile        ETDump + ETRecord + Inspector, every op of every execution checked   python -m flow.profile
-    model          the ops in a real model (examples/decoder.py): XNNPACK export, greedy decoding vs eager
-                   python -m flow.model
-    dtypes         the dtype table: ExecuTorch's scalar types and the elementwise kernels' dtypes
+    declarations     custom_ops.bzl for Python: the ops, how PyTorch learns each, kernels, reference, example
+    op_kinds         an op's kind (traits from its declaration and schema); the representatives of every kind
+                                                                              python -m flow.op_kinds
+    registration     makes declared ops known to PyTorch (their modules, the C++ AOT library, vmap rules, torch_compat)
     torch_compat, vmap_rules   the ops' PyTorch side that the my_ops wheel carries too (they import only torch)
+    schema_types     each schema type's C++ type in both kernel modes
+    argument_kinds   the kinds of value each operator's kernel unboxes: the table the pre-flights check calls against
+    compiler_flags   the flags every kernel build passes (no floating-point contraction)
+    dtypes           ExecuTorch's scalar types and the elementwise kernels' dtypes
+    cpu              the vector code the kernels run on this CPU (the ISA rule, under CUSTOM_OPS_ISA's cap)
+    runtime_kernels  the kernels a program's runtime will have, so export and selective build refuse a program dead on
+                     arrival                                                  python -m flow.runtime_kernels
+    export           torch.export -> .pte (+ .pt2 beside it)                  python -m flow.export --op NAME
+    program          the one .pte reader: operators, inputs and outputs, planned memory, the untrusted-program checks
+    xnnpack_layout, xnnpack_payload   XNNPACK's payload bytes described once, and checked before the backend reads them
+    lazy_exir        reading and running a program without importing the exporter
+    runtime          the ExecuTorch Python runtime: the kernel library, checked loading
+    runner           driving the C++ runner: raw tensor files in and out
+    reference        the exported model in eager PyTorch with each custom op replaced by its declared ATen reference
+    compare          what "bit for bit" means here (and the tolerance otherwise)
+    verify           the verifier: runner and Python runtime against the reference   python -m flow.verify --pte X.pte
+    profile          ETDump + ETRecord + Inspector, every op of every execution checked   python -m flow.profile
+    aoti             the same ops through AOTInductor, run from C++ beside ExecuTorch   python -m flow.aoti
+    artifact_cache   slow artifacts (AOTInductor packages, programs) kept by a hash of what they are made from
 
 Importing this package imports nothing heavy; each module imports torch or executorch itself. It does quiet what
 packages the flow does not use print when executorch imports them (below).

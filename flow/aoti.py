@@ -1,7 +1,8 @@
 """AOTInductor, PyTorch's other way to run an exported model without Python, beside ExecuTorch: packages each declared
-op's example program and the example decoder with torch._inductor.aoti_compile_and_package (CPU), runs every package
-in custom_ops_aoti_runner (runner/aoti_runner.cpp: C++, no Python) and checks it against the same eager references
-the ExecuTorch flow uses. Then it checks that a package whose op library is missing fails with one clear error line.
+op's example program with torch._inductor.aoti_compile_and_package (CPU), runs every package in custom_ops_aoti_runner
+(runner/aoti_runner.cpp: C++, no Python) and checks it against the same eager references the ExecuTorch flow uses.
+models/example_decoder.py packages the example decoder the same way and checks that a package whose op library is
+missing fails with one clear error line (missing_library_error).
 
     python -m flow.aoti --build_dir cmake-out/all_ops      (a CMake build with -DCUSTOM_OPS_BUILD_AOTI=ON)
 
@@ -31,7 +32,6 @@ from flow import artifact_cache
 PACKAGE_DIR = "aoti_packages"  # under cmake-out/
 RUNNER = "custom_ops_aoti_runner"
 OP_LIBRARIES = ("libcustom_ops_aot_lib.so", "libcustom_ops_without_python.so")
-MODEL = "decoder"  # the float32 decoder (flow.model.VARIANTS): the package compared with decoder.pte
 STATELESS_EXECUTIONS = 3  # as the ExecuTorch verifier: an execution that spoils the next one's inputs shows
 # The runner has packages check their inputs (AOTI_RUNTIME_CHECK_INPUTS). Without this, that check also demands 2 or
 # more of each dynamic size (Inductor's 0/1 specialization), which refuses a decode step's single token; export
@@ -113,39 +113,6 @@ def check_example(op, build_dir: str) -> str:
     return f"{op.example_program}: {os.path.relpath(path)} matches {op.short_name}'s reference {how}"
 
 
-def export_model(max_seq: int | None = None) -> torch.export.ExportedProgram:
-    """The float32 decoder with the custom ops, exported with the dynamic prompt length (as for ExecuTorch)."""
-    from flow import model
-
-    m = model.model_module()
-    return torch.export.export(model.build(model.VARIANTS[MODEL], max_seq=max_seq), m.prompt_inputs(),
-                               dynamic_shapes=m.dynamic_shapes(model.config(max_seq)), strict=True)
-
-
-def model_package() -> str:
-    """The decoder's package. Its vocabulary size is in the metadata: the runner checks prompt tokens against it
-    before running, because the package's own bounds check throws inside a parallel region, which aborts."""
-    from flow import model
-
-    return package(MODEL, export_model(), {"vocab": str(model.config().vocab)})
-
-
-def check_model(build_dir: str) -> list[str]:
-    """Decodes the decoder's package twice in the C++ runner (the second generation starts over on the caches the
-    first filled) and compares with eager, as flow.model does for the .pte."""
-    from flow import model
-
-    m = model.model_module()
-    path = model_package()
-    expected = model.decode_eager(model.build(model.VARIANTS[MODEL], reference=True), m.PROMPT, m.NEW_TOKENS)
-    decoded = model.decode_command(runner_command(build_dir, path), m.PROMPT, m.NEW_TOKENS, generations=2)
-    if (problem := model.difference(decoded, expected, model.FLOAT32_TOLERANCE)) is not None:
-        raise AssertionError(f"{os.path.relpath(path)} in {RUNNER}: {problem}")
-    return [f"{MODEL}: {expected.tokens} in {RUNNER} and eager",
-            f"{RUNNER}: prefill of {len(m.PROMPT)} tokens {decoded.prefill_us:.0f} us, decode "
-            f"{decoded.decode_tokens_per_s:.0f} tokens/s"]
-
-
 def missing_library_error(build_dir: str, package_file: str, op_libraries: Sequence[str]) -> str:
     """The runner's error line for `package_file` loaded with only `op_libraries`; AssertionError unless it fails
     cleanly (exit code 1, one error line) naming an op and the --op_library fix."""
@@ -164,16 +131,13 @@ def main() -> int:
     parser.add_argument("--build_dir", required=True,
                         help=f"a CMake build with every op and -DCUSTOM_OPS_BUILD_AOTI=ON: {RUNNER} and the op libraries")
     args = parser.parse_args()
-    from flow import declarations, model
+    from flow import declarations, registration
 
-    model.register_ops(args.build_dir)
+    registration.register_with_pytorch(list(declarations.load().values()),
+                                       aot_library=os.path.join(args.build_dir, "libcustom_ops_aot_lib.so"))
     try:
         for op in declarations.load().values():
             print(check_example(op, args.build_dir))
-        for line in check_model(args.build_dir):
-            print(line)
-        line = missing_library_error(args.build_dir, model_package(), [])
-        print(f"without its op libraries the runner refuses the package: {line}")
     except (AssertionError, RuntimeError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

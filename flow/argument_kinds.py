@@ -140,8 +140,8 @@ def runtime_arguments() -> dict[str, Arguments]:
 
 
 def _cached_table(cache: str | None) -> dict[str, Arguments]:
-    # Its own few lines, not my_ops.hf.runtime.cached: importing the my_ops package registers the built ops, and a
-    # fresh checkout's first flow checks programs before any tree that holds them all is built.
+    # Its own few lines, not flow/file_cache.py: a table that fails to parse is made again here, where that cache would
+    # hand back the damaged file.
     import hashlib
     import json
     from importlib import metadata

@@ -19,7 +19,8 @@ CACHE_ROOT = os.path.join(REPO_ROOT, "cmake-out")
 # What every artifact is made from: the machinery that exports, lowers and packages (the flow and my_ops packages, the
 # kernel helpers, the example models, the top-level scripts and sources). The ops' own folders and declarations enter
 # per artifact (op_files): those of the ops it calls, so declaring or editing another op keeps it.
-MACHINERY_PATTERNS = ("*.py", "*.cpp", "kernel_helpers/*.h", "examples/*.py", "flow/*.py", "my_ops/**/*.py")
+MACHINERY_PATTERNS = ("*.py", "*.cpp", "kernel_helpers/*.h", "examples/*.py", "flow/*.py", "models/*.py",
+                      "my_ops/**/*.py")
 PACKAGES = ("torch", "executorch", "transformers")
 # How an op's file reaches another op's folder: a C++ include by its path from the repository, a Python module path.
 _INCLUDE = re.compile(r'#\s*include\s*"(ops/[^"]+)"')
@@ -101,9 +102,9 @@ def cached(directory: str, name: str, make: Callable[[str], None], *settings: st
            ops: Iterable[str] = ()) -> tuple[str, bool]:
     """The path of artifact `name` (e.g. "llama.pte") under cmake-out/<directory>, made by make(path) once per source
     hash (the ops it calls: their declared names, "my_ops::rope"); and whether it was made now. Made beside its place and
-    renamed into it, so a process reading the cache sees a whole artifact or none (my_ops.hf.runtime.cached, the cache
-    `python -m my_ops.hf` keeps its programs in)."""
-    from my_ops.hf.runtime import cached as keyed
+    renamed into it, so a process reading the cache sees a whole artifact or none (flow/file_cache.py, as `python -m
+    my_ops.hf` keeps its programs)."""
+    from flow.file_cache import cached as keyed
 
     key = source_hash(*settings, ops=tuple(sorted(set(ops))))
     return keyed(os.path.join(CACHE_ROOT, directory), name, key, make)

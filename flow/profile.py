@@ -374,23 +374,6 @@ def decoding_runs(prompt, tokens) -> list[tuple[torch.Tensor, torch.Tensor]]:
     return runs
 
 
-def profile_model(name: str, runner: str, out_dir: str, declared_ops, new_tokens: int) -> int:
-    """flow.model's variant `name` exported with its ETRecord and decoded once in the runner with an ETDump."""
-    from flow import model
-
-    pte = model.export(name, out_dir, etrecord=True)
-    print(f"Exported {pte} with its ETRecord")
-    prompt = model.model_module().PROMPT
-
-    def runs_of(output: str):  # the executions replayed are those of the run recorded: its own tokens
-        tokens = model.printed_tokens(output)
-        print(f"Generated tokens: {' '.join(map(str, tokens))}")
-        return decoding_runs(prompt, tokens)
-
-    run_args = [f"--prompt={','.join(map(str, prompt))}", f"--new_tokens={new_tokens}"]
-    return profile(pte, runner, out_dir, declared_ops, run_args, runs_of, decoding=True)
-
-
 def main() -> int:
     from flow import declarations, registration
     from flow.export import etrecord_path, example_of, export_to_pte
@@ -401,9 +384,7 @@ def main() -> int:
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--op", help="profile this declared op's example program instead of the MLP")
     which.add_argument("--pte", help="profile this program (exported with its .etrecord beside it)")
-    which.add_argument("--model", help="profile this variant of the example model (flow/model.py), decoding")
     parser.add_argument("--num_executions", type=int, default=20)
-    parser.add_argument("--new_tokens", type=int, default=16, help="with --model: tokens to generate")
     parser.add_argument("--output_dir", help="where the .pte, .etrecord, .etdump go (default: <build_dir>/profile)")
     args = parser.parse_args()
     out_dir = args.output_dir or os.path.join(args.build_dir, "profile")
@@ -412,11 +393,6 @@ def main() -> int:
     try:
         declared = declarations.load()
         runner = os.path.join(args.build_dir, "custom_ops_executor_runner")
-        if args.model:
-            from flow import model
-
-            model.register_ops(args.build_dir)
-            return profile_model(args.model, runner, out_dir, list(declared.values()), args.new_tokens)
         if args.pte:
             return profile_program(args.pte, args.build_dir, out_dir, args.num_executions, declared)
         ops = [declarations.find(args.op)] if args.op else list(declared.values())

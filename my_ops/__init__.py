@@ -42,10 +42,11 @@ def _from_checkout(name: str, relative_path: str):
 
 
 if _EDITABLE:
+    file_cache = _from_checkout("file_cache", "flow/file_cache.py")
     torch_compat = _from_checkout("torch_compat", "flow/torch_compat.py")
     vmap_rules = _from_checkout("vmap_rules", "flow/vmap_rules.py")
 else:
-    from . import torch_compat, vmap_rules
+    from . import file_cache, torch_compat, vmap_rules  # noqa: F401  (file_cache: my_ops.hf.session's)
 
 
 def _declared_ops() -> list[dict]:

@@ -22,6 +22,6 @@ def export_program(path: str, *, max_seq_len: int = 256):
     """The GGUF file at `path` as an ExecuTorch program whose linear layers and embedding run the file's own tensors
     on my_ops' block ops (nothing dequantized into the program, nothing requantized); the rest as my_ops.hf does it."""
     from .hf.checkpoint import load
-    from .hf.export import export_checkpoint
+    from .hf.to_program import export_checkpoint
 
     return export_checkpoint(load(path), max_seq_len=max_seq_len, quantize="gguf")

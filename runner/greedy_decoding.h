@@ -1,7 +1,7 @@
 // What both runners' greedy decoding shares (custom_ops_executor_runner and custom_ops_aoti_runner): taking a step's
-// token from its logits, and the summary printed after decoding, in one format that one parser reads (flow/model.py)
-// and the ExecuTorch vs AOTInductor benchmark compares (benchmark/aoti.py): tokens, prefill and decode times, the
-// process's peak resident memory and how much of it is on huge pages.
+// token from its logits, and the summary printed after decoding, in one format that one parser reads
+// (models/decoding.py) and the ExecuTorch vs AOTInductor benchmark compares (benchmark/bench_aoti.py): tokens, prefill
+// and decode times, the process's peak resident memory and how much of it is on huge pages.
 #pragma once
 
 #include <algorithm>

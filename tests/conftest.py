@@ -182,12 +182,12 @@ def aarch64_package(aarch64_flow) -> str:
 @pytest.fixture(scope="session")
 def decoder_programs(request, aot_ops, python_ops, tmp_path_factory) -> dict[str, str]:
     """The decoder exported as `test_custom_ops.sh model` tests it: float32 and 8-bit, both delegated to XNNPACK;
-    exported once per source hash (flow.model.export_cached)."""
-    from flow import model
+    exported once per source hash (models.example_decoder.export_cached)."""
+    from models import example_decoder
 
     def export():
         directory = str(tmp_path_factory.mktemp("decoder"))
-        return {name: model.export_cached(name, directory) for name in model.TESTED}
+        return {name: example_decoder.export_cached(name, directory) for name in example_decoder.TESTED}
 
     return shared_once(request, tmp_path_factory, "decoder_programs", export)
 

@@ -106,9 +106,11 @@ def run_runner(runner: str, *args: str, timeout: int = 120) -> subprocess.Comple
 
 
 def run_flow(module: str, *args: str, repo: str = REPO_ROOT, timeout: int = 600, **kwargs) -> subprocess.CompletedProcess:
-    """`python -m flow.<module> ARGS` of the repository `repo` (this one, or a copy), as the README runs it."""
+    """`python -m flow.<module> ARGS` (or `python -m <package.module>`) of the repository `repo` (this one, or a
+    copy), as the README runs it."""
     env = dict(os.environ, PYTHONPATH=repo, **kwargs.pop("env", {}))
-    return subprocess.run([sys.executable, "-m", f"flow.{module}", *args], capture_output=True, text=True,
+    name = module if "." in module else f"flow.{module}"
+    return subprocess.run([sys.executable, "-m", name, *args], capture_output=True, text=True,
                           timeout=timeout, env=env, cwd=repo, **kwargs)
 
 

@@ -8,13 +8,14 @@ import subprocess
 import pytest
 import torch
 
-from flow import aoti, declarations, model
+from flow import aoti, declarations
+from models import decoding, example_decoder
 from helpers import run_in_fresh_python
 
 
 @pytest.fixture(scope="module")
 def build_dir(combined_build, declared) -> str:
-    model.register_ops(combined_build.build_dir)
+    decoding.register_ops(combined_build.build_dir)
     return combined_build.build_dir
 
 
@@ -25,8 +26,9 @@ def test_each_example_package_equals_its_reference_in_the_cpp_runner(build_dir, 
 
 
 def test_the_decoder_package_decodes_like_eager_twice_in_the_cpp_runner(build_dir):
-    lines = aoti.check_model(build_dir)
-    assert lines[0].startswith(f"{aoti.MODEL}: [")
+    lines = example_decoder.check_aoti(build_dir)
+    assert lines[0].startswith(f"{example_decoder.AOTI_VARIANT}: [")
+    assert "the runner refuses the package" in lines[-1] and "my_ops::rms_norm" in lines[-1]
 
 
 def ops_of_nodes(exported) -> set[str]:
@@ -43,14 +45,15 @@ def ops_of_nodes(exported) -> set[str]:
 def test_a_package_is_keyed_by_every_op_its_program_calls(build_dir, declared, program):
     # flow/artifact_cache.py keys a package by the files of the ops it calls: one missed would reuse a stale package.
     # Decomposed, the in-place update_cache is an argument of auto_functionalized, not a node's target.
-    if program == aoti.MODEL:
-        exported = aoti.export_model()
+    if program == example_decoder.AOTI_VARIANT:
+        exported = example_decoder.aoti_export()
     else:
         _, exported, _ = aoti.example_package(declared["my_ops::update_cache"])
         if program.endswith("decomposed"):
             exported = exported.run_decompositions({})
     expected = ops_of_nodes(exported)
-    assert "my_ops::update_cache" in expected and ("my_ops::rms_norm" in expected or program != aoti.MODEL)
+    assert "my_ops::update_cache" in expected
+    assert "my_ops::rms_norm" in expected or program != example_decoder.AOTI_VARIANT
     assert expected <= aoti.called_ops(exported)
 
 
@@ -66,8 +69,8 @@ def _library(build_dir, name):
     ("custom_ops_2", ["libcustom_ops_without_python.so"], "my_ops::mul4"),
 ])
 def test_a_package_without_its_op_library_is_one_clear_error(build_dir, declared, program, libraries, missing_op):
-    if program == aoti.MODEL:
-        path = aoti.model_package()
+    if program == example_decoder.AOTI_VARIANT:
+        path = example_decoder.aoti_package()
     else:
         path, _, _ = aoti.example_package(next(op for op in declared.values() if op.example_program == program))
     line = aoti.missing_library_error(build_dir, path, [_library(build_dir, lib) for lib in libraries])
@@ -86,7 +89,7 @@ def test_bad_input_to_the_runner_is_one_error_line(build_dir, declared, tmp_path
     short = tmp_path / "short.bin"
     short.write_bytes(b"\0" * 8)  # 2 floats where 2x3 needs 6
     libraries = f"--op_library={_library(build_dir, 'libcustom_ops_without_python.so')}"
-    decoder = [f"--package={aoti.model_package()}",
+    decoder = [f"--package={example_decoder.aoti_package()}",
                f"--op_library={','.join(_library(build_dir, lib) for lib in aoti.OP_LIBRARIES)}"]
     cases = {
         "holds 8 bytes; float32:2x3 needs 24": [f"--package={path}", libraries, f"--inputs={short}",

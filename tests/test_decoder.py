@@ -1,8 +1,8 @@
-"""The example ops in a real model (examples/decoder.py, flow/model.py): linear layers lowered to XNNPACK, rms_norm and
-update_cache on this project's kernels, greedy decoding token by token in the runner and the Python runtime against
-eager PyTorch with ATen ops in place of the custom ops; a runner without a backend or operator the program needs
-refuses it with one line naming what is missing, and so does the exporter's check; mutants of the delegated program
-(its XNNPACK payload included) end in one error line, never a crash."""
+"""The example ops in a real model (examples/decoder.py, models/example_decoder.py): linear layers lowered to XNNPACK,
+rms_norm and update_cache on this project's kernels, greedy decoding token by token in the runner and the Python runtime
+against eager PyTorch with ATen ops in place of the custom ops; a runner without a backend or operator the program needs
+refuses it with one line naming what is missing, and so does the exporter's check; mutants of the delegated program (its
+XNNPACK payload included) end in one error line, never a crash."""
 
 import os
 import subprocess
@@ -10,14 +10,14 @@ import subprocess
 import pytest
 import torch
 
-from flow import model
+from models import decoding, example_decoder
 from flow.program import missing_from, read, registered_in
 from helpers import outcome, run_in_fresh_python, run_runner
 from pte_mutations import delegate_payloads, mutations
 
-PROMPT = model.model_module().PROMPT
+PROMPT = example_decoder.model_module().PROMPT
 NEW_TOKENS = 12
-MAX_SEQ = model.config().max_seq
+MAX_SEQ = example_decoder.config().max_seq
 
 
 @pytest.fixture(scope="module")
@@ -26,49 +26,51 @@ def programs(decoder_programs) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def expected() -> dict[str, model.Decoded]:
+def expected() -> dict[str, decoding.Decoded]:
     """Eager PyTorch with ATen ops in place of the custom ops (quantized the same way for decoder_q8)."""
-    return {name: model.decode_eager(model.build(model.VARIANTS[name], reference=True), PROMPT, NEW_TOKENS)
-            for name in model.TESTED}
+    return {name: decoding.decode_eager(example_decoder.build(example_decoder.VARIANTS[name], reference=True), PROMPT,
+                                        NEW_TOKENS)
+            for name in example_decoder.TESTED}
 
 
 @pytest.mark.parametrize("where", ["runner", "Python runtime"])
-@pytest.mark.parametrize("name", model.TESTED)
+@pytest.mark.parametrize("name", example_decoder.TESTED)
 def test_greedy_decoding_matches_eager(name, where, programs, expected, combined_build, load_method):
     # Twice: the second generation starts over at position 0 on the caches the first filled.
     if where == "runner":
-        decoded = model.decode_runner(combined_build.runner, programs[name], PROMPT, NEW_TOKENS, generations=2)
+        decoded = decoding.decode_runner(combined_build.runner, programs[name], PROMPT, NEW_TOKENS, generations=2)
     else:  # (load_method: the combined kernel library is loaded in this process)
-        decoded = model.decode_runtime(programs[name], PROMPT, NEW_TOKENS, generations=2)
-    assert model.difference(decoded, expected[name], model.tolerance_of(name)) is None
+        decoded = decoding.decode_runtime(programs[name], PROMPT, NEW_TOKENS, generations=2)
+    assert decoding.difference(decoded, expected[name], example_decoder.tolerance_of(name)) is None
     assert len(set(decoded.tokens)) > 3  # the sequence carries information: a stuck model would not pass for right
 
 
 def test_the_comparison_sees_a_wrong_cache_position(programs, expected, load_method):
     """A decode loop one position off (the cache written one row late, attention reading a stale row) is caught."""
     method = load_method(programs["decoder"])
-    off = model.greedy_decode(lambda t, p: method.execute([t, p + 1])[0], PROMPT, NEW_TOKENS)
-    assert model.difference(off, expected["decoder"], model.FLOAT32_TOLERANCE) is not None
+    off = decoding.greedy_decode(lambda t, p: method.execute([t, p + 1])[0], PROMPT, NEW_TOKENS)
+    assert decoding.difference(off, expected["decoder"], example_decoder.FLOAT32_TOLERANCE) is not None
 
 
 def test_the_cached_programs_call_the_ops_their_key_names(programs, declared):
-    # flow.model.export_cached keys its programs by CALLED_OPS' files: an op the model calls and the list lacks would
-    # leave a stale program after that op's edit.
+    # models.example_decoder.export_cached keys its programs by CALLED_OPS' files: an op the model calls and the list
+    # lacks would leave a stale program after that op's edit.
     called = {op for path in programs.values() for op in read(path).operators}
-    assert {f"{op}.out" for op in model.CALLED_OPS} == called & {op.out_name for op in declared.values()}
+    assert {f"{op}.out" for op in example_decoder.CALLED_OPS} == called & {op.out_name for op in declared.values()}
 
 
 def test_a_program_calling_an_op_its_key_does_not_name_is_not_cached(monkeypatch, tmp_path, aot_ops, python_ops):
     from flow import artifact_cache
 
     monkeypatch.setattr(artifact_cache, "CACHE_ROOT", str(tmp_path / "cache"))
-    monkeypatch.setattr(model, "CALLED_OPS", ("my_ops::rms_norm", "my_ops::sdpa_with_cache"))
-    with pytest.raises(RuntimeError, match=r"decoder calls my_ops::update_cache.out, which flow/model.py's CALLED_OPS"):
-        model.export_cached("decoder", str(tmp_path))
+    monkeypatch.setattr(example_decoder, "CALLED_OPS", ("my_ops::rms_norm", "my_ops::sdpa_with_cache"))
+    with pytest.raises(RuntimeError, match=r"decoder calls my_ops::update_cache.out, which "
+                                           r"models/example_decoder.py's CALLED_OPS"):
+        example_decoder.export_cached("decoder", str(tmp_path))
     assert not os.listdir(tmp_path / "cache" / "decoder_programs")
 
 
-@pytest.mark.parametrize("name", model.TESTED)
+@pytest.mark.parametrize("name", example_decoder.TESTED)
 def test_the_custom_ops_stay_on_their_kernels_and_the_linears_go_to_xnnpack(name, programs):
     program = read(programs[name])
     assert {"my_ops::rms_norm.out", "my_ops::update_cache.out", "my_ops::sdpa_with_cache.out"} <= set(program.operators)
@@ -146,7 +148,7 @@ def enlarge_a_constant_dim(data: bytes) -> bytes:
     raise AssertionError("no constant tensor in the first XNNPACK payload")
 
 
-@pytest.mark.parametrize("name", model.TESTED)
+@pytest.mark.parametrize("name", example_decoder.TESTED)
 def test_a_weight_dim_past_its_stored_bytes_is_refused_before_xnnpack_reads_it(name, programs, combined_build,
                                                                               tmp_path):
     from flow.program import ProgramError, check

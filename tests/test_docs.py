@@ -1,5 +1,5 @@
-"""The README and docs/ stay connected to the code: every relative link and anchor resolves, every flow module
-they run with `python -m` exists, and docs/tests.md describes every test file."""
+"""The README and docs/ stay connected to the code: every relative link and anchor resolves, every flow and models
+module they run with `python -m` exists, and docs/tests.md describes every test file."""
 
 import glob
 import os
@@ -39,9 +39,11 @@ def test_links_and_anchors_resolve(page):
     assert problems == []
 
 
-def test_flow_modules_they_name_exist():
-    named = {m for page in PAGES for m in re.findall(r"python -m flow\.(\w+)", open(page).read())}
-    assert named and all(os.path.isfile(os.path.join(REPO_ROOT, "flow", f"{m}.py")) for m in named), named
+def test_modules_they_run_exist():
+    named = {(package, m) for page in PAGES
+             for package, m in re.findall(r"python -m (flow|models)\.(\w+)", open(page).read())}
+    missing = {f"{package}.{m}" for package, m in named if not os.path.isfile(os.path.join(REPO_ROOT, package, f"{m}.py"))}
+    assert {package for package, _ in named} == {"flow", "models"} and missing == set()
 
 
 def test_every_test_file_is_described():

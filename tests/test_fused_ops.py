@@ -290,7 +290,7 @@ import torch
 from executorch.extension.pybindings import portable_lib
 from flow import registration
 from flow.export import export_to_pte
-from flow.model import register_ops
+from models.decoding import register_ops
 from flow.runtime import load_kernel_library, load_method_checked, path_counts
 from test_fused_ops import LayerOps
 register_ops({build_dir!r})

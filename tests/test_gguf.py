@@ -207,7 +207,7 @@ def test_a_block_tensor_of_a_partial_block_is_refused(gguf_module):
 def test_exporting_gguf_without_a_gguf_file_is_refused(gguf_module, tmp_path):
     import my_ops.hf
     from my_ops.hf.checkpoint import Checkpoint
-    from my_ops.hf.export import export_checkpoint
+    from my_ops.hf.to_program import export_checkpoint
 
     with pytest.raises(my_ops.hf.UnsupportedModelError, match="carries none"):
         my_ops.hf.prepare(tiny_llama(), max_seq_len=16, quantize="gguf")
@@ -221,8 +221,8 @@ def test_the_tiny_gguf_model_decodes_like_its_eager_reference(gguf_module, tmp_p
     # logits as the model on the same blocks in eager PyTorch with every my_ops op computed by its ATen reference.
     import copy
 
-    from flow.hf import reference_decode
-    from flow.model import decode_runtime
+    from models.hf_checkpoints import reference_decode
+    from models.decoding import decode_runtime
     from flow.runtime import load_kernel_library
     from my_ops.hf import export_program
 
@@ -249,8 +249,8 @@ def test_a_file_of_many_formats_runs_each_tensor_in_its_own_and_decodes_like_its
                                                                                                 combined_build):
     import copy
 
-    from flow.hf import reference_decode
-    from flow.model import decode_runtime
+    from models.hf_checkpoints import reference_decode
+    from models.decoding import decode_runtime
     from flow.runtime import load_kernel_library
     from my_ops.hf import export_program
     from my_ops.hf.quantize import formats_in
@@ -453,7 +453,7 @@ def test_generate_on_a_cut_file_says_so_in_one_line(tmp_path, combined_build):
     import subprocess
     import sys
 
-    from flow.real import gguf_path
+    from models.real_models import gguf_path
     from helpers import REPO_ROOT
 
     with open(gguf_path(), "rb") as f:

@@ -2,7 +2,7 @@
 llama.cpp's algorithm written out step for step (tests/spm_reference.py): on random vocabularies and texts that reach
 every rule (the special-token partition, the space prefix, merges by score, byte fallback), and on Gemma 3's file with
 a few thousand words of varied text; and SmolLM2's pre-tokenizer against llama.cpp's. Against llama.cpp's own
-`llama-tokenize`: `python -m flow.tokens` (the `real` mode)."""
+`llama-tokenize`: `python -m models.tokenizer_check` (the `real` mode)."""
 
 import os
 import random
@@ -122,7 +122,7 @@ def test_a_damaged_vocabulary_is_refused_by_name(gguf_tokenizer):
 def gemma3(gguf_tokenizer):
     """The file's header, the tokenizer my_ops.hf loads with the model (its `tokenizers` backend), and that tokenizer
     itself (transformers')."""
-    from flow.real import gemma3_path
+    from models.real_models import gemma3_path
     from my_ops.hf.gguf_file import check
 
     path = gemma3_path()  # assembled and hashed once
@@ -203,7 +203,7 @@ def byte_level(piece: str) -> str:
 def test_smollm2s_pre_tokenizer_splits_as_llama_cpps_smollm_type(gguf_tokenizer):
     # transformers' converter applies GPT-2's regex alone: " ¼" stayed one piece, and the ids differed from
     # llama-tokenize's wherever a number character that is not a digit followed a space.
-    from flow.real import gguf_path
+    from models.real_models import gguf_path
     tokenizer, _ = gguf_tokenizer.load(gguf_path())
     pre_tokenizer = tokenizer.backend_tokenizer.pre_tokenizer
     for path in TEXTS:
@@ -215,7 +215,7 @@ def test_smollm2s_pre_tokenizer_splits_as_llama_cpps_smollm_type(gguf_tokenizer)
 def test_the_real_modes_long_gemma3_prompt_passes_the_sliding_window(gemma3):
     # The `real` mode's float32 check of Gemma 3 decodes this prompt to show the local layers' window sliding: it must
     # hold more tokens than the window (read from the file) and leave room for the new tokens in the program.
-    from flow import real
+    from models import real_models as real
 
     metadata, tokenizer, _ = gemma3
     window = metadata["gemma3.attention.sliding_window"]

@@ -1,4 +1,4 @@
-"""my_ops/hf.py on Hugging Face decoders no one here wrote (examples/hf_models.py: tiny Llama, Qwen3 and Gemma 3
+"""my_ops.hf on Hugging Face decoders no one here wrote (examples/hf_models.py: tiny Llama, Qwen3 and Gemma 3
 checkpoints saved and loaded with from_pretrained): the swap in eager against transformers' own generate(), the swaps
 a mistake would break (each must change the tokens), the refusals, and the `hf` mode's flow end to end (export, a
 runner selected from the program, 200 tokens decoded twice in the runner and the Python runtime)."""
@@ -18,7 +18,7 @@ EAGER_TOKENS = 24  # the eager checks: enough steps that a cache or position mis
 @pytest.fixture(scope="module")
 def hf(aot_ops, python_ops):
     import my_ops.hf  # noqa: F401  (after the ops are registered: the package finds them defined)
-    from flow import hf as flow_hf
+    from models import hf_checkpoints as flow_hf
 
     return flow_hf
 
@@ -38,7 +38,7 @@ def decode_swapped(directory: str, new_tokens: int = EAGER_TOKENS):
     my_ops::update_cache)."""
     import my_ops.hf
     from examples import hf_models
-    from flow.model import decode_eager
+    from models.decoding import decode_eager
 
     model = my_ops.hf.swap_ops(hf_models.load(directory))
     return decode_eager(my_ops.hf.ExportableDecoder(model, hf_models.MAX_POSITIONS).eval(), hf_models.PROMPT,
@@ -53,7 +53,7 @@ def reference(hf, directory: str, new_tokens: int = EAGER_TOKENS):
 def test_a_swapped_model_decodes_like_transformers_in_eager(name, hf, checkpoints):
     import my_ops.hf
     from examples import hf_models
-    from flow.model import difference
+    from models.decoding import difference
 
     model = my_ops.hf.swap_ops(hf_models.load(checkpoints[name]))
     norms = [n for n, module in model.named_modules() if isinstance(module, my_ops.hf.RMSNorm)]
@@ -116,7 +116,7 @@ def _window_one_longer(monkeypatch, hf_module):
                               "Gemma's local layer attending to every position", "the window one position longer"])
 def test_a_wrong_swap_decodes_other_tokens(mistake, hf, checkpoints, monkeypatch):
     import my_ops.hf
-    from flow.model import difference
+    from models.decoding import difference
 
     gemma = (_gemma_norm_without_one, _window_ignored, _window_one_longer)
     directory = checkpoints["llama_large_eps" if mistake is _dropped_epsilon else "gemma3" if mistake in gemma
@@ -218,7 +218,7 @@ def test_the_program_cache_makes_once_per_identity_and_keeps_only_the_newest_of_
     # `python -m my_ops.hf` and the real mode keep their programs in ~/.cache/my_ops/programs: hundreds of MiB each,
     # so a program made for a new identity (other sources, schemas, packages) replaces the one it supersedes once that
     # one has gone unused for a while (another checkout, on older sources, may be reading it).
-    from my_ops.hf.runtime import SUPERSEDED_KEPT_S, cached
+    from my_ops.file_cache import SUPERSEDED_KEPT_S, cached
 
     made = []
 
@@ -246,7 +246,7 @@ def test_the_program_cache_makes_once_per_identity_and_keeps_only_the_newest_of_
 def test_the_program_identity_is_the_schemas_not_the_kernels(hf):
     # A rebuilt kernel keeps the programs; a changed schema of an op programs use (here: one more overload of a probe
     # taken for one) makes them anew; an op declared beside them, which no program uses, keeps them.
-    from my_ops.hf.runtime import PROGRAM_OPS, schema_hash
+    from my_ops.hf.session import PROGRAM_OPS, schema_hash
 
     before = schema_hash()
     assert schema_hash() == before
@@ -267,7 +267,7 @@ def test_the_program_identity_names_every_op_my_ops_hf_uses():
     import re
 
     from helpers import REPO_ROOT
-    from my_ops.hf.runtime import PROGRAM_OPS
+    from my_ops.hf.session import PROGRAM_OPS
 
     named = set()
     for path in glob.glob(os.path.join(REPO_ROOT, "my_ops", "hf", "*.py")):
@@ -284,19 +284,19 @@ def test_the_program_identity_covers_every_module_an_export_runs(hf):
     # text helpers are left out on purpose.
     import ast
 
-    from my_ops.hf import runtime
+    from my_ops.hf import session
 
     def imported(relative):
-        tree = ast.parse(open(os.path.join(runtime.PACKAGE_DIR, relative)).read())
+        tree = ast.parse(open(os.path.join(session.PACKAGE_DIR, relative)).read())
         package = os.path.dirname(relative)
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and node.level == 1 and package == "hf":
                 yield os.path.join(package, f"{node.module}.py" if node.module else "__init__.py")
 
-    reached, pending = set(), ["hf/export.py", "hf/__init__.py", "__init__.py"]
+    reached, pending = set(), ["hf/to_program.py", "hf/__init__.py", "__init__.py"]
     while pending:
         relative = pending.pop()
         if relative not in reached:
             reached.add(relative)
             pending.extend(imported(relative))
-    assert reached - set(runtime.NOT_IN_PROGRAMS) == set(runtime.EXPORT_SOURCES)
+    assert reached - set(session.NOT_IN_PROGRAMS) == set(session.EXPORT_SOURCES)

@@ -1,6 +1,8 @@
 """The repository's import graph, read statically (every import, at any depth): the machinery never imports an example
-module (it reaches an op's modules only through the declarations), the graph has no cycle, the example modules import
-only torch at load time, and the modules the wheel carries copies of import only the standard library and torch."""
+module (it reaches an op's modules only through the declarations), the layers import only downward (the op machinery,
+then the model layer, then the benchmarks) and no two modules of different folders share a name, the graph has no
+cycle, the example modules import only torch at load time, and the modules the wheel carries copies of import only the
+standard library and torch."""
 
 import ast
 import glob
@@ -12,7 +14,14 @@ import pytest
 from flow import declarations
 from helpers import REPO_ROOT
 
-MACHINERY = ["flow/*.py", "codegen/*.py", "my_ops/*.py", "my_ops/hf/*.py", "setup.py", "benchmark/*.py", "tools/*.py"]
+MACHINERY = ["flow/*.py", "codegen/*.py", "my_ops/*.py", "my_ops/hf/*.py", "models/*.py", "setup.py", "benchmark/*.py",
+             "tools/*.py"]
+# The layers, lowest first: a module may import from its own layer and the ones below it. The benchmarks run as
+# scripts with benchmark/ on their path, so they import each other by bare names.
+LAYERS = [("the op machinery", ["flow/*.py", "codegen/*.py", "tools/*.py"]),
+          ("the wheel", ["my_ops/*.py", "my_ops/hf/*.py"]),
+          ("the model layer", ["models/*.py"]),
+          ("the benchmarks", ["benchmark/*.py"])]
 OP_MODULES = ["custom_ops_1.py", "custom_ops_2.py", "ops/*/*.py"]  # copied into users' projects and the wheel
 EXAMPLES = [*OP_MODULES, "examples/*.py"]
 
@@ -71,9 +80,51 @@ def test_the_machinery_imports_no_example_module():
     assert offenders == {}
 
 
+def layer_of(module: str) -> int | None:
+    for rank, (_, patterns) in enumerate(LAYERS):
+        if any(module_name(os.path.join(REPO_ROOT, p)) == module for p in paths(patterns)):
+            return rank
+    return None
+
+
+def resolved(importer: str, imported: str, modules: dict[str, str]) -> str | None:
+    """The repository module an import names: a benchmark's bare name is its sibling in benchmark/."""
+    if imported in modules:
+        return imported
+    sibling = f"{importer.rpartition('.')[0]}.{imported}"
+    return sibling if importer.startswith("benchmark.") and sibling in modules else None
+
+
+def test_the_layers_import_only_downward():
+    modules = repository_modules()
+    upward = []
+    for module, path in modules.items():
+        if (rank := layer_of(module)) is None:
+            continue
+        for imported in imports(path):
+            target = resolved(module, imported, modules)
+            if target is not None and (other := layer_of(target)) is not None and other > rank:
+                upward.append(f"{module} ({LAYERS[rank][0]}) imports {target} ({LAYERS[other][0]})")
+    assert upward == []
+
+
+def test_no_two_folders_hold_a_module_of_the_same_name():
+    # ops/<name>/ folders are the ops' own (an op may name its module after itself); every other folder's modules, and
+    # the ops' modules against them, have names of their own.
+    by_name: dict[str, set[str]] = {}
+    for path in paths([*MACHINERY, *EXAMPLES]):
+        name = os.path.splitext(os.path.basename(path))[0]
+        if name != "__init__":
+            by_name.setdefault(name, set()).add(os.path.dirname(path) or ".")
+    shared = {name: sorted(folders) for name, folders in by_name.items()
+              if len({"ops" if f.startswith("ops/") else f for f in folders}) > 1}
+    assert shared == {}
+
+
 def test_the_import_graph_has_no_cycle():
     modules = repository_modules()
-    graph = {m: {i for i in imports(p) if i in modules and i != m} for m, p in modules.items()}
+    graph = {m: {t for i in imports(p) if (t := resolved(m, i, modules)) is not None and t != m}
+             for m, p in modules.items()}
     visiting, done, cycles = [], set(), []
 
     def visit(module):
@@ -98,7 +149,7 @@ STANDARD_LIBRARY = set(sys.stdlib_module_names)
 
 @pytest.mark.parametrize("path", sorted({*paths(OP_MODULES), *(op.python_file for op in declarations.load().values()
                                                                    if op.python_file),
-                                          "flow/torch_compat.py", "flow/vmap_rules.py"}))
+                                          "flow/file_cache.py", "flow/torch_compat.py", "flow/vmap_rules.py"}))
 def test_what_ships_or_gets_copied_imports_only_torch(path):
     # The example modules are copied into users' projects (and custom_ops_1.py into the wheel); the two flow modules
     # into the wheel. At load time they may need nothing but torch.

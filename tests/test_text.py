@@ -99,15 +99,15 @@ def test_the_libraries_messages_are_kept_apart_from_what_the_user_is_told(tmp_pa
 
     code = """
 import os, sys
-from my_ops.hf import runtime
-with runtime.libraries_quiet() as log:
+from my_ops.hf import session
+with session.libraries_quiet() as log:
     os.write(2, b"[cpuinfo_utils.cpp:71] from C\\n")
     print("a Python warning", file=sys.stderr)
-    runtime.say("for the user")
+    session.say("for the user")
     print(log)
 print("kept" if os.path.exists(log) else "removed")
 try:
-    with runtime.libraries_quiet() as log:
+    with session.libraries_quiet() as log:
         os.write(2, b"before the error\\n")
         raise RuntimeError
 except RuntimeError:

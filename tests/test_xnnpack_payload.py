@@ -334,13 +334,13 @@ for path in {paths!r}:
 def test_constants_moved_into_the_payload_still_decode_alike(decoder_programs, combined_build, tmp_path):
     """The control for the constant-region mutants: the same move with offsets left right is a valid program, which
     both checkers accept and which decodes the same tokens as the original."""
-    from flow import model
+    from models import decoding, example_decoder
     from flow.program import check
 
     with open(decoder_programs["decoder"], "rb") as f:
         moved = tmp_path / "inline_constant.pte"
         moved.write_bytes(xnnpack_mutants.inline_constants_program(f.read()))
     check(str(moved))
-    prompt = model.model_module().PROMPT
-    original = model.decode_runner(combined_build.runner, decoder_programs["decoder"], prompt, 6)
-    assert model.decode_runner(combined_build.runner, str(moved), prompt, 6).tokens == original.tokens
+    prompt = example_decoder.model_module().PROMPT
+    original = decoding.decode_runner(combined_build.runner, decoder_programs["decoder"], prompt, 6)
+    assert decoding.decode_runner(combined_build.runner, str(moved), prompt, 6).tokens == original.tokens

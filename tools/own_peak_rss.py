@@ -3,7 +3,7 @@
 Linux carries a process's resident-memory high-water mark across exec (getrusage's ru_maxrss), so a program started
 straight from a process that holds a model (a pytest worker, the benchmark) starts with that process's peak as its own:
 libFuzzer's -rss_limit_mb reads it, and so does whoever measures the program's memory. Started from here, the program's
-figure counts only its own pages. Used by tests/test_fuzz.py and benchmark/real.py.
+figure counts only its own pages. Used by tests/test_fuzz.py and benchmark/bench_real.py.
 
 usage: python tools/own_peak_rss.py PEAK_KIB_FILE|- COMMAND [ARG...]   (exit status: the command's; 128+N on signal N)
 """

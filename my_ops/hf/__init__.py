@@ -13,7 +13,7 @@ norms, KV cache and attention are my_ops::rms_norm, update_cache and sdpa_with_c
 embedding my_ops' block-format ops (quantize.py); a PATH is a model folder or a llama.cpp GGUF file (checkpoint.py).
 """
 
-from .export import QUANTIZE_MODES, export_program, prepare, program_ops
+from .to_program import QUANTIZE_MODES, export_program, prepare, program_ops
 from .quantize import Embedding, Linear, put_linears_on_ops
 from .swap import (ATTENTION_NAME, ATTENTIONS, MLPS, NORMS, OPS, MLP, Attention, ExportableDecoder, RMSNorm,
                    UnsupportedModelError, problems, sdpa_with_cache_attention, swap_ops)

@@ -26,10 +26,10 @@ import argparse
 import os
 import sys
 
-from . import runtime
+from . import session
 
 PRECISIONS = {"none": None, "float32": None, "8da8w": "8da8w", "8da4w": "8da4w", "gguf": "gguf"}
-DEFAULT_TEXT = os.path.join(runtime.CHECKOUT, "examples", "alice_chapter1.txt")
+DEFAULT_TEXT = os.path.join(session.CHECKOUT, "examples", "alice_chapter1.txt")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -47,7 +47,7 @@ def _parser() -> argparse.ArgumentParser:
         sub.add_argument("--layers", type=int, default=None,
                          help="the model's first N blocks only: a quick check of the path through the ops (its text "
                               "is not the model's)")
-        sub.add_argument("--build_dir", default=runtime.default_build_dir(),
+        sub.add_argument("--build_dir", default=session.default_build_dir(),
                          help="a CMake build of the repository with every op (default: cmake-out/all_ops of this "
                               "checkout, when built)")
         return sub
@@ -75,7 +75,7 @@ def _parser() -> argparse.ArgumentParser:
     for sub in (generate, score):
         sub.add_argument("--kernel_library", default=None,
                          help="the ops' ExecuTorch kernels (default: --build_dir's libcustom_ops_lib.so)")
-        sub.add_argument("--cache_dir", default=runtime.default_cache_dir(),
+        sub.add_argument("--cache_dir", default=session.default_cache_dir(),
                          help="where exported programs are kept (default: $MY_OPS_CACHE_DIR or %(default)s)")
     return parser
 
@@ -87,13 +87,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     quiet = args.command == "generate" and not args.verbose
     try:
-        with runtime.libraries_quiet(quiet) as log:
+        with session.libraries_quiet(quiet) as log:
             try:
                 return _run(args)
             except (OSError, ValueError, RuntimeError) as err:  # UnsupportedModelError is a ValueError
-                runtime.say(f"error: {err}")
+                session.say(f"error: {err}")
                 if quiet:
-                    runtime.say(f"(the libraries' messages are in {log}; --verbose shows them as they come)")
+                    session.say(f"(the libraries' messages are in {log}; --verbose shows them as they come)")
                 raise _Failed from None
     except _Failed:
         return 1
@@ -105,22 +105,22 @@ class _Failed(Exception):
 
 def _run(args) -> int:
     quantize = PRECISIONS[args.quantize]
-    runtime.register_ops(args.build_dir)
+    session.register_ops(args.build_dir)
     from . import checkpoint as checkpoints
 
     checkpoint = checkpoints.load(args.model, layers=args.layers)
     if args.command == "export":
         return _export(args, checkpoint, quantize)
-    library = args.kernel_library or (os.path.join(args.build_dir, runtime.KERNEL_LIBRARY) if args.build_dir else None)
+    library = args.kernel_library or (os.path.join(args.build_dir, session.KERNEL_LIBRARY) if args.build_dir else None)
     if library is None:
-        raise FileNotFoundError(f"no kernel library: {runtime.build_hint()} pass --build_dir or --kernel_library")
-    runtime.load_kernels(library)
+        raise FileNotFoundError(f"no kernel library: {session.build_hint()} pass --build_dir or --kernel_library")
+    session.load_kernels(library)
     return _generate(args, checkpoint, quantize) if args.command == "generate" else _perplexity(args, checkpoint,
                                                                                                  quantize)
 
 
 def _export(args, checkpoint, quantize) -> int:
-    from .export import export_checkpoint
+    from .to_program import export_checkpoint
 
     os.makedirs(args.output, exist_ok=True)
     program = export_checkpoint(checkpoint, max_seq_len=args.max_seq_len, quantize=quantize)
@@ -136,11 +136,11 @@ def _export(args, checkpoint, quantize) -> int:
 def _program(args, checkpoint, quantize, *, announce_reuse: bool = True) -> str:
     def exporting() -> None:
         model = os.path.basename(checkpoint.path.rstrip("/"))
-        runtime.say(f"Exporting the {quantize or 'float32'} program of {model} (once: it is kept in {args.cache_dir})")
+        session.say(f"Exporting the {quantize or 'float32'} program of {model} (once: it is kept in {args.cache_dir})")
 
-    pte, made = runtime.export_cached(checkpoint, quantize, args.max_seq_len, args.cache_dir, on_export=exporting)
+    pte, made = session.export_cached(checkpoint, quantize, args.max_seq_len, args.cache_dir, on_export=exporting)
     if made or announce_reuse:
-        runtime.say(f"{'Exported' if made else 'Reused'} {pte}")
+        session.say(f"{'Exported' if made else 'Reused'} {pte}")
     return pte
 
 
@@ -149,18 +149,18 @@ def _generate(args, checkpoint, quantize) -> int:
 
     ids = prompt_ids(checkpoint.tokenizer, args.prompt, chat=args.chat)
     if len(ids) + args.max_new_tokens > args.max_seq_len:
-        runtime.say(f"error: the prompt's {len(ids)} tokens and {args.max_new_tokens} new ones pass --max_seq_len "
+        session.say(f"error: the prompt's {len(ids)} tokens and {args.max_new_tokens} new ones pass --max_seq_len "
                     f"{args.max_seq_len}; raise it or ask for fewer")
         return 2
     choose = sampler(args.temperature, args.top_k, args.top_p, args.seed)
     pte = _program(args, checkpoint, quantize, announce_reuse=args.verbose)
-    program, method = runtime.load_method(pte)
+    program, method = session.load_method(pte)
     if not args.chat:
         print(args.prompt, end="", flush=True)
     result = generate(lambda t, p: method.execute([t, p])[0], checkpoint.tokenizer, ids, args.max_new_tokens,
                       checkpoint.stop_ids, on_text=lambda text: print(text, end="", flush=True), choose=choose)
     print(flush=True)
-    runtime.say(f"Prefill: {len(ids)} tokens in {result.prefill_s * 1e3:.1f} ms; decode: {len(result.tokens) - 1} "
+    session.say(f"Prefill: {len(ids)} tokens in {result.prefill_s * 1e3:.1f} ms; decode: {len(result.tokens) - 1} "
                 f"tokens at {result.decode_tokens_per_s:.1f} tokens/s")
     del program
     return 0
@@ -181,7 +181,7 @@ def _perplexity(args, checkpoint, quantize) -> int:
         ids = perplexity_ids(checkpoint.tokenizer, text, bos)  # the text as llama-perplexity tokenizes it
         eager, _ = eager_chunked_perplexity(reference, ids, args.ctx, args.chunks, bos)
         pte = _program(args, checkpoint, quantize)
-        program, method = runtime.load_method(pte)
+        program, method = session.load_method(pte)
         value, scored = chunked_perplexity(lambda t, p: method.execute([t, p])[0], ids, args.ctx, args.chunks, bos)
         how = (f"{scored} tokens scored by llama-perplexity's protocol (chunks of {args.ctx}, the second half of each "
                f"scored; `llama-perplexity -c {args.ctx}"
@@ -191,7 +191,7 @@ def _perplexity(args, checkpoint, quantize) -> int:
         window = args.window or args.max_seq_len
         eager, _ = eager_perplexity(reference, ids, window)
         pte = _program(args, checkpoint, quantize)
-        program, method = runtime.load_method(pte)
+        program, method = session.load_method(pte)
         value, scored = perplexity(lambda t, p: method.execute([t, p])[0], ids, window)
         how = f"{scored} tokens scored in windows of {window}"
     print(f"{os.path.basename(args.text)}: {how}; perplexity {value:.4f} ({args.quantize} program in ExecuTorch), "

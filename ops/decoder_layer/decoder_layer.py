@@ -147,7 +147,7 @@ def _layer(op: str, hidden, input_norm, qkv_weight, qkv_format, cos, sin, key_ca
         if not hasattr(my_ops, needed):
             raise RuntimeError(f"{op}: PyTorch's kernel runs my_ops::{needed}, which is not registered: load the "
                                "build's libcustom_ops_aot_lib.so (torch.ops.load_library) and import the op modules "
-                               "(flow.model.register_ops does both)")
+                               "(models.decoding.register_ops does both)")
     qkv = my_ops.linear_blocks(my_ops.rms_norm(hidden, input_norm, eps), qkv_weight, qkv_format)
     attended = my_ops.rope_sdpa_with_cache(qkv, cos, sin, key_cache, value_cache, start_pos, scale)
     h = hidden + my_ops.linear_blocks(attended.flatten(2), o_weight, o_format)

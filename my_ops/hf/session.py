@@ -8,16 +8,16 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import glob
 import hashlib
 import os
 import sys
 import tempfile
-import time
 from importlib import metadata
 from typing import Callable
 
 import torch
+
+from ..file_cache import cached  # flow/file_cache.py, which the wheel carries
 
 PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # my_ops/
 CHECKOUT = os.path.dirname(PACKAGE_DIR)
@@ -127,7 +127,7 @@ def versions() -> str:
 # The sources an export runs (the loading, a GGUF file's blocks, the swap, the packing, the export itself); the command
 # line, the tokenizer and perplexity code can change without making the programs again.
 EXPORT_SOURCES = ("__init__.py", "hf/__init__.py", "hf/checkpoint.py", "hf/gguf_file.py", "hf/gguf_blocks.py",
-                  "hf/swap.py", "hf/quantize.py", "hf/fuse.py", "hf/export.py")
+                  "hf/swap.py", "hf/quantize.py", "hf/fuse.py", "hf/to_program.py")
 # Reached from checkpoint.py, but what they make is no part of a program (a checkpoint's tokenizer).
 NOT_IN_PROGRAMS = ("hf/gguf_tokenizer.py",)
 
@@ -140,34 +140,6 @@ def package_hash() -> str:
         with open(os.path.join(PACKAGE_DIR, relative), "rb") as f:
             h.update(f.read())
     return h.hexdigest()[:16]
-
-
-# A version of a name that a newer one supersedes stays this long after its last use: the cache is shared by every
-# checkout, and another one (older sources) may be reading it in a test run right now.
-SUPERSEDED_KEPT_S = 600
-
-
-def cached(cache_dir: str, name: str, key: str, make: Callable[[str], None]) -> tuple[str, bool]:
-    """<cache_dir>/<name stem>-<hash of key><ext>, made by make(path) once per key; and whether it was made now. Made
-    beside its place and renamed into it, so a reader sees a whole file or none; each use marks it used (its mtime), and
-    the versions of the same name it supersedes are removed once unused for SUPERSEDED_KEPT_S (a program is hundreds
-    of MiB)."""
-    stem, ext = os.path.splitext(name)
-    path = os.path.join(cache_dir, f"{stem}-{hashlib.sha256(key.encode()).hexdigest()[:16]}{ext}")
-    if os.path.isfile(path):
-        with contextlib.suppress(OSError):  # a read-only cache is still a cache
-            os.utime(path)
-        return path, False
-    os.makedirs(cache_dir, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=cache_dir) as tmp:
-        partial = os.path.join(tmp, name)
-        make(partial)
-        os.replace(partial, path)
-    for old in glob.glob(os.path.join(cache_dir, f"{glob.escape(stem)}-{'[0-9a-f]' * 16}{ext}")):
-        with contextlib.suppress(FileNotFoundError):  # another process may prune it first
-            if old != path and time.time() - os.path.getmtime(old) > SUPERSEDED_KEPT_S:
-                os.remove(old)
-    return path, True
 
 
 # The ops my_ops.hf puts into programs (the swap, the quantizers, the fusion passes): a program's identity takes their
@@ -199,7 +171,7 @@ def export_cached(checkpoint, quantize: str | None, max_seq_len: int, cache_dir:
     """The program of `checkpoint` at `quantize`: exported once per model file, settings, package versions, my_ops
     sources and op schemas into cache_dir; (path, whether it was exported now; on_export() is called first then). The
     checkpoint's model is swapped in place when it is exported."""
-    from .export import export_checkpoint
+    from .to_program import export_checkpoint
 
     def make(path: str) -> None:
         if on_export is not None:

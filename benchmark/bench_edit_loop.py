@@ -3,7 +3,7 @@ flow makes for that op (cmake-out/<example_program>/). A Python-registered op's 
 C++-registered op's kernel compiles twice, for the runtime and in ATen mode for the AOT library (against
 precompiled libtorch headers). Not a test: it prints what it measured.
 
-    .venv/bin/python benchmark/edit_loop.py [--rounds 5]
+    .venv/bin/python benchmark/bench_edit_loop.py [--rounds 5]
 """
 
 from __future__ import annotations

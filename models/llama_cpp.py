@@ -3,7 +3,7 @@ below, checked by hash) and kept under cmake-out/llama.cpp/: llama-bench, llama-
 llama-tokenize, built once (about 8 minutes on 2 cores), then reused by the `real` mode (the GGUF presets, the
 tokenizer) and `bench real`.
 
-    python -m flow.llama_cpp [ISA]  builds (or finds) the tools for ISA (native, the default, or avx2) and prints
+    python -m models.llama_cpp [ISA]  builds (or finds) the tools for ISA (native, the default, or avx2) and prints
                                     their paths
 """
 

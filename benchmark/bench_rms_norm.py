@@ -20,7 +20,7 @@ import torch
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
-from benchmark import execution_times, executions_for, memcpy_times, spread  # noqa: E402  (benchmark/benchmark.py)
+from measure import execution_times, executions_for, memcpy_times, spread  # noqa: E402  (benchmark/measure.py)
 
 EPS = 1e-6
 PAST_CACHE = [8192, 4096]  # 128 MiB of float32: past the last-level cache of any machine this runs on

@@ -1,15 +1,15 @@
 """The GGUF files people download, on their own tensors (`test_custom_ops.sh real`, after the shipped file's checks):
-llama-quantize's presets (Q4_K_M, Q5_K_M, Q6_K, Q3_K_M, Q2_K, Q5_0) made from the shipped SmolLM2 file (flow/real.py),
-that file itself, and Gemma 3 270M's Q4_K_M file as downloaded (`gemma3`: flow/real.py's GEMMA3, at its context of
-1024, where its local layers' window slides, on examples/alice_chapters1_3.txt), each exported with --quantize gguf
-(my_ops.gguf: every tensor in its own format), then
+llama-quantize's presets (Q4_K_M, Q5_K_M, Q6_K, Q3_K_M, Q2_K, Q5_0) made from the shipped SmolLM2 file
+(models/real_models.py), that file itself, and Gemma 3 270M's Q4_K_M file as downloaded (`gemma3`:
+models/real_models.py's GEMMA3, at its context of 1024, where its local layers' window slides, on
+examples/alice_chapters1_3.txt), each exported with --quantize gguf (my_ops.gguf: every tensor in its own format), then
 
     its perplexity of examples/alice_chapter1.txt (Gemma 3: its own text and context) by llama-perplexity's protocol
     (chunks of CTX tokens, the second half of each scored), computed in ExecuTorch, beside llama-perplexity's own on
     the same file and text (within LLAMA_GOAL) and beside the float32 model transformers dequantizes from the same
     file (within FLOAT32_GOAL); the program's size beside the file's (within SIZE_GOAL).
 
-    python -m flow.presets --build_dir cmake-out/all_ops [--presets Q4_K_M,Q2_K,gemma3] [--threads 2]
+    python -m models.gguf_presets --build_dir cmake-out/all_ops [--presets Q4_K_M,Q2_K,gemma3] [--threads 2]
 """
 
 from __future__ import annotations
@@ -30,17 +30,17 @@ PRESET_DIR = os.path.join(REPO_ROOT, "cmake-out", "llama.cpp", "presets")
 
 
 def other_models() -> tuple[str, ...]:
-    """flow/real.py's models beside SmolLM2 (whose file the presets are made from), each at its own context and
+    """models/real_models.py's models beside SmolLM2 (whose file the presets are made from), each at its own context and
     positions."""
-    from flow import real
+    from models import real_models as real
 
     return tuple(name for name, model in real.MODELS.items() if model is not real.SMOLLM2)
 
 
 def preset_file(preset: str) -> str:
     """The shipped file requantized to `preset` by llama-quantize (made once), the shipped file itself, or another
-    model's file (flow/real.py's MODELS: gemma3)."""
-    from flow import llama_cpp, real
+    model's file (models/real_models.py's MODELS: gemma3)."""
+    from models import llama_cpp, real_models as real
 
     if preset in other_models():
         return real.MODELS[preset].path()
@@ -63,10 +63,10 @@ def measure(label: str, path: str, threads: int, ctx: int = CTX, max_seq_len: in
     """One row, for the GGUF file at `path`: the program's and llama.cpp's perplexity of `text` (default: the real
     mode's) in chunks of `ctx`, the float32 model's, sizes, tensor types. The program holds max_seq_len positions
     (default: the real mode's)."""
-    from flow import llama_cpp, real
+    from models import llama_cpp, real_models as real
     from flow.runtime import load_method_checked
     from my_ops.hf.checkpoint import load
-    from my_ops.hf.runtime import default_cache_dir, export_cached
+    from my_ops.hf.session import default_cache_dir, export_cached
     from my_ops.hf.text import chunked_perplexity, eager_chunked_perplexity, perplexity_ids
 
     text = text or real.TEXT
@@ -85,7 +85,7 @@ def measure(label: str, path: str, threads: int, ctx: int = CTX, max_seq_len: in
 
 def measure_preset(preset: str, threads: int) -> dict:
     """measure() of a preset's file, or of another model's at its own context and positions."""
-    from flow import real
+    from models import real_models as real
 
     if preset in other_models():
         model = real.MODELS[preset]
@@ -129,7 +129,7 @@ def main() -> int:
                              "for Gemma 3's file")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 2, help="llama-perplexity's threads")
     args = parser.parse_args()
-    from flow.model import register_ops
+    from models.decoding import register_ops
     from flow.runtime import load_kernel_library
 
     chosen = [SHIPPED if p == SHIPPED.split()[0] else p for p in args.presets.split(",") if p]

@@ -27,7 +27,7 @@ import time
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
-from benchmark import spread  # noqa: E402  (benchmark/benchmark.py)
+from measure import spread  # noqa: E402  (benchmark/measure.py)
 
 NEW_TOKENS = 96
 GENERATIONS = 4
@@ -72,18 +72,19 @@ def shipped_bytes(model_file: str, binaries: list[str]) -> tuple[int, int, int]:
 
 
 def main() -> int:
-    from flow import aoti, model
+    from flow import aoti
+    from models import decoding, example_decoder
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--build_dir", default=os.path.join(REPO_ROOT, "cmake-out", "all_ops"))
     parser.add_argument("--rounds", type=int, default=7)
     args = parser.parse_args()
-    model.register_ops(args.build_dir)
+    decoding.register_ops(args.build_dir)
     out_dir = os.path.join(args.build_dir, "programs")
     os.makedirs(out_dir, exist_ok=True)
-    pte = model.export(aoti.MODEL, out_dir)
+    pte = example_decoder.export(aoti.MODEL, out_dir)
     package = aoti.model_package()
-    prompt = model.model_module().PROMPT
+    prompt = example_decoder.model_module().PROMPT
     et_runner = os.path.join(args.build_dir, "custom_ops_executor_runner")
     libraries = [os.path.join(args.build_dir, lib) for lib in aoti.OP_LIBRARIES]
     commands = {"ExecuTorch": [et_runner, f"--model_path={pte}"],
@@ -99,7 +100,7 @@ def main() -> int:
         for name in order:
             stdout, _ = run_timed(commands[name] + decode_flags)
             prefill_us, step_us = steady_state(stdout)
-            tokens[name] = model.printed_tokens(stdout)
+            tokens[name] = decoding.printed_tokens(stdout)
             _, seconds = run_timed(commands[name] + start_flags)
             for key, value in (("prefill", prefill_us), ("step", step_us), ("memory", peak_kib(stdout) / 1024),
                                ("start", seconds * 1e3)):
@@ -111,8 +112,9 @@ def main() -> int:
     sizes = {"ExecuTorch": shipped_bytes(pte, [et_runner]), "AOTInductor": shipped_bytes(package, [
         commands["AOTInductor"][0], *libraries])}
     et, ai = results["ExecuTorch"], results["AOTInductor"]
-    print(f"examples/decoder.py, float32, {len(prompt)}-token prompt, {NEW_TOKENS} new tokens, {model.config().max_seq} cache "
-          f"positions, {os.cpu_count()} cores; {args.rounds} rounds: medians (min-max); ratio = AOTInductor / "
+    print(f"examples/decoder.py, float32, {len(prompt)}-token prompt, {NEW_TOKENS} new tokens, "
+          f"{example_decoder.config().max_seq} cache positions, {os.cpu_count()} cores; {args.rounds} rounds: "
+          "medians (min-max); ratio = AOTInductor / "
           "ExecuTorch within a round (> 1: ExecuTorch is better)")
     print(f"{'':>27} | {'ExecuTorch':>24} | {'AOTInductor':>24} | {'ratio':>17}")
     rows = [("decode step (us/token)", "step"), ("prefill (us)", "prefill"), ("peak memory (MiB)", "memory"),

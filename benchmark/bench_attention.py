@@ -23,7 +23,7 @@ import torch
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
-from benchmark import execution_times, memcpy_times, spread  # noqa: E402  (benchmark/benchmark.py)
+from measure import execution_times, memcpy_times, spread  # noqa: E402  (benchmark/measure.py)
 
 # (length T, filled positions before the step, heads, kv heads, head_dim)
 DECODE = [(1, filled, h, kv, d) for filled in (64, 256, 1024, 4096) for h, kv, d in ((8, 8, 64), (32, 32, 128))]

@@ -18,7 +18,6 @@ Ratios are taken within a round; the tables give medians and the min-max of each
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import statistics
@@ -26,12 +25,11 @@ import subprocess
 import sys
 import time
 
-import torch
-
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
-from benchmark import spread  # noqa: E402  (benchmark/benchmark.py)
+from measure import spread  # noqa: E402  (benchmark/measure.py)
+from decode_timing import load_runtimes, native_output_silenced, time_one  # noqa: E402  (benchmark/decode_timing.py)
 
 GOAL = 1.25  # the project's decode tokens/s over the peer's
 
@@ -39,7 +37,7 @@ GOAL = 1.25  # the project's decode tokens/s over the peer's
 def export_peer(checkpoint: str, output_dir: str, quantized: bool, max_seq_len: int) -> str:
     from optimum.exporters.executorch import main_export
 
-    from flow.hf import QUANTIZED
+    from models.hf_checkpoints import QUANTIZED
 
     extra = {"qlinear": QUANTIZED} if quantized else {}
     main_export(model_name_or_path=checkpoint, task="text-generation", recipe="xnnpack", output_dir=output_dir,
@@ -47,45 +45,10 @@ def export_peer(checkpoint: str, output_dir: str, quantized: bool, max_seq_len: 
     return os.path.join(output_dir, "model.pte")
 
 
-def step_of(method, peer: bool):
-    """step(tokens [1, T], input_pos [1]) -> last logits, for either program: the peer's takes cache_position [T]
-    and returns the logits of every position it was given."""
-    if not peer:
-        return lambda tokens, position: method.execute([tokens, position])[0]
-
-    def step(tokens, position):
-        positions = position + torch.arange(tokens.shape[1], dtype=torch.int64)
-        logits = method.execute([tokens, positions])[0]
-        return logits.reshape(-1, logits.shape[-1])[-1:]
-
-    return step
-
-
-def time_one(pte: str, peer: bool, prompt, new_tokens: int) -> dict:
-    """Load, prefill and decode once in this process; the times and the tokens."""
-    from flow.runtime import load_method_checked
-
-    start = time.perf_counter()
-    method = load_method_checked(pte)
-    loaded = time.perf_counter()
-    step = step_of(method, peer)
-    tokens = torch.tensor([list(prompt)], dtype=torch.int64)
-    position = torch.tensor([0], dtype=torch.int64)
-    generated, marks = [], []
-    for _ in range(new_tokens):
-        out = step(tokens, position)
-        generated.append(int(out.argmax()))
-        marks.append(time.perf_counter())
-        position = position + tokens.shape[1]
-        tokens = torch.tensor([[generated[-1]]], dtype=torch.int64)
-    return {"load_ms": (loaded - start) * 1e3, "prefill_us": (marks[0] - loaded) * 1e6,
-            "decode_tokens_per_s": (new_tokens - 1) / (marks[-1] - marks[0]), "tokens": generated}
-
-
 PEAK = """
 import json, resource, sys
 sys.path[:0] = [{here!r}, {repo!r}]
-from hf import load_runtimes, time_one  # this file
+from decode_timing import load_runtimes, time_one  # benchmark/decode_timing.py
 load_runtimes({kernel_library!r})
 def resident_mib():
     with open("/proc/self/statm") as f:
@@ -105,39 +68,12 @@ def rss_growth_mib(pte: str, peer: bool, kernel_library: str, prompt, new_tokens
     return float(proc.stdout.split("@@")[-1])
 
 
-def load_runtimes(kernel_library: str) -> None:
-    """Both programs' kernels in this process: the project's library and ExecuTorch's LLM ops (llama::*)."""
-    from executorch.extension.llm.custom_ops import custom_ops  # noqa: F401
-
-    from flow.runtime import load_kernel_library
-
-    load_kernel_library(kernel_library)
-
-
-@contextlib.contextmanager
-def native_output_silenced():
-    """The LLM runner logs each generation to stderr and prints its text to stdout from C++: kept out of the table."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    saved = [os.dup(1), os.dup(2)]
-    with open(os.devnull, "w") as null:
-        os.dup2(null.fileno(), 1)
-        os.dup2(null.fileno(), 2)
-        try:
-            yield
-        finally:
-            os.dup2(saved[0], 1)
-            os.dup2(saved[1], 2)
-            for fd in saved:
-                os.close(fd)
-
-
 def llm_runner_rounds(pair: dict[str, str], tokenizer: str, new_tokens: int, max_seq_len: int, rounds: int) -> dict:
     """Both programs in ExecuTorch's LLM runner: tokens/s over a whole generate() (the prompt's prefill and the decode
     steps), each round in alternating order; and whether both generate the same tokens."""
     from executorch.extension.llm.runner import TextLLMRunner
 
-    from flow import hf
+    from models import hf_checkpoints as hf
 
     config = hf.llm_runner_config(new_tokens, max_seq_len)
 
@@ -173,8 +109,8 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=9)
     args = parser.parse_args()
 
-    from flow import hf
-    from flow.model import chosen, decode_runner, register_ops
+    from models import hf_checkpoints as hf
+    from models.decoding import chosen, decode_runner, register_ops
 
     if (names := chosen(args.models, hf.MODELS, "model")) is None:
         return 2

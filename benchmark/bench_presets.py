@@ -1,13 +1,14 @@
-"""Benchmark: the GGUF files people download, on their own tensors, against llama.cpp on the same files. For the
-shipped SmolLM2 file, each llama-quantize preset made from it (flow/presets.py: Q4_K_M, Q5_K_M, Q6_K, Q3_K_M, Q2_K,
-Q5_0) and Gemma 3 270M's Q4_K_M file as downloaded (`gemma3`: flow/real.py), the project's GGUF program (--quantize
-gguf) in ExecuTorch's Python runtime at 1 thread and at every core
-(ExecuTorch's threadpool reset between them; PyTorch's own threads at one, as my_ops.hf does), beside
-`llama-bench -t 1` and `-t N` on the same file, in interleaved rounds: prefill of a PROMPT_TOKENS-token prompt (warm,
-as llama-bench times it after a warm-up), decode tokens/s over NEW_TOKENS. Ratios are taken within a round; the table gives medians and the min-max across rounds.
+"""Benchmark: the GGUF files people download, on their own tensors, against llama.cpp on the same files. For the shipped
+SmolLM2 file, each llama-quantize preset made from it (models/gguf_presets.py: Q4_K_M, Q5_K_M, Q6_K, Q3_K_M, Q2_K, Q5_0)
+and Gemma 3 270M's Q4_K_M file as downloaded (`gemma3`: models/real_models.py), the project's GGUF program (--quantize
+gguf) in ExecuTorch's Python runtime at 1 thread and at every core (ExecuTorch's threadpool reset between them;
+PyTorch's own threads at one, as my_ops.hf does), beside `llama-bench -t 1` and `-t N` on the same file, in interleaved
+rounds: prefill of a PROMPT_TOKENS-token prompt (warm, as llama-bench times it after a warm-up), decode tokens/s over
+NEW_TOKENS. Ratios are taken within a round; the table gives medians and the min-max across rounds.
 `bash test_custom_ops.sh bench presets` runs this alone; `bench real` runs it after its own tables.
 
-    python benchmark/presets.py --build_dir cmake-out/all_ops [--presets Q4_K_M,Q2_K,gemma3] [--rounds 3] [--isa avx2]
+    python benchmark/bench_presets.py --build_dir cmake-out/all_ops [--presets Q4_K_M,Q2_K,gemma3] [--rounds 3]
+                                      [--isa avx2]
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import torch
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [REPO_ROOT, os.path.dirname(os.path.abspath(__file__))]
 
-from benchmark import spread  # noqa: E402  (benchmark/benchmark.py)
+from measure import spread  # noqa: E402  (benchmark/measure.py)
 
 PROMPT_TOKENS = NEW_TOKENS = 128
 DECODE_GOAL = 1.25  # the program over llama.cpp on the same file, at the same threads
@@ -44,7 +45,8 @@ def use_isa(isa: str) -> None:
 
 def isa_line(isa: str) -> str:
     """What each side runs: the project's kernels (flow/cpu.py) and llama.cpp's build flags."""
-    from flow import cpu, llama_cpp
+    from flow import cpu
+    from models import llama_cpp
 
     return f"ISA: {cpu.describe()}; llama.cpp: {' '.join(llama_cpp.BUILDS[isa])}"
 
@@ -59,7 +61,7 @@ def time_program(pte: str, ids: list[int], threads: int) -> dict:
     one generation)."""
     from executorch.extension.pybindings import portable_lib
 
-    from real import time_one  # benchmark/real.py
+    from decode_timing import time_one  # benchmark/decode_timing.py
 
     portable_lib._unsafe_reset_threadpool(threads)
     run = time_one(pte, False, ids, NEW_TOKENS)
@@ -67,11 +69,11 @@ def time_program(pte: str, ids: list[int], threads: int) -> dict:
 
 
 def measure(label: str, types: str, pte: str, gguf: str, ids: list[int], rounds: int, isa: str = "native") -> dict:
-    """A program and llama-bench (built for `isa`: flow/llama_cpp.py's BUILDS) on `gguf` at each thread count, in
+    """A program and llama-bench (built for `isa`: models/llama_cpp.py's BUILDS) on `gguf` at each thread count, in
     interleaved rounds; the pool is left at every core, as it was."""
     from executorch.extension.pybindings import portable_lib
 
-    from flow import llama_cpp
+    from models import llama_cpp
 
     per_round = []
     for r in range(rounds):
@@ -91,9 +93,9 @@ def rows(presets: list[str], rounds: int, isa: str = "native") -> list[dict]:
     """Per file: its programs' and llama-bench's tokens/s at each thread count, every round."""
     import copy
 
-    from flow import presets as files, real
+    from models import gguf_presets as files, real_models as real
     from my_ops.hf.checkpoint import load
-    from my_ops.hf.runtime import default_cache_dir, export_cached
+    from my_ops.hf.session import default_cache_dir, export_cached
 
     measured = []
     for preset in presets:
@@ -114,7 +116,7 @@ POOL_SPLIT = """
 import json, sys, time, torch
 torch.set_num_threads(1)
 sys.path[:0] = [{here!r}, {repo!r}]
-from real import load_runtimes
+from decode_timing import load_runtimes
 load_runtimes({kernel_library!r})
 from executorch.extension.pybindings import portable_lib
 from flow.runtime import load_method_checked, path_counts
@@ -218,8 +220,8 @@ def main() -> int:
     args = parser.parse_args()
     use_isa(args.isa)
     torch.set_num_threads(1)
-    from flow import presets as files
-    from flow.model import register_ops
+    from models import gguf_presets as files
+    from models.decoding import register_ops
     from flow.runtime import load_kernel_library
 
     chosen = [files.SHIPPED if p == "Q4_1" else p for p in (args.presets or ",".join(

@@ -1,12 +1,12 @@
 """The tokenizer my_ops.hf builds for each real model's GGUF file against llama.cpp's own on the same file
-(`llama-tokenize`, built from the pinned source by flow/llama_cpp.py): the ids of examples/alice_chapter1.txt,
+(`llama-tokenize`, built from the pinned source by models/llama_cpp.py): the ids of examples/alice_chapter1.txt,
 examples/alice_chapters1_3.txt (Gemma 3's perplexity text) and examples/varied_text.txt (prose in twenty languages,
 numbers, code, markup, whitespace runs, emoji), whole and line by line, must be equal; and each whole text as a
 perplexity reads it (special tokens' names left as text, as llama-perplexity tokenizes its file) equal to
 `llama-tokenize --no-parse-special`'s. The `real` mode runs it; the suite checks the same tokenizers against
 llama.cpp's algorithm written out in Python (tests/test_gguf_tokenizer.py).
 
-    python -m flow.tokens [--models smollm2,gemma3]
+    python -m models.tokenizer_check [--models smollm2,gemma3]
 """
 
 from __future__ import annotations
@@ -22,14 +22,14 @@ TEXTS = [os.path.join(REPO_ROOT, "examples", name)
 
 
 def model_files() -> dict:
-    from flow.real import gemma3_path, gguf_path
+    from models.real_models import gemma3_path, gguf_path
 
     return {"smollm2": gguf_path, "gemma3": gemma3_path}
 
 
 def differences(path: str) -> tuple[int, list[str]]:
     """(texts compared, one line per text whose ids differ from llama-tokenize's)."""
-    from flow.llama_cpp import tokenize
+    from models.llama_cpp import tokenize
     from my_ops.hf import gguf_tokenizer
     from my_ops.hf.text import perplexity_ids
 
@@ -57,7 +57,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", default=",".join(model_files()), help=f"of {', '.join(model_files())}")
     args = parser.parse_args()
-    from flow.model import chosen
+    from models.decoding import chosen
 
     if (names := chosen(args.models, model_files(), "model")) is None:
         return 2

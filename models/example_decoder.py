@@ -3,7 +3,9 @@ dynamically quantized with XNNPACK's quantizer) and the custom ops left on this 
 links everything the program needs, then decode greedily in the C++ runner and in the Python runtime and compare with
 eager PyTorch:
 
-    python -m flow.model --build_dir cmake-out/all_ops [--variants decoder,decoder_q8] [--output_dir DIR]
+    python -m models.example_decoder --build_dir cmake-out/all_ops [--variants decoder,decoder_q8] [--output_dir DIR]
+    python -m models.example_decoder --build_dir BUILD --aoti               (the float32 decoder through AOTInductor)
+    python -m models.example_decoder --build_dir BUILD --profile VARIANT    (one decoding, profiled: flow/profile.py)
 
 The eager reference is the same model with the custom ops written as ATen ops (rms_norm's reference, a slice
 assignment into the cache, attention as bmm/softmax/bmm over the filled positions), so no kernel under test computes
@@ -17,16 +19,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
-import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import torch
 
 from flow import REPO_ROOT
+from models.decoding import chosen, decode_eager, decode_runner, decode_runtime, difference, register_ops
 
 MODEL_MODULE = "examples.decoder"  # the example model: Decoder, Config, PROMPT, NEW_TOKENS, prompt_inputs, dynamic_shapes
 FLOAT32_TOLERANCE = dict(atol=1e-4, rtol=1e-4)
@@ -57,14 +57,6 @@ def model_module():
     from flow.declarations import import_repository_module
 
     return import_repository_module(MODEL_MODULE)
-
-
-def register_ops(build_dir: str) -> None:
-    """Every declared op known to PyTorch, C++ ones from the build's AOT library (the model calls several)."""
-    from flow import declarations, registration
-
-    registration.register_with_pytorch(list(declarations.load().values()),
-                                       aot_library=os.path.join(build_dir, "libcustom_ops_aot_lib.so"))
 
 
 def _quantize(model: torch.nn.Module, inputs, dynamic_shapes) -> torch.nn.Module:
@@ -126,96 +118,13 @@ def export_cached(name: str, output_dir: str) -> str:
             made = export(name, tmp)
             declared = {op.out_name for op in declarations.load().values()}
             if others := sorted(set(program.read(made).operators) & declared - {f"{op}.out" for op in CALLED_OPS}):
-                raise RuntimeError(f"{name} calls {', '.join(others)}, which flow/model.py's CALLED_OPS does not "
-                                   "name; add them, so its cached program is made again when they change")
+                raise RuntimeError(f"{name} calls {', '.join(others)}, which models/example_decoder.py's CALLED_OPS "
+                                   "does not name; add them, so its cached program is made again when they change")
             os.replace(made, path)
 
     cached, _ = artifact_cache.cached("decoder_programs", f"{name}.pte", make, ops=CALLED_OPS)
     with open(cached, "rb") as source:  # a copy: the cache keeps its own
         return written_whole(os.path.join(output_dir, f"{name}.pte"), lambda f: shutil.copyfileobj(source, f))
-
-
-@dataclass
-class Decoded:
-    tokens: list[int]
-    logits: torch.Tensor  # [steps, vocab], prefill first
-    prefill_us: float = 0.0  # the runner's averages over its generations
-    decode_tokens_per_s: float = 0.0
-
-
-def greedy_decode(step: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], prompt: Sequence[int],
-                  new_tokens: int, choose: Callable[[torch.Tensor], int] = lambda logits: int(logits.argmax())) -> Decoded:
-    """Greedy decoding with any implementation of the model's forward, step(tokens [1, T], input_pos [1]) -> logits
-    [1, vocab]: the prompt at position 0, then each argmax fed back at the next position (or what `choose` picks:
-    another decoding's tokens, to follow its path)."""
-    tokens = torch.tensor([list(prompt)], dtype=torch.int64)
-    position = torch.tensor([0], dtype=torch.int64)
-    generated, logits = [], []
-    for _ in range(new_tokens):
-        out = step(tokens, position)
-        logits.append(out.reshape(-1).clone())  # a runtime may reuse the output's memory in the next step
-        generated.append(choose(out))
-        position = position + tokens.shape[1]
-        tokens = torch.tensor([[generated[-1]]], dtype=torch.int64)
-    return Decoded(generated, torch.stack(logits))
-
-
-def decode_eager(model: torch.nn.Module, prompt: Sequence[int], new_tokens: int) -> Decoded:
-    with torch.no_grad():
-        return greedy_decode(model, prompt, new_tokens)
-
-
-def decode_runtime(pte: str, prompt: Sequence[int], new_tokens: int, *, generations: int = 1) -> Decoded:
-    """In ExecuTorch's Python runtime (the kernel library loaded first: flow.runtime.load_kernel_library),
-    `generations` times on the same method (each starts over at position 0 on the caches the last one filled); the
-    last generation."""
-    from flow.runtime import load_method_checked
-
-    method = load_method_checked(pte)
-    for _ in range(generations):
-        decoded = greedy_decode(lambda tokens, position: method.execute([tokens, position])[0], prompt, new_tokens)
-    return decoded
-
-
-def decode_runner(runner: str, pte: str, prompt: Sequence[int], new_tokens: int, *, generations: int = 1) -> Decoded:
-    """In the C++ runner's decode loop (--prompt/--new_tokens), `generations` times; the last generation."""
-    return decode_command([runner, f"--model_path={pte}"], prompt, new_tokens, generations=generations)
-
-
-def decode_command(command: Sequence[str], prompt: Sequence[int], new_tokens: int, *, generations: int = 1) -> Decoded:
-    """decode_runner for any runner with the same decoding flags and output (custom_ops_aoti_runner too): `command`
-    is the runner and the flags that name the model."""
-    from flow.runner import RunnerError
-
-    with tempfile.TemporaryDirectory() as tmp:
-        logits_path = os.path.join(tmp, "logits.bin")
-        proc = subprocess.run(
-            [*command, f"--prompt={','.join(map(str, prompt))}", f"--new_tokens={new_tokens}",
-             f"--num_executions={generations}", f"--logits_path={logits_path}"],
-            capture_output=True, text=True, timeout=600)
-        if proc.returncode != 0:
-            raise RunnerError(f"runner exited {proc.returncode}:\n{proc.stderr}{proc.stdout}")
-        with open(logits_path, "rb") as f:
-            logits = torch.frombuffer(bytearray(f.read()), dtype=torch.float32).reshape(new_tokens, -1)
-    timing = re.search(r"^Prefill: \d+ tokens in ([\d.]+) us; decode: .*\(([\d.]+) tokens/s\)", proc.stdout, re.M)
-    return Decoded(printed_tokens(proc.stdout), logits, float(timing.group(1)), float(timing.group(2)))
-
-
-def printed_tokens(runner_output: str) -> list[int]:
-    """The tokens the runner's decode loop printed (its "Tokens:" line)."""
-    return [int(t) for t in re.search(r"^Tokens:(.*)$", runner_output, re.M).group(1).split()]
-
-
-def difference(actual: Decoded, expected: Decoded, tolerance: dict) -> str | None:
-    """None when `actual` has the expected tokens and logits within `tolerance`; else what differs first."""
-    if actual.tokens != expected.tokens:
-        step = next(i for i, (a, e) in enumerate(zip(actual.tokens + [None], expected.tokens)) if a != e)
-        return f"tokens differ from step {step}: {actual.tokens} where eager gives {expected.tokens}"
-    try:
-        torch.testing.assert_close(actual.logits, expected.logits, **tolerance)
-    except AssertionError as err:
-        return f"logits differ beyond {tolerance}: {err}"
-    return None
 
 
 def tolerance_of(name: str) -> dict:
@@ -243,14 +152,67 @@ def check_variant(name: str, pte: str, runner: str) -> list[str]:
             f"{speed.decode_tokens_per_s:.0f} tokens/s"]
 
 
-def chosen(listed: str, known, what: str) -> list[str] | None:
-    """The names of a comma-separated command-line list, or None after one error line naming the unknown ones."""
-    names = listed.split(",")
-    if unknown := [n for n in names if n not in known]:
-        print(f"error: unknown {what}(s) {', '.join(unknown)}; known: {', '.join(known)}", file=sys.stderr)
-        return None
-    return names
 
+# ---- The same decoder through AOTInductor, run from C++ (flow/aoti.py packages it) -----------------------------------
+AOTI_VARIANT = "decoder"  # the float32 decoder: the package compared with decoder.pte
+
+
+def aoti_export(max_seq: int | None = None) -> torch.export.ExportedProgram:
+    """The float32 decoder with the custom ops, exported with the dynamic prompt length (as for ExecuTorch)."""
+    m = model_module()
+    return torch.export.export(build(VARIANTS[AOTI_VARIANT], max_seq=max_seq), m.prompt_inputs(),
+                               dynamic_shapes=m.dynamic_shapes(config(max_seq)), strict=True)
+
+
+def aoti_package() -> str:
+    """The decoder's package. Its vocabulary size is in the metadata: the runner checks prompt tokens against it
+    before running, because the package's own bounds check throws inside a parallel region, which aborts."""
+    from flow import aoti
+
+    return aoti.package(AOTI_VARIANT, aoti_export(), {"vocab": str(config().vocab)})
+
+
+def check_aoti(build_dir: str) -> list[str]:
+    """Decodes the decoder's package twice in the C++ runner (the second generation starts over on the caches the
+    first filled) and compares with eager, as check_variant does for the .pte."""
+    from flow import aoti
+
+    from models.decoding import decode_command
+
+    m = model_module()
+    path = aoti_package()
+    expected = decode_eager(build(VARIANTS[AOTI_VARIANT], reference=True), m.PROMPT, m.NEW_TOKENS)
+    decoded = decode_command(aoti.runner_command(build_dir, path), m.PROMPT, m.NEW_TOKENS, generations=2)
+    if (problem := difference(decoded, expected, FLOAT32_TOLERANCE)) is not None:
+        raise AssertionError(f"{os.path.relpath(path)} in {aoti.RUNNER}: {problem}")
+    return [f"{AOTI_VARIANT}: {expected.tokens} in {aoti.RUNNER} and eager",
+            f"{aoti.RUNNER}: prefill of {len(m.PROMPT)} tokens {decoded.prefill_us:.0f} us, decode "
+            f"{decoded.decode_tokens_per_s:.0f} tokens/s",
+            "without its op libraries the runner refuses the package: "
+            + aoti.missing_library_error(build_dir, path, [])]
+
+
+# ---- One decoding, profiled (flow/profile.py: ETRecord, ETDump, Inspector) ----------------------------------------
+def profile(name: str, build_dir: str, out_dir: str, new_tokens: int) -> int:
+    """VARIANTS[name] exported with its ETRecord and decoded once in the build's runner with an ETDump; each execution
+    replayed op by op against the declared references. Returns the exit code."""
+    from flow import declarations
+    from flow.profile import decoding_runs, profile as profile_pte
+
+    from models.decoding import printed_tokens
+
+    pte = export(name, out_dir, etrecord=True)
+    print(f"Exported {pte} with its ETRecord")
+    prompt = model_module().PROMPT
+
+    def runs_of(output: str):  # the executions replayed are those of the run recorded: its own tokens
+        tokens = printed_tokens(output)
+        print(f"Generated tokens: {' '.join(map(str, tokens))}")
+        return decoding_runs(prompt, tokens)
+
+    run_args = [f"--prompt={','.join(map(str, prompt))}", f"--new_tokens={new_tokens}"]
+    return profile_pte(pte, os.path.join(build_dir, "custom_ops_executor_runner"), out_dir,
+                           list(declarations.load().values()), run_args, runs_of, decoding=True)
 
 def main() -> int:
     parser = argparse.ArgumentParser(description="Exports the example decoder, decodes it in the runner and the "
@@ -258,17 +220,46 @@ def main() -> int:
     parser.add_argument("--build_dir", required=True,
                         help="the CMake build with every op: its runner, kernel library and AOT library")
     parser.add_argument("--variants", default=",".join(TESTED), help=f"of {', '.join(VARIANTS)}")
-    parser.add_argument("--output_dir", default=REPO_ROOT)
+    parser.add_argument("--output_dir", help="where the programs go (default: the repository; with --profile, "
+                                             "<build_dir>/profile)")
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--aoti", action="store_true",
+                       help="package the float32 decoder with AOTInductor and decode it in custom_ops_aoti_runner (a "
+                            "build with -DCUSTOM_OPS_BUILD_AOTI=ON)")
+    which.add_argument("--profile", metavar="VARIANT", help="export VARIANT with its ETRecord, decode it once with an "
+                                                            "ETDump, and table its ops' times")
+    parser.add_argument("--new_tokens", type=int, default=16, help="with --profile: tokens to generate")
     args = parser.parse_args()
     from flow.runtime import load_kernel_library
 
+    if args.profile is not None and chosen(args.profile, VARIANTS, "variant") is None:
+        return 2
+    if args.aoti or args.profile is not None:
+        register_ops(args.build_dir)
+        if args.profile is not None:
+            out_dir = args.output_dir or os.path.join(args.build_dir, "profile")
+            os.makedirs(out_dir, exist_ok=True)
+            from flow.verify import VerificationError
+
+            try:
+                return profile(args.profile, args.build_dir, out_dir, args.new_tokens)
+            except (VerificationError, OSError, RuntimeError, ValueError) as err:
+                print(f"error: {err}", file=sys.stderr)
+                return 1
+        try:
+            for line in check_aoti(args.build_dir):
+                print(line)
+        except (AssertionError, RuntimeError) as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 1
+        return 0
     if (names := chosen(args.variants, VARIANTS, "variant")) is None:
         return 2
     register_ops(args.build_dir)
     load_kernel_library(os.path.join(args.build_dir, "libcustom_ops_lib.so"))
     runner = os.path.join(args.build_dir, "custom_ops_executor_runner")
     for name in names:
-        pte = export(name, args.output_dir)
+        pte = export(name, args.output_dir or REPO_ROOT)
         print(f"Exported {os.path.relpath(pte)}")
         try:
             for line in check_variant(name, pte, runner):

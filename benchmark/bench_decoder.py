@@ -17,7 +17,7 @@ import sys
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
-from benchmark import spread  # noqa: E402  (benchmark/benchmark.py)
+from measure import spread  # noqa: E402  (benchmark/measure.py)
 
 NEW_TOKENS = 96
 GENERATIONS = 3
@@ -31,33 +31,34 @@ COMPARISONS = [
 
 
 def main() -> int:
-    from flow import model
+    from models import decoding, example_decoder
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--build_dir", default=os.path.join(REPO_ROOT, "cmake-out", "bench"))
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--max_seq", type=int, help="cache positions (default: examples/decoder.py's Config)")
     args = parser.parse_args()
-    variants = list(model.VARIANTS)
-    model.register_ops(args.build_dir)
+    variants = list(example_decoder.VARIANTS)
+    decoding.register_ops(args.build_dir)
     runner = os.path.join(args.build_dir, "custom_ops_executor_runner")
     out_dir = os.path.join(args.build_dir, "programs")
     os.makedirs(out_dir, exist_ok=True)
-    programs = {name: model.export(name, out_dir, max_seq=args.max_seq) for name in variants}
-    prompt = model.model_module().PROMPT
+    programs = {name: example_decoder.export(name, out_dir, max_seq=args.max_seq) for name in variants}
+    prompt = example_decoder.model_module().PROMPT
 
     prefill = {name: [] for name in variants}
     decode = {name: [] for name in variants}
     tokens = {}
     for _ in range(args.rounds):
         for name in variants:
-            result = model.decode_runner(runner, programs[name], prompt, NEW_TOKENS, generations=GENERATIONS)
+            result = decoding.decode_runner(runner, programs[name], prompt, NEW_TOKENS, generations=GENERATIONS)
             prefill[name].append(result.prefill_us)
             decode[name].append(result.decode_tokens_per_s)
             tokens[name] = result.tokens
 
-    print(f"examples/decoder.py ({len(prompt)}-token prompt, {NEW_TOKENS} new tokens, {model.config(args.max_seq).max_seq} cache "
-          f"positions, {GENERATIONS} generations per round, {args.rounds} rounds): medians, min-max over rounds")
+    print(f"examples/decoder.py ({len(prompt)}-token prompt, {NEW_TOKENS} new tokens, "
+          f"{example_decoder.config(args.max_seq).max_seq} cache positions, {GENERATIONS} generations per round, "
+          f"{args.rounds} rounds): medians, min-max over rounds")
     print(f"{'variant':>20} | {'prefill us':>19} | {'decode tokens/s':>21}")
     for name in variants:
         print(f"{name:>20} | {statistics.median(prefill[name]):>8.0f} ({spread(prefill[name]):>9}) | "

@@ -14,9 +14,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import re
 import statistics
-import subprocess
 import sys
 
 import torch
@@ -25,10 +23,10 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
 from flow.dtypes import ELEMENTWISE_DTYPES as DTYPES  # noqa: E402  (every dtype the kernels implement)
+from measure import execution_times, executions_for, memcpy_times, spread  # noqa: E402  (benchmark/measure.py)
 
 SIZES = [16, 16 * 1024, 4 * 1024 * 1024]
 LARGE = 64 * 1024 * 1024  # float32 only: 512 MiB of traffic, past any cache here
-TARGET_EXECUTION_SECONDS = 0.05  # per (program, round): enough executions for a stable median
 
 
 def goals(dtype: str, n: int) -> tuple[float | None, float | None]:
@@ -68,29 +66,6 @@ def export_programs(out_dir: str, cases) -> dict[tuple[str, str, int], str]:
                 export_to_pte(model, (torch.ones(n, dtype=dtype),), path, plan_graph_inputs=False)
             programs[(side, dtype_name, n)] = path
     return programs
-
-
-def execution_times(runner: str, pte: str, executions: int) -> list[float]:
-    proc = subprocess.run([runner, f"--model_path={pte}", f"--num_executions={executions}"],
-                          capture_output=True, text=True, check=True)
-    times = [float(t) for t in re.findall(r"^Execution \d+: ([\d.]+) us$", proc.stdout, re.M)]
-    return times[min(10, len(times) // 10):]  # drop warm-up executions
-
-
-def memcpy_times(binary: str, nbytes: int, repetitions: int, read_only: bool = False) -> list[float]:
-    """The median time (us) of a memcpy of nbytes on every thread of ExecuTorch's pool; read_only: of reading them."""
-    proc = subprocess.run([binary, str(nbytes), str(repetitions), *(["read"] if read_only else [])],
-                          capture_output=True, text=True, check=True)
-    return [float(re.search(r"median ([\d.]+) us", proc.stdout).group(1))]
-
-
-def executions_for(nbytes: int) -> int:
-    estimate_us = 1.0 + nbytes / 20e3  # ~20 GB/s, a pessimistic guess to size the loop
-    return int(min(20000, max(20, TARGET_EXECUTION_SECONDS * 1e6 / estimate_us)))
-
-
-def spread(values: list[float]) -> str:
-    return f"{min(values):.2f}-{max(values):.2f}"
 
 
 def plot(rows, path: str, machine: str) -> None:

@@ -1,9 +1,11 @@
 """The project's ops in models it did not write (`test_custom_ops.sh hf`): tiny Hugging Face checkpoints
-(examples/hf_models.py) loaded with from_pretrained, put on my_ops and exported by my_ops/hf.py, then decoded greedily
+(examples/hf_models.py) loaded with from_pretrained, put on my_ops and exported by my_ops.hf, then decoded greedily
 in the project's C++ runner and in ExecuTorch's Python runtime and compared with transformers itself:
 
-    python -m flow.hf export --build_dir cmake-out/all_ops --output_dir cmake-out/hf [--models llama,qwen3,gemma3]
-    python -m flow.hf check --build_dir cmake-out/all_ops --runner_dir cmake-out/hf/runner --output_dir cmake-out/hf
+    python -m models.hf_checkpoints export --build_dir cmake-out/all_ops --output_dir cmake-out/hf
+                                           [--models llama,qwen3,gemma3]
+    python -m models.hf_checkpoints check --build_dir cmake-out/all_ops --runner_dir cmake-out/hf/runner
+                                          --output_dir cmake-out/hf
 
 export makes each checkpoint and writes <model>.pte (float32) and <model>_8da8w.pte; check decodes each program twice
 in the runner (built by selective build from the programs) and twice in the Python runtime (check_program). The
@@ -19,7 +21,7 @@ import sys
 
 import torch
 
-from flow.model import Decoded, decode_runner, decode_runtime, difference, greedy_decode
+from models.decoding import Decoded, decode_runner, decode_runtime, difference, greedy_decode
 
 MODELS = ("llama", "qwen3", "gemma3")
 QUANTIZED = "8da8w"
@@ -57,7 +59,7 @@ def export_all(programs, output_dir: str) -> list[str]:
     import my_ops.hf
     from flow import artifact_cache
     from flow.export import written_whole
-    from my_ops.hf.runtime import PROGRAM_OPS
+    from my_ops.hf.session import PROGRAM_OPS
 
     m = hf_models()
     # Each checkpoint made once per call, never reused from an earlier run (examples/hf_models.py may have changed).
@@ -80,10 +82,10 @@ def export_all(programs, output_dir: str) -> list[str]:
     return written
 
 
-# ExecuTorch's own LLM runner (extension/llm/runner's TextLLMRunner, a binding in the wheel) runs the programs too:
-# they carry the metadata methods it reads (my_ops/hf.py). It takes text, so the tiny vocabulary gets a tokenizer in
-# llama.2c's format, which that runner loads: printable ASCII as itself, every other id as "<xx>" (no two pieces merge).
-# BOS and EOS are vocab_size, an id no logit can pick, so a generation is exactly the tokens asked for.
+# ExecuTorch's own LLM runner (extension/llm/runner's TextLLMRunner, a binding in the wheel) runs the programs too: they
+# carry the metadata methods it reads (my_ops/hf/to_program.py). It takes text, so the tiny vocabulary gets a tokenizer
+# in llama.2c's format, which that runner loads: printable ASCII as itself, every other id as "<xx>" (no two pieces
+# merge). BOS and EOS are vocab_size, an id no logit can pick, so a generation is exactly the tokens asked for.
 LLM_RUNNER_PROMPT = "abcdefg"  # 8 tokens with the leading space llama2.c's encoder adds
 
 
@@ -217,7 +219,7 @@ def main() -> int:
     parser.add_argument("--output_dir", required=True)
     parser.add_argument("--models", default=",".join(MODELS), help=f"of {', '.join(MODELS)}")
     args = parser.parse_args()
-    from flow.model import chosen, register_ops
+    from models.decoding import chosen, register_ops
     from flow.runtime import load_kernel_library
 
     if (names := chosen(args.models, MODELS, "model")) is None:

