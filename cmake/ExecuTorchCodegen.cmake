@@ -67,11 +67,11 @@ function(generate_kernel_bindings)
     set(mode --manual_registration)
     set(outputs "${ARG_OUTPUT_DIR}/RegisterKernelsEverything.cpp")
     set(headers "${ARG_OUTPUT_DIR}/NativeFunctions.h" "${ARG_OUTPUT_DIR}/RegisterKernels.h"
-                "${ARG_OUTPUT_DIR}/ReplacedKernels.h")
+                "${ARG_OUTPUT_DIR}/RegistrationTables.h")
   else()
     set(mode)
     set(outputs "${ARG_OUTPUT_DIR}/RegisterCodegenUnboxedKernelsEverything.cpp")
-    set(headers "${ARG_OUTPUT_DIR}/NativeFunctions.h" "${ARG_OUTPUT_DIR}/ReplacedKernels.h")
+    set(headers "${ARG_OUTPUT_DIR}/NativeFunctions.h" "${ARG_OUTPUT_DIR}/RegistrationTables.h")
   endif()
   add_custom_command(
     OUTPUT ${outputs} ${headers}

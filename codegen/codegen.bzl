@@ -43,7 +43,7 @@ def et_operator_library(name, ops, custom_ops_yaml_target = ":custom_ops.yaml", 
     )
 
 _EXECUTORCH_OUTPUTS = ["RegisterCodegenUnboxedKernelsEverything.cpp", "NativeFunctions.h", "Functions.h", "RegisterKernels.h",
-                       "ReplacedKernels.h"]
+                       "RegistrationTables.h"]
 _ATEN_OUTPUTS = ["RegisterSchema.cpp", "CustomOpsNativeFunctions.h"]  # the schemas and their CPU registration, one file
 
 def executorch_generated_lib(

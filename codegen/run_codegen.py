@@ -301,25 +301,59 @@ def bound_among(bindings: str, names: list[str]) -> list[str]:
     return [entry_name(e) for e in yaml.safe_load(bindings) or [] if entry_name(e) in names]
 
 
-def replaced_kernels_header(selected: list[str], declared: list[str]) -> str:
-    """ReplacedKernels.h, which the registration templates include: the selected kernels register_table keeps out of
-    the global registry for the runner to hand to each method it loads, and every declared one, so a runner can say
-    when ExecuTorch's kernel runs for an op the library was built without (kernel_helpers/registration_prelude.h)."""
-    def rows(names):
-        return "".join(f'"{name}", ' for name in names)
+def bound_schemas(bindings: str) -> dict[str, str]:
+    """The schema of each out variant `bindings` (a selection's custom_ops.yaml entries) binds, as yaml_schemas()."""
+    import yaml
 
-    return ("// Written by codegen/run_codegen.py: the kernels that replace ExecuTorch's own (declared\n"
-            "// replaces_executorch in custom_ops.bzl), the selected ones and all, each null-terminated.\n"
-            "#pragma once\n\nnamespace custom_ops {\n"
-            f"inline constexpr const char* kReplacingExecuTorch[] = {{{rows(selected)}nullptr}};\n"
-            f"inline constexpr const char* kDeclaredReplacing[] = {{{rows(declared)}nullptr}};\n"
+    entries = yaml.safe_load(bindings) or []
+    aten = aten_schemas({e["op"] for e in entries if "op" in e})
+    return {entry_name(e): e["func"] if "func" in e else aten[e["op"]] for e in entries}
+
+
+def argument_list(schema: str) -> list[str]:
+    """A schema's arguments as checked_unboxing::Argument initializers: the name, the value tags a call may pass (every
+    tag for a type without a known one: not checked), the type for the message."""
+    from torchgen.model import FunctionSchema
+
+    rows = []
+    for argument in FunctionSchema.parse(schema.split("::", 1)[1]).arguments.flat_all:
+        tags = _accepted_tags(argument.type)
+        mask = " | ".join(f"bit(Tag::{t})" for t in tags) if tags else "0xffffffffu"
+        rows.append(f'{{"{argument.name}", {mask}, "{argument.type}"}}')
+    return rows
+
+
+def registration_tables_header(bindings: str, replacing: list[str]) -> str:
+    """RegistrationTables.h, which the registration templates include for register_table
+    (kernel_helpers/registration_prelude.h): each bound kernel's argument list, from its schema, that a call is checked
+    against before the generated kernel unboxes any value; the selected kernels that replace ExecuTorch's own, which
+    stay out of the global registry for the runner to hand to each method it loads; and every declared one, so a
+    runner can say when ExecuTorch's kernel runs for an op the library was built without."""
+    arguments, lists = [], []
+    for i, (op, schema) in enumerate(bound_schemas(bindings).items()):
+        rows = argument_list(schema)
+        arguments.append(f"inline constexpr Argument kArguments{i}[] = {{{', '.join(rows)}}};\n")
+        lists.append(f'{{"{op}", argument_lists::kArguments{i}, {len(rows)}}}, ')
+
+    def names(ops):
+        return "".join(f'"{op}", ' for op in ops)
+
+    return ("// Written by codegen/run_codegen.py from custom_ops.yaml and custom_ops.bzl for one selection.\n"
+            '#pragma once\n\n#include "kernel_helpers/registration_prelude.h"\n\nnamespace custom_ops {\n'
+            "namespace argument_lists {\n"
+            "using checked_unboxing::Argument;\nusing checked_unboxing::bit;\nusing checked_unboxing::Tag;\n"
+            f"{''.join(arguments)}}}  // namespace argument_lists\n"
+            f"inline constexpr ArgumentList kArgumentLists[] = {{{''.join(lists)}{{nullptr, nullptr, 0}}}};\n"
+            f"inline constexpr const char* kReplacingExecuTorch[] = {{{names(bound_among(bindings, replacing))}"
+            "nullptr};\n"
+            f"inline constexpr const char* kDeclaredReplacing[] = {{{names(replacing)}nullptr}};\n"
             "}  // namespace custom_ops\n")
 
 
 def _generation_key(selection: str, bindings: str, aten: bool, native: str, manual: bool, replacing: list[str]) -> str:
     """What codegen's output depends on: the selection, its bindings, the declared ops whose kernels replace
-    ExecuTorch's, the templates, this file (the argument checks it inserts), ATen's yaml files and the executorch and
-    torch versions."""
+    ExecuTorch's, the templates, this file (the tables it writes), ATen's yaml files and the executorch and torch
+    versions."""
     templates = os.path.join(CODEGEN_DIR, "templates")
     return _key(f"aten={aten}", f"manual={manual}", *_versions(), bindings, "replacing:", *replacing, files=[
         selection, os.path.abspath(__file__), os.path.join(native, "tags.yaml"),
@@ -385,9 +419,8 @@ def generate(selection: str, output_dir: str, aten: bool, manual: bool = False) 
         if aten:
             merge_aten_registrations(directory)
         else:
-            insert_argument_checks(os.path.join(directory, names[0]))
-            with open(os.path.join(directory, "ReplacedKernels.h"), "w") as f:
-                f.write(replaced_kernels_header(bound_among(bindings, replacing), replacing))
+            with open(os.path.join(directory, "RegistrationTables.h"), "w") as f:
+                f.write(registration_tables_header(bindings, replacing))
 
     _cached(_generation_key(selection, bindings, aten, native, manual, replacing), output_dir, make)
     return [os.path.join(output_dir, name) for name in names]
@@ -454,42 +487,6 @@ def _accepted_tags(type_) -> list[str] | None:
     base = "int[]" if base.startswith("int[") else base  # int[2] etc.
     tags = _TAGS.get(base)
     return None if tags is None else tags + (["None"] if optional else [])
-
-
-def insert_argument_checks(path: str) -> None:
-    """Opens every generated kernel in `path` with a call of checked_unboxing::arguments_match(), listing the
-    argument types its schema in custom_ops.yaml declares (types without a known tag are not checked)."""
-    import re
-
-    from torchgen.model import FunctionSchema
-
-    schemas = {name: FunctionSchema.parse(schema.split("::", 1)[1]) for name, schema in yaml_schemas().items()}
-    with open(path) as f:
-        text = f.read()
-
-    def checks(match) -> str:
-        op = match.group("op")
-        schema = schemas[op]
-        arguments = list(schema.arguments.flat_all)
-        rows = []
-        for a in arguments:
-            tags = _accepted_tags(a.type)
-            mask = " | ".join(f"bit(Tag::{t})" for t in tags) if tags else "0xffffffffu"
-            rows.append(f'{{"{a.name}", {mask}, "{a.type}"}}')
-        stack_size = len(arguments) + 1  # the result is one value, a list for a tuple of outputs (as ExecuTorch emits)
-        return (f"{match.group(0)}\n"
-                f"            using namespace checked_unboxing;\n"
-                f"            static constexpr Argument kArguments[] = {{{', '.join(rows)}}};\n"
-                f'            if (!arguments_match(context, "{op}", stack, kArguments, {len(arguments)}, {stack_size})) '
-                "{\n              return;\n            }")
-
-    pattern = re.compile(r'Kernel\(\s*"(?P<op>[^"]+)",(?:\s*"[^"]*",)?\s*\[\]\([^)]*\)\s*\{')
-    text, count = pattern.subn(checks, text)
-    if count == 0 or count != text.count("Kernel("):
-        raise SelectionError(f"{path}: found {count} kernels to check but {text.count('Kernel(')} `Kernel(`; the "
-                             "executorch codegen output changed shape, update insert_argument_checks()")
-    with open(path, "w") as f:
-        f.write(text)
 
 
 def check_runtime_kernels(selected: list[str], chosen, ops, model_file: str | None) -> None:

@@ -100,7 +100,7 @@ def source_hash(*settings: str, ops: tuple[str, ...] = ()) -> str:
 
 def cached(directory: str, name: str, make: Callable[[str], None], *settings: str,
            ops: Iterable[str] = ()) -> tuple[str, bool]:
-    """The path of artifact `name` (e.g. "llama.pte") under cmake-out/<directory>, made by make(path) once per source
+    """The path of artifact `name` (e.g. "model.pte") under cmake-out/<directory>, made by make(path) once per source
     hash (the ops it calls: their declared names, "my_ops::rope"); and whether it was made now. Made beside its place and
     renamed into it, so a process reading the cache sees a whole artifact or none (flow/file_cache.py, as `python -m
     my_ops.hf` keeps its programs)."""

@@ -8,7 +8,7 @@ Both bugs are in Inductor's lowering of a functional custom op with one output t
      (pytorch/pytorch#175117 fixes it upstream);
   2. with dynamic shapes it builds the output buffers' layouts from the fake outputs' SymInt sizes, which its layout
      refuses (an AssertionError in FixedLayout; pytorch/pytorch#185503), so torch.compile(dynamic=True) and
-     AOTInductor fail on our ops in a model with a dynamic dimension (examples/decoder.py's rms_norm), with one output or
+     AOTInductor fail on our ops in a model with a dynamic dimension (rms_norm over a dynamic sequence), with one output or
      several (ExternKernelMultiOut: quantize_rows).
 
 The workaround: for ops in the namespaces given to apply() that one of the bugs would hit, Inductor is told there is

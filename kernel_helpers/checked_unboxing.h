@@ -3,8 +3,8 @@
 // the argument list when the program passes too few. arguments_match() checks a kernel call's values against the
 // types the kernel takes before any is unboxed, and fails the call with InvalidArgument and one line naming the op and
 // the argument.
-//   - codegen (custom_ops.yaml): codegen/run_codegen.py opens every generated kernel with a call listing the types of
-//     the op's schema (codegen/templates/RegisterCodegenUnboxedKernels.cpp).
+//   - codegen (custom_ops.yaml): register_table (registration_prelude.h) puts every generated kernel behind a call
+//     over its schema's types, which codegen/run_codegen.py writes into the generated RegistrationTables.h.
 //   - EXECUTORCH_LIBRARY_CHECKED(ns, "op.out", kernel): upstream's EXECUTORCH_LIBRARY (extension/kernel_util), the
 //     types read from the kernel function's C++ parameters.
 #pragma once

@@ -1,6 +1,7 @@
 // What codegen's registration sources include around the kernels it writes (codegen/templates/: registered from a
 // static initializer, RegisterCodegenUnboxedKernels.cpp, or when the application calls register_all_kernels(),
-// RegisterKernels.cpp): ExecuTorch's kernel types and the checked unboxing every generated kernel opens with.
+// RegisterKernels.cpp): ExecuTorch's kernel types, and register_table, which registers each generated kernel behind a
+// check of its call's values against the op's schema (checked unboxing: a program is untrusted input).
 #pragma once
 
 #include <executorch/runtime/core/evalue.h>
@@ -20,12 +21,13 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <utility>
 
 // 0 until the kernels are registered, 1 by a static initializer, 2 by register_all_kernels(), -1 when registering
 // failed. The generated source defines it; a runner reads it through a weak reference (runner/program_runner.cpp).
 extern "C" int custom_ops_kernels_registered;
 
-// The generated source's kernels that replace ExecuTorch's own (declared replaces_executorch; ReplacedKernels.h names
+// The generated source's kernels that replace ExecuTorch's own (declared replaces_executorch; RegistrationTables.h names
 // them): register_table keeps them out of the global registry, where a second kernel of a name stops ExecuTorch, and
 // a runner puts them in the kernel list it passes to Program::load_method, which is searched before the global
 // registry. Sets *kernels and returns how many; the generated source defines it, a runner reads it through a weak
@@ -53,19 +55,77 @@ inline bool named_in(const char* name, const char* const* names) {
   return false;
 }
 
-// Registers a generated table of kernels, but for those named in `replacing` (null-terminated), which it moves to
-// `method_kernels` (`method_count` of them), and records how (`registered_as`: 1 or 2) in
-// custom_ops_kernels_registered.
-template <size_t N>
+// One op's argument types, from its schema: codegen/run_codegen.py writes a table of them, one per kernel it binds,
+// into RegistrationTables.h (kArgumentLists, ended by a null op). A call passes `count` values and its result.
+struct ArgumentList {
+  const char* op;
+  const checked_unboxing::Argument* arguments;
+  size_t count;
+};
+
+// A generated table's kernels behind their checks: register_table replaces kernel I's function with call<I>, which
+// checks the call against the op's argument list before the generated function, kept in `generated`, unboxes any
+// value. The state is filled when the table registers, so the table itself stays constant-initialized (no static
+// initializer: firmware registering by a call has none). `Table` is a type of the generated source's own, so each
+// table has its own state.
+template <class Table, size_t N>
+struct CheckedCalls {
+  static inline ::executorch::runtime::OpFunction generated[N];
+  static inline const ArgumentList* lists[N];
+
+  template <size_t I>
+  static void call(::executorch::runtime::KernelRuntimeContext& context,
+                   ::executorch::runtime::Span<::executorch::runtime::EValue*> stack) {
+    const ArgumentList& list = *lists[I];
+    if (checked_unboxing::arguments_match(context, list.op, stack, list.arguments, list.count, list.count + 1)) {
+      generated[I](context, stack);
+    }
+  }
+
+  template <size_t... I>
+  static constexpr const ::executorch::runtime::OpFunction* calls(std::index_sequence<I...>) {
+    return table<I...>;
+  }
+
+ private:
+  template <size_t... I>
+  static constexpr ::executorch::runtime::OpFunction table[] = {&call<I>...};
+};
+
+inline const ArgumentList* argument_list(const ArgumentList* lists, const char* op) {
+  for (; lists->op != nullptr; ++lists) {
+    if (std::strcmp(lists->op, op) == 0) {
+      return lists;
+    }
+  }
+  return nullptr;
+}
+
+// Registers a generated table of kernels, each behind its argument check (CheckedCalls), but for those named in
+// `replacing` (null-terminated), which it moves to `method_kernels` (`method_count` of them), and records how
+// (`registered_as`: 1 or 2) in custom_ops_kernels_registered. A kernel without an argument list registers nothing.
+template <class Table, size_t N>
 ::executorch::runtime::Error register_table(const ::executorch::runtime::Kernel (&kernels)[N],
-                                            const char* const* replacing,
+                                            const ArgumentList* argument_lists, const char* const* replacing,
                                             ::executorch::runtime::Kernel (&method_kernels)[N], size_t& method_count,
                                             int registered_as) {
   using ::executorch::runtime::Kernel;
+  using Checked = CheckedCalls<Table, N>;
+  const ::executorch::runtime::OpFunction* checked = Checked::calls(std::make_index_sequence<N>());
   static Kernel global[N];  // the registry copies what it registers; static all the same, as the table is
   size_t global_count = 0;
   method_count = 0;
-  for (const Kernel& kernel : kernels) {
+  for (size_t i = 0; i < N; ++i) {
+    Checked::lists[i] = argument_list(argument_lists, kernels[i].name_);
+    if (Checked::lists[i] == nullptr) {
+      ET_LOG(Error, "%s: RegistrationTables.h has no argument list for this kernel; regenerate the build's codegen "
+             "(codegen/run_codegen.py)", kernels[i].name_);
+      custom_ops_kernels_registered = -1;
+      return ::executorch::runtime::Error::Internal;
+    }
+    Checked::generated[i] = kernels[i].op_;
+    Kernel kernel = kernels[i];
+    kernel.op_ = checked[i];
     if (named_in(kernel.name_, replacing)) {
       method_kernels[method_count++] = kernel;
     } else {

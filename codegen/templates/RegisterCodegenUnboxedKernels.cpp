@@ -4,7 +4,7 @@
 // clang-format off
 #include "kernel_helpers/registration_prelude.h"
 #include "${fn_header}"
-#include "ReplacedKernels.h"
+#include "RegistrationTables.h"
 
 // The generated lambdas name `Kernel`, `EValue`, `Span` and `internal::` unqualified: this namespace provides them.
 namespace torch {
@@ -12,10 +12,9 @@ namespace executor {
 namespace function {
 namespace {
 
-// Every kernel below opens with checked_unboxing::arguments_match() over its schema's argument types
-// (codegen/run_codegen.py writes the call): a program is untrusted input (kernel_helpers/checked_unboxing.h).
-namespace checked_unboxing = ::custom_ops::checked_unboxing;
-
+// Each kernel below registers behind a check of its call's values against the op's schema (register_table, over
+// RegistrationTables.h's argument lists): a program is untrusted input (kernel_helpers/checked_unboxing.h).
+struct Table {};  // this table's own state in register_table
 Kernel kernels_to_register[] = {
     ${unboxed_kernels}
 };
@@ -37,7 +36,7 @@ CUSTOM_OPS_REPLACING_KERNELS_ENTRY_POINTS(torch::executor::function::method_kern
 namespace {
 // Registration happens in a static initializer, so linking (or dlopen-ing) this library is all it takes.
 namespace function = torch::executor::function;
-const auto registration_status = ::custom_ops::register_table(
-    function::kernels_to_register, ::custom_ops::kReplacingExecuTorch, function::method_kernels,
-    function::method_kernel_count, 1);
+const auto registration_status = ::custom_ops::register_table<function::Table>(
+    function::kernels_to_register, ::custom_ops::kArgumentLists, ::custom_ops::kReplacingExecuTorch,
+    function::method_kernels, function::method_kernel_count, 1);
 } // namespace

@@ -5,7 +5,7 @@
 // clang-format off
 #include "kernel_helpers/registration_prelude.h"
 #include "${fn_header}"
-#include "ReplacedKernels.h"
+#include "RegistrationTables.h"
 #include "RegisterKernels.h"
 
 namespace torch {
@@ -13,8 +13,8 @@ namespace executor {
 namespace function {
 namespace {
 
-namespace checked_unboxing = ::custom_ops::checked_unboxing;
-
+// Each kernel registers behind a check of its call's values against the op's schema (register_table).
+struct Table {};  // this table's own state in register_table
 Kernel kernels_to_register[] = {
     ${unboxed_kernels}
 };
@@ -34,6 +34,7 @@ CUSTOM_OPS_REPLACING_KERNELS_ENTRY_POINTS(torch::executor::function::method_kern
                                           torch::executor::function::method_kernel_count)
 
 ::executorch::runtime::Error torch::executor::register_all_kernels() {
-  return ::custom_ops::register_table(function::kernels_to_register, ::custom_ops::kReplacingExecuTorch,
-                                      function::method_kernels, function::method_kernel_count, 2);
+  return ::custom_ops::register_table<function::Table>(function::kernels_to_register, ::custom_ops::kArgumentLists,
+                                                       ::custom_ops::kReplacingExecuTorch, function::method_kernels,
+                                                       function::method_kernel_count, 2);
 }
