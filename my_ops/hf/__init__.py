@@ -11,6 +11,19 @@ The program's method is forward(tokens int64 [1, T], input_pos int64 [1]) -> log
 position: the project's runner decodes it (`--prompt`), and so do the Python runtime and ExecuTorch's LLM runner. Its
 norms, KV cache and attention are my_ops::rms_norm, update_cache and sdpa_with_cache (swap.py); its linear layers and
 embedding my_ops' block-format ops (quantize.py); a PATH is a model folder or a llama.cpp GGUF file (checkpoint.py).
+
+    checkpoint      a model folder or a GGUF file loaded by transformers, its config read once from the file
+    gguf_file       a GGUF file's header, checked whole before anything is read from it
+    gguf_blocks     a GGUF file's tensors in their own block formats, attached to the model's layers
+    gguf_tokenizer  a GGUF file's tokenizer, as llama.cpp splits text
+    swap            the norms, KV cache and attention put on my_ops (and what is refused, by name)
+    quantize        the linear layers and embedding on the block-format ops (8da8w, 8da4w, a file's own blocks)
+    fuse            the export pass that puts the fused ops (rope, silu_mul, gelu_mul, add_rms_norm, the attention and
+                    the whole decoder layer) where a model computes their patterns
+    to_program      torch.export, the pass and EXIR lowering: the ExecuTorch program
+    session         what a process needs: the ops for PyTorch, their kernels for ExecuTorch, the program cache
+    text            sampling, generation and perplexity (llama-perplexity's protocol), the libraries kept quiet
+    __main__        python -m my_ops.hf generate | export | perplexity
 """
 
 from .to_program import QUANTIZE_MODES, export_program, prepare, program_ops
