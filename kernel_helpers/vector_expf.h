@@ -1,6 +1,6 @@
 // e^x for 16 floats at once (8 with AVX2) with the bits of glibc's expf (x86-64, glibc 2.28 and later, its FMA
 // build), so that a vectorized kernel can replace a loop of std::exp and change no output: silu_mul's sigmoid
-// (ops/silu_mul), where ExecuTorch's sigmoid kernel calls std::exp and the export pass's fusion promises its bits.
+// (ops/gated/silu_mul_out.cpp), where ExecuTorch's sigmoid kernel calls std::exp and the export pass's fusion promises its bits.
 // The method is that library's: in double, k = round(x * 32 / ln 2) and r the rest (two FMAs on x), 2^(k/32) from a
 // table of 2^(i/32) with k / 32 added to its exponent, a cubic in r, one rounding to float. Lanes that glibc sends
 // down its slow path (|x| >= 88, NaN, infinities) take std::exp itself. Any other libm may round differently, so the

@@ -19,7 +19,7 @@
 #include "ops/rms_norm/rms_norm_rows.h"
 #include "ops/rope_sdpa_with_cache/qkv_rows.h"
 #include "ops/sdpa_with_cache/attention.h"
-#include "ops/silu_mul/silu_mul_rows.h"
+#include "ops/gated/silu_mul_rows.h"
 #ifndef USE_ATEN_LIB
 #include "kernel_helpers/checked_unboxing.h"
 #endif

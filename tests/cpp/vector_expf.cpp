@@ -1,5 +1,5 @@
 // kernel_helpers/vector_expf.h against this process's std::exp, and silu_mul's and gelu_mul's vector code against
-// their scalar loops (ops/silu_mul/silu_mul_rows.h, ops/gelu_mul/gelu_mul_rows.h). tests/test_kernel_contract.py
+// their scalar loops (ops/gated/silu_mul_rows.h, ops/gated/gelu_mul_rows.h). tests/test_kernel_contract.py
 // runs it (built with -DCUSTOM_OPS_BUILD_CHECKS=ON):
 // `vector_expf STRIDE` compares every STRIDE-th float bit pattern (1: all 2^32, ~25 s on the AMD EPYC; the suite takes
 // a stride) with the vector code this CPU runs (AVX-512, or AVX2: CUSTOM_OPS_ISA caps it) and prints "ok avx512" or
@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "kernel_helpers/vector_expf.h"
-#include "ops/gelu_mul/gelu_mul_rows.h"
-#include "ops/silu_mul/silu_mul_rows.h"
+#include "ops/gated/gelu_mul_rows.h"
+#include "ops/gated/silu_mul_rows.h"
 
 namespace {
 

@@ -1,4 +1,4 @@
-// The kernel of my_ops::silu_mul.out (silu_mul.py registers the op with PyTorch): out = (gate * sigmoid(gate)) * up
+// The kernel of my_ops::silu_mul.out (gated.py registers the op with PyTorch): out = (gate * sigmoid(gate)) * up
 // element by element, with sigmoid(g) = 1 / (1 + exp(-g)) in float and each of the three results rounded to the dtype:
 // the operations, in their order, of the ops it replaces in an ExecuTorch program (silu decomposes into the portable
 // sigmoid kernel and a multiply, then the multiply by up), so that the export pass's fusion changes no output. A
@@ -6,7 +6,7 @@
 // per block amplify last-bit differences): the same bits were worth more. Close to ATen's silu, whose exp differs.
 // ExecuTorch mode: the runtime kernel; ATen mode: the CPU kernel silu_mul_without_python.cpp registers.
 #include "kernel_helpers/gated_activation.h"
-#include "ops/silu_mul/silu_mul_rows.h"
+#include "ops/gated/silu_mul_rows.h"
 
 namespace custom {
 namespace native {

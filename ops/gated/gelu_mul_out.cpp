@@ -1,10 +1,10 @@
-// The kernel of my_ops::gelu_mul.out (gelu_mul.py registers the op with PyTorch): out = gelu_tanh(gate) * up element by
+// The kernel of my_ops::gelu_mul.out (gated.py registers the op with PyTorch): out = gelu_tanh(gate) * up element by
 // element (gelu_mul_rows.h: one exp where ExecuTorch's gelu kernel takes a tanh per lane, the gelu rounded to the
 // dtype, then the product). Within a few ulp of ATen's gelu(approximate="tanh") * up, not its bits: ExecuTorch's gelu
 // calls libm's tanhf lane by lane, which cost a third of Gemma 3's prefill.
 // ExecuTorch mode: the runtime kernel; ATen mode: the CPU kernel gelu_mul_without_python.cpp registers.
 #include "kernel_helpers/gated_activation.h"
-#include "ops/gelu_mul/gelu_mul_rows.h"
+#include "ops/gated/gelu_mul_rows.h"
 
 namespace custom {
 namespace native {

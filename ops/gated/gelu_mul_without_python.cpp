@@ -1,7 +1,7 @@
 // my_ops::gelu_mul for a process without Python (AOTInductor's C++ runner, runner/aoti_runner.cpp). PyTorch learns
-// gelu_mul from Python (gelu_mul.py); a package that calls it finds it, at load time, in PyTorch's dispatcher, so a C++
+// gelu_mul from Python (gated.py); a package that calls it finds it, at load time, in PyTorch's dispatcher, so a C++
 // process needs the schema and a CPU kernel from C++: these, with the runtime's kernel compiled in ATen mode. Built
-// into libcustom_ops_without_python.so, never loaded beside gelu_mul.py.
+// into libcustom_ops_without_python.so, never loaded beside gated.py.
 #include <ATen/core/Tensor.h>
 #include <torch/library.h>
 
