@@ -458,7 +458,8 @@ mode_aoti() {
   use_venv
   build_aoti
   step "Package each example and examples/decoder.py with AOTInductor (cached per source hash), run them in \
-custom_ops_aoti_runner without Python, compare with eager; then without the op libraries (flow/aoti.py)"
+custom_ops_aoti_runner without Python, compare with eager; then without the op libraries (flow/aoti.py, \
+models/example_decoder.py)"
   "${PYTHON}" -m flow.aoti --build_dir "${AOTI_BUILD_DIR}"
   "${PYTHON}" -m models.example_decoder --build_dir "${AOTI_BUILD_DIR}" --aoti
   step "Every AOTInductor package matches eager; a missing op library is one error line"
