@@ -27,10 +27,10 @@ def step_of(method, peer: bool):
     return step
 
 
-def time_one(pte: str, peer: bool, ids: list[int], new_tokens: int) -> dict:
-    """Load, prefill and decode once in this process; the times and the tokens. Then the prompt once more from position
-    0: the warm prefill, what llama-bench's pp measures (it runs a warm-up first), so the comparison with llama.cpp
-    uses it; the first prefill (caches cold, buffers allocated) is what a user's first prompt meets."""
+def time_one(pte: str, peer: bool, ids: list[int], new_tokens: int, warm_prefill: bool = True) -> dict:
+    """Load, prefill and decode once in this process; the times and the tokens. Then (warm_prefill) the prompt once more
+    from position 0: the warm prefill, what llama-bench's pp measures (it runs a warm-up first), so the comparison with
+    llama.cpp uses it; the first prefill (caches cold, buffers allocated) is what a user's first prompt meets."""
     from flow.runtime import load_method_checked
 
     start = time.perf_counter()
@@ -44,13 +44,14 @@ def time_one(pte: str, peer: bool, ids: list[int], new_tokens: int) -> dict:
         marks.append(time.perf_counter())
         position = position + tokens.shape[1]
         tokens = torch.tensor([[generated[-1]]])
-    again = time.perf_counter()
-    step(torch.tensor([ids]), torch.tensor([0]))
-    warm = time.perf_counter() - again
-    return {"load_ms": (loaded - start) * 1e3, "prefill_us": (marks[0] - loaded) * 1e6,
-            "prefill_tokens_per_s": len(ids) / (marks[0] - loaded),
-            "warm_prefill_tokens_per_s": len(ids) / warm,
-            "decode_tokens_per_s": (new_tokens - 1) / (marks[-1] - marks[0]), "tokens": generated}
+    timings = {"load_ms": (loaded - start) * 1e3, "prefill_us": (marks[0] - loaded) * 1e6,
+               "prefill_tokens_per_s": len(ids) / (marks[0] - loaded),
+               "decode_tokens_per_s": (new_tokens - 1) / (marks[-1] - marks[0]), "tokens": generated}
+    if warm_prefill:
+        again = time.perf_counter()
+        step(torch.tensor([ids]), torch.tensor([0]))
+        timings["warm_prefill_tokens_per_s"] = len(ids) / (time.perf_counter() - again)
+    return timings
 
 
 def load_runtimes(kernel_library: str) -> None:

@@ -55,7 +55,11 @@ def entry_name(entry: dict) -> str:
 def yaml_schemas(path: str = CUSTOM_OPS_YAML) -> dict[str, str]:
     """Each out variant custom_ops.yaml binds, with its schema: {"my_ops::mul3.out": "my_ops::mul3.out(...) -> ..."};
     an ATen op's (`op:`) is PyTorch's, from the native_functions.yaml codegen reads."""
-    entries = yaml_entries(path)
+    return schemas_of(yaml_entries(path))
+
+
+def schemas_of(entries: list[dict]) -> dict[str, str]:
+    """yaml_schemas() of these custom_ops.yaml entries."""
     aten = aten_schemas({e["op"] for e in entries if "op" in e})
     return {entry_name(e): e["func"] if "func" in e else aten[e["op"]] for e in entries}
 
@@ -301,15 +305,6 @@ def bound_among(bindings: str, names: list[str]) -> list[str]:
     return [entry_name(e) for e in yaml.safe_load(bindings) or [] if entry_name(e) in names]
 
 
-def bound_schemas(bindings: str) -> dict[str, str]:
-    """The schema of each out variant `bindings` (a selection's custom_ops.yaml entries) binds, as yaml_schemas()."""
-    import yaml
-
-    entries = yaml.safe_load(bindings) or []
-    aten = aten_schemas({e["op"] for e in entries if "op" in e})
-    return {entry_name(e): e["func"] if "func" in e else aten[e["op"]] for e in entries}
-
-
 def argument_list(schema: str) -> list[str]:
     """A schema's arguments as checked_unboxing::Argument initializers: the name, the value tags a call may pass (every
     tag for a type without a known one: not checked), the type for the message."""
@@ -329,8 +324,10 @@ def registration_tables_header(bindings: str, replacing: list[str]) -> str:
     against before the generated kernel unboxes any value; the selected kernels that replace ExecuTorch's own, which
     stay out of the global registry for the runner to hand to each method it loads; and every declared one, so a
     runner can say when ExecuTorch's kernel runs for an op the library was built without."""
+    import yaml
+
     arguments, lists = [], []
-    for i, (op, schema) in enumerate(bound_schemas(bindings).items()):
+    for i, (op, schema) in enumerate(schemas_of(yaml.safe_load(bindings) or []).items()):
         rows = argument_list(schema)
         arguments.append(f"inline constexpr Argument kArguments{i}[] = {{{', '.join(rows)}}};\n")
         lists.append(f'{{"{op}", argument_lists::kArguments{i}, {len(rows)}}}, ')

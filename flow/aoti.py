@@ -133,8 +133,7 @@ def main() -> int:
     args = parser.parse_args()
     from flow import declarations, registration
 
-    registration.register_with_pytorch(list(declarations.load().values()),
-                                       aot_library=os.path.join(args.build_dir, "libcustom_ops_aot_lib.so"))
+    registration.register_build(args.build_dir)
     try:
         for op in declarations.load().values():
             print(check_example(op, args.build_dir))

@@ -4,6 +4,7 @@ to register every op it should. Then what C++ cannot register is added from Pyth
 Inductor workaround (torch_compat) is applied to each op's namespace.
 
     register_with_pytorch(ops, aot_library=None)    what the exporter, the verifier and the profiler call
+    register_build(build_dir)                       every declared op, from a build with all of them
     load_aot_library(path, expect=None)             one AOT library per process
     build_jit_library(ops=None)                     the same sources and codegen as CMake, compiled on the fly
 """
@@ -136,3 +137,9 @@ def register_with_pytorch(ops, aot_library: str | None = None) -> None:
         default = _loaded_library or os.path.join(cpp_ops[0].build_dir, "libcustom_ops_aot_lib.so")
         load_aot_library(aot_library or default, expect=cpp_ops)
     _add_python_side(python_ops)
+
+
+def register_build(build_dir: str) -> None:
+    """Every declared op known to PyTorch, the C++ ones from `build_dir`'s AOT library (a build with every op)."""
+    register_with_pytorch(list(declarations.load().values()),
+                          aot_library=os.path.join(build_dir, "libcustom_ops_aot_lib.so"))

@@ -17,11 +17,10 @@ import torch
 
 
 def register_ops(build_dir: str) -> None:
-    """Every declared op known to PyTorch, C++ ones from the build's AOT library (the model calls several)."""
-    from flow import declarations, registration
+    """Every declared op known to PyTorch, C++ ones from the build's AOT library (a model calls several)."""
+    from flow import registration
 
-    registration.register_with_pytorch(list(declarations.load().values()),
-                                       aot_library=os.path.join(build_dir, "libcustom_ops_aot_lib.so"))
+    registration.register_build(build_dir)
 
 
 @dataclass

@@ -26,7 +26,8 @@ from dataclasses import dataclass
 import torch
 
 from flow import REPO_ROOT
-from models.decoding import chosen, decode_eager, decode_runner, decode_runtime, difference, register_ops
+from models.decoding import (chosen, decode_command, decode_eager, decode_runner, decode_runtime, difference,
+                             printed_tokens, register_ops)
 
 MODEL_MODULE = "examples.decoder"  # the example model: Decoder, Config, PROMPT, NEW_TOKENS, prompt_inputs, dynamic_shapes
 FLOAT32_TOLERANCE = dict(atol=1e-4, rtol=1e-4)
@@ -177,8 +178,6 @@ def check_aoti(build_dir: str) -> list[str]:
     first filled) and compares with eager, as check_variant does for the .pte."""
     from flow import aoti
 
-    from models.decoding import decode_command
-
     m = model_module()
     path = aoti_package()
     expected = decode_eager(build(VARIANTS[AOTI_VARIANT], reference=True), m.PROMPT, m.NEW_TOKENS)
@@ -198,8 +197,6 @@ def profile(name: str, build_dir: str, out_dir: str, new_tokens: int) -> int:
     replayed op by op against the declared references. Returns the exit code."""
     from flow import declarations
     from flow.profile import decoding_runs, profile as profile_pte
-
-    from models.decoding import printed_tokens
 
     pte = export(name, out_dir, etrecord=True)
     print(f"Exported {pte} with its ETRecord")
