@@ -209,7 +209,8 @@ def profile(name: str, build_dir: str, out_dir: str, new_tokens: int) -> int:
 
     run_args = [f"--prompt={','.join(map(str, prompt))}", f"--new_tokens={new_tokens}"]
     return profile_pte(pte, os.path.join(build_dir, "custom_ops_executor_runner"), out_dir,
-                           list(declarations.load().values()), run_args, runs_of, decoding=True)
+                       list(declarations.load().values()), run_args, runs_of, decoding=True)
+
 
 def main() -> int:
     parser = argparse.ArgumentParser(description="Exports the example decoder, decodes it in the runner and the "
@@ -227,36 +228,24 @@ def main() -> int:
                                                             "ETDump, and table its ops' times")
     parser.add_argument("--new_tokens", type=int, default=16, help="with --profile: tokens to generate")
     args = parser.parse_args()
+    if args.profile is not None:
+        return profile_main(args.profile, args.build_dir, args.output_dir, args.new_tokens)
+    if args.aoti:
+        return aoti_main(args.build_dir)
+    return decode_main(args.variants, args.build_dir, args.output_dir or REPO_ROOT)
+
+
+def decode_main(variants: str, build_dir: str, output_dir: str) -> int:
+    """The `model` mode: each variant exported, decoded in the runner and the Python runtime against eager."""
     from flow.runtime import load_kernel_library
 
-    if args.profile is not None and chosen(args.profile, VARIANTS, "variant") is None:
+    if (names := chosen(variants, VARIANTS, "variant")) is None:
         return 2
-    if args.aoti or args.profile is not None:
-        register_ops(args.build_dir)
-        if args.profile is not None:
-            out_dir = args.output_dir or os.path.join(args.build_dir, "profile")
-            os.makedirs(out_dir, exist_ok=True)
-            from flow.verify import VerificationError
-
-            try:
-                return profile(args.profile, args.build_dir, out_dir, args.new_tokens)
-            except (VerificationError, OSError, RuntimeError, ValueError) as err:
-                print(f"error: {err}", file=sys.stderr)
-                return 1
-        try:
-            for line in check_aoti(args.build_dir):
-                print(line)
-        except (AssertionError, RuntimeError) as err:
-            print(f"error: {err}", file=sys.stderr)
-            return 1
-        return 0
-    if (names := chosen(args.variants, VARIANTS, "variant")) is None:
-        return 2
-    register_ops(args.build_dir)
-    load_kernel_library(os.path.join(args.build_dir, "libcustom_ops_lib.so"))
-    runner = os.path.join(args.build_dir, "custom_ops_executor_runner")
+    register_ops(build_dir)
+    load_kernel_library(os.path.join(build_dir, "libcustom_ops_lib.so"))
+    runner = os.path.join(build_dir, "custom_ops_executor_runner")
     for name in names:
-        pte = export(name, args.output_dir or REPO_ROOT)
+        pte = export(name, output_dir)
         print(f"Exported {os.path.relpath(pte)}")
         try:
             for line in check_variant(name, pte, runner):
@@ -266,6 +255,34 @@ def main() -> int:
             return 1
     return 0
 
+
+def aoti_main(build_dir: str) -> int:
+    """The `aoti` mode's decoder: its package decoded in custom_ops_aoti_runner against eager, then refused without
+    its op libraries."""
+    register_ops(build_dir)
+    try:
+        for line in check_aoti(build_dir):
+            print(line)
+    except (AssertionError, RuntimeError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def profile_main(variant: str, build_dir: str, output_dir: str | None, new_tokens: int) -> int:
+    """`profile decoder`: one decoding of `variant` profiled, its ops checked against their references."""
+    from flow.verify import VerificationError
+
+    if chosen(variant, VARIANTS, "variant") is None:
+        return 2
+    register_ops(build_dir)
+    out_dir = output_dir or os.path.join(build_dir, "profile")
+    os.makedirs(out_dir, exist_ok=True)
+    try:
+        return profile(variant, build_dir, out_dir, new_tokens)
+    except (VerificationError, OSError, RuntimeError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
 
 if __name__ == "__main__":
     sys.exit(main())
