@@ -28,9 +28,9 @@ from flow import declarations  # noqa: E402
 # Two levels under the checkout, like cmake-out/<tree>: ccache hashes paths relative to the build directory, so the
 # same source compiled here and in cmake-out/all_ops is one cache entry.
 CMAKE_BUILD_DIR = os.path.join(HERE, "build", "aot_library")
-# The machinery's modules the package carries a copy of (my_ops.<module>): the ops' shared Python side and the file
-# cache; each imports only the standard library and torch.
-SHARED_MODULES = ["flow/file_cache.py", "flow/torch_compat.py", "flow/vmap_rules.py"]
+# The modules the package carries a copy of (my_ops.<module>) beside the op modules: the ops' shared Python side, the
+# block formats' layouts and the file cache; each imports only the standard library and torch.
+SHARED_MODULES = ["flow/file_cache.py", "flow/torch_compat.py", "flow/vmap_rules.py", "ops/blocks/block_layouts.py"]
 
 
 def cpp_ops():

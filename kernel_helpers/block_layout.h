@@ -7,10 +7,10 @@
 // (block_tiles_dotprod.h). These headers name no tensor type and
 // no thread pool: the op's out kernels (ops/blocks/*_out.cpp, both modes) check, split and call.
 //
-// The layout (packed at export by my_ops/hf/quantize.py; the op's reference, ops/blocks/blocks.py, reads it back with
-// ATen ops). A quantized weight is uint8 [n, k / W * B]: n rows of k / W blocks of W weights (W = 32 or 256) and B
-// bytes, B the GGUF block's size: the same bytes rearranged. The rows go in groups of 16 (the last group what
-// remains); a group of R rows stores block after block, each block as
+// The layout (Python's statement of it: ops/blocks/block_layouts.py; packed at export by my_ops/hf/quantize.py, read
+// back with ATen ops by the op's reference, ops/blocks/blocks.py). A quantized weight is uint8 [n, k / W * B]: n rows
+// of k / W blocks of W weights (W = 32 or 256) and B bytes, B the GGUF block's size: the same bytes rearranged. The
+// rows go in groups of 16 (the last group what remains); a group of R rows stores block after block, each block as
 //   its codes, 32 weights at a time: per plane (below), `bits` chunks of R x 4 bytes (row after row, 4 bytes each)
 //   then its record: each field (fp16 d, dmin, m; 4-byte words of packed sub-block scales) as R entries
 // A weight's unsigned code is the OR of its planes: a plane of b bits stores, in byte j of chunk c, the weights

@@ -4,13 +4,12 @@ format at shapes that reach each path, on every vector ISA; the packing of my_op
 reference; bad formats, weights and indices refused by PyTorch and the runtime; a program whose weight holds too few
 bytes for its shape refused before a kernel reads it. The formats' bytes against llama.cpp's own are test_gguf.py's."""
 
-import re
 import struct
 
 import pytest
 import torch
 
-from helpers import COUNT_PATHS, REPO_ROOT, run_in_fresh_python, run_runner
+from helpers import COUNT_PATHS, run_in_fresh_python, run_runner
 
 TOLERANCE = dict(rtol=2e-5, atol=2e-4)  # float sums in another order; the integer parts are exact
 
@@ -23,7 +22,7 @@ def blocks_module():
 
 def all_formats() -> list[str]:
     module = blocks_module()
-    return [*module.ROW_FORMATS, *module.FORMATS]
+    return [*module.ROW_FORMATS, *module.LAYOUTS]
 
 
 FORMATS = all_formats()
@@ -38,7 +37,7 @@ def shapes(fmt: str) -> list[tuple[int, int, int]]:
     if fmt in ("F32", "F16", "BF16"):
         return [(1, 1, 1), (1, 7, 3), (5, 40, 70), (2, 9, 17), (130, 33, 576), (17, 20, 48), (40, 20, 48),
                 (40, 9, 70)]
-    w = blocks_module().FORMATS[fmt].weights
+    w = blocks_module().LAYOUTS[fmt].weights
     widths = [w, 2 * w, 3 * w] + ([576, 1536] if w == 32 else [1536])
     return [(1, 1, widths[0]), (1, 7, widths[1]), (3, 40, widths[2]), (5, 33, widths[0]), (9, 17, widths[1]),
             (1, 43, widths[-1]), (130, 70, widths[-2])]
@@ -199,7 +198,7 @@ def special_activations(fmt: str) -> tuple[torch.Tensor, torch.Tensor]:
     """(x, weight): four tokens of three blocks each: a block of zeros (d = 0), one of infinities, one holding a NaN,
     and values landing on x / d = k + 0.5 (with a maximum of 127/16, d = 1/16)."""
     module = blocks_module()
-    inputs = 3 * module.FORMATS[fmt].weights
+    inputs = 3 * module.LAYOUTS[fmt].weights
     weight = module.random_weight(fmt, 8, inputs, torch.Generator().manual_seed(1))
     x = torch.randn(4, inputs, generator=torch.Generator().manual_seed(2))
     x[0, :32] = 0
@@ -231,7 +230,7 @@ def test_embeddings_equal_their_reference_bit_for_bit(fmt, aot_ops):
     from flow.compare import assert_bit_exact
 
     module = blocks_module()
-    inputs = 2 * module.FORMATS[fmt].weights if fmt in module.FORMATS else 70
+    inputs = 2 * module.LAYOUTS[fmt].weights if fmt in module.LAYOUTS else 70
     table = module.random_weight(fmt, 50, inputs, torch.Generator().manual_seed(3))
     indices = torch.tensor([[0, 49, 7], [7, 7, 33]])  # in a whole group of 16, and in the short last one
     actual = torch.ops.my_ops.embedding_blocks(table, indices, fmt)
@@ -305,16 +304,28 @@ def test_packed_weights_read_back_as_the_format_defines(fmt):
         assert torch.equal(module.dequantize(pack(on_grid, fmt), fmt), on_grid)
 
 
-def test_the_formats_are_the_same_in_cpp_python_and_the_reader():
-    # One list of formats in each language: the C++ ops' (ops/blocks/formats.h), the reference's, my_ops.gguf's.
-    from my_ops.hf.gguf_blocks import FORMATS as READER_FORMATS, LAYOUTS, block_bytes
+def test_the_kernels_know_each_format_as_block_layouts_states_it_and_as_llama_cpp_sizes_it(aot_ops):
+    # C++ knows a format from its traits source (ops/blocks/formats/<f>.cpp, listed in formats.h), Python from
+    # ops/blocks/block_layouts.py: the same formats in one order (the list a refusal names), and the weights and bytes
+    # of a block as llama.cpp's own table has them (the gguf package's). The layouts within the bytes are held by the
+    # bit-for-bit tests (test_gguf.py: a file's blocks through the packer, the reference and the kernel).
+    import gguf
 
-    with open(f"{REPO_ROOT}/ops/blocks/formats.h") as f:
-        cpp = re.findall(r"X\((\w+)\)", re.search(r"#define CUSTOM_OPS_BLOCK_FORMATS\(X\)(.*?)\n\n", f.read(),
-                                                  re.S).group(1))
-    assert cpp == FORMATS == list(READER_FORMATS)
-    module = blocks_module()
-    assert {f: block_bytes(f) for f in LAYOUTS} == {f: module.FORMATS[f].bytes for f in module.FORMATS}
+    from ops.blocks.block_layouts import FORMATS, LAYOUTS, ROW_DTYPES
+
+    def embedded_width(weight, fmt):
+        no_indices = torch.empty(0, dtype=torch.long, device="meta")
+        return torch.ops.my_ops.embedding_blocks(weight, no_indices, fmt).shape[-1]
+
+    with pytest.raises(RuntimeError) as refusal:
+        embedded_width(torch.empty(1, 1, dtype=torch.uint8, device="meta"), "Q9_K")
+    assert str(refusal.value).partition("it takes the GGUF types ")[2].partition(" (")[0].split(", ") == list(FORMATS)
+    for fmt, spec in LAYOUTS.items():
+        assert gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[fmt]] == (spec.weights, spec.bytes), fmt
+        assert embedded_width(torch.empty(3, 2 * spec.bytes, dtype=torch.uint8, device="meta"), fmt) == 2 * spec.weights
+    for fmt, dtype in ROW_DTYPES.items():
+        assert gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[fmt]] == (1, getattr(torch, dtype).itemsize), fmt
+        assert embedded_width(torch.empty(3, 5, dtype=getattr(torch, dtype), device="meta"), fmt) == 5
 
 
 BAD_WEIGHTS = [

@@ -7,6 +7,7 @@ a layer's ops in the program counted), transformers' own apply_rotary_pos_emb an
 as ATen ops, and a fusion that finds nothing refused or reported by name."""
 
 import math
+import os
 
 import pytest
 import torch
@@ -354,14 +355,58 @@ def test_the_decoder_layer_gives_the_bits_of_the_ops_it_replaces_in_one_hand_off
     assert result["layer_work_ns"] > 0
 
 
-def test_the_layers_format_table_is_the_block_formats_own():
-    # decoder_layer.py checks a projection's weight from its own table (it imports only torch): the same formats,
-    # weights and bytes per block as the layouts linear_blocks' reference reads.
-    from ops.blocks.blocks import FORMATS, ROW_FORMATS
-    from ops.decoder_layer import decoder_layer
+BAD_PROJECTIONS = """
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+{setup}
+from ops.decoder_layer.decoder_layer import example
 
-    assert decoder_layer.BLOCK_FORMATS == {name: (spec.weights, spec.bytes) for name, spec in FORMATS.items()}
-    assert decoder_layer.ROW_FORMATS == ROW_FORMATS
+model, runs = example()
+hidden, cos, sin, position = runs[0]
+good = dict(qkv=(model.qkv, "F32"), o=(model.o, "F16"), gate_up=(model.gate_up, "BF16"), down=(model.down, "F32"))
+bad = {{
+    "an unknown format": ("o", model.o, "Q9_K"),
+    "a row format's dtype": ("gate_up", model.gate_up.float(), "BF16"),
+    "bytes that are not whole blocks": ("qkv", torch.zeros(model.qkv.shape[0], 33, dtype=torch.uint8), "Q8_0"),
+    "blocks holding other inputs": ("down", torch.zeros(64, 2 * 34, dtype=torch.uint8), "Q8_0"),
+    "other outputs": ("o", model.o[:-1], "F16"),
+}}
+
+
+def refusal(name, weight, fmt, fake):
+    projections = dict(good, **{{name: (weight, fmt)}})
+    args = (hidden, model.input_norm, *projections["qkv"], cos, sin, model.k_cache.clone(), model.v_cache.clone(), 0,
+            None, *projections["o"], model.post_norm, *projections["gate_up"], *projections["down"], 1e-5)
+    try:  # the out variant: what the runtime kernel is
+        if fake:
+            with FakeTensorMode(allow_non_fake_inputs=True):
+                torch.ops.my_ops.decoder_layer.out(*args, out=torch.empty(0))
+        else:
+            torch.ops.my_ops.decoder_layer.out(*args, out=torch.empty(0))
+    except RuntimeError as e:
+        return str(e).splitlines()[0]
+    return None
+
+
+result = {{case: [refusal(*arguments, fake) for fake in {fakes}] for case, arguments in bad.items()}}
+"""
+
+
+def test_the_layers_python_checks_refuse_a_projection_as_its_kernel_does(combined_build):
+    # decoder_layer.py checks a projection through embedding_blocks' Meta kernel, the C++ that knows the formats: its
+    # eager and export-time refusals equal the runtime kernel's (decoder_layer_out.cpp, in ATen mode in the library
+    # for processes without Python; a process of its own, where decoder_layer.py finds the op defined and only gives
+    # the example).
+    from helpers import run_in_fresh_python
+
+    def library(name):
+        return f"torch.ops.load_library({os.path.join(combined_build.build_dir, name)!r})"
+
+    python = run_in_fresh_python(BAD_PROJECTIONS.format(setup=library("libcustom_ops_aot_lib.so"),
+                                                        fakes=[False, True]))
+    cpp = run_in_fresh_python(BAD_PROJECTIONS.format(setup=library("libcustom_ops_without_python.so"), fakes=[False]))
+    assert all(messages[0] and messages[0].startswith("my_ops::decoder_layer.out: ") for messages in python.values())
+    assert {case: [messages[0]] * 2 for case, messages in cpp.items()} == python
 
 
 class DecoderLayerNearMiss(LayerOps):

@@ -89,7 +89,7 @@ def test_blocks_read_and_packed_as_the_gguf_package_dequantizes_them(kind, gguf_
     for name, tensor in file_tensors(tmp_path / "blocks.gguf").items():
         codes, records = gguf_module.codes_and_records(np.asarray(tensor.data), kind)
         rows, inputs = shapes[name][0].shape
-        assert codes.shape == (rows, inputs) and records.shape[:2] == (rows, inputs // reference.FORMATS[kind].weights)
+        assert codes.shape == (rows, inputs) and records.shape[:2] == (rows, inputs // reference.LAYOUTS[kind].weights)
         packed = interleave(torch.from_numpy(codes), torch.from_numpy(records), kind)
         assert packed.shape == tuple(np.asarray(tensor.data).shape)  # the same bytes, rearranged
         expected = torch.from_numpy(gguf_dequantized(tensor).reshape(rows, inputs))

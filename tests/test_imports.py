@@ -147,11 +147,35 @@ def test_the_import_graph_has_no_cycle():
 STANDARD_LIBRARY = set(sys.stdlib_module_names)
 
 
+def shipped_modules() -> list[str]:
+    """setup.py's SHARED_MODULES, read without running setup.py."""
+    tree = ast.parse(open(os.path.join(REPO_ROOT, "setup.py")).read())
+    return next(ast.literal_eval(node.value) for node in tree.body if isinstance(node, ast.Assign)
+                and [getattr(t, "id", None) for t in node.targets] == ["SHARED_MODULES"])
+
+
+def sibling_imports(path: str) -> set[str]:
+    """The modules of its own folder `path` imports relatively at load time (`from .x import y`): they travel with it."""
+    tree = ast.parse(open(path).read(), path)
+    folder = os.path.dirname(path)
+    return {os.path.join(folder, f"{node.module}.py") for node in tree.body
+            if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module
+            and os.path.isfile(os.path.join(folder, f"{node.module}.py"))}
+
+
 @pytest.mark.parametrize("path", sorted({*paths(OP_MODULES), *(op.python_file for op in declarations.load().values()
-                                                                   if op.python_file),
-                                          "flow/file_cache.py", "flow/torch_compat.py", "flow/vmap_rules.py"}))
+                                                                   if op.python_file), *shipped_modules()}))
 def test_what_ships_or_gets_copied_imports_only_torch(path):
-    # The example modules are copied into users' projects (and custom_ops_1.py into the wheel); the two flow modules
-    # into the wheel. At load time they may need nothing but torch.
-    loaded = {name.split(".")[0] for name in imports(os.path.join(REPO_ROOT, path), top_level_only=True)}
+    # The example modules are copied into users' projects (an op's folder whole, so a module may import its folder's
+    # other modules), the op modules and the shared ones into the wheel, flat: a module the wheel carries imports only
+    # others it carries. At load time they may need nothing but torch.
+    full = os.path.join(REPO_ROOT, path)
+    siblings = sibling_imports(full)
+    loaded = {name.split(".")[0] for name in imports(full, top_level_only=True)
+              if not any(name.startswith(module_name(s)) for s in siblings)}
     assert loaded - STANDARD_LIBRARY - {"torch", "__future__"} == set()
+    in_the_wheel = {os.path.join(REPO_ROOT, p) for p in [*shipped_modules(), *(op.python_file for op in
+                                                                                declarations.load().values()
+                                                                                if op.from_python)]}
+    if full in in_the_wheel:
+        assert siblings - in_the_wheel == set()

@@ -23,23 +23,12 @@ from __future__ import annotations
 
 import numpy as np
 
-# GGUF type -> (weights per block, planes (bits, shift), the record's fields (2: fp16, 4: scale bytes), where the
-# record's bytes are in the file's block (byte ranges, in field order)). The layout of the packed weight
-# (kernel_helpers/block_formats.h): codes in planes, then the record.
-LAYOUTS = {
-    "Q8_0": (32, ((8, 0),), (2,), ((0, 2),)),
-    "Q4_0": (32, ((4, 0),), (2,), ((0, 2),)),
-    "Q4_1": (32, ((4, 0),), (2, 2), ((0, 4),)),
-    "Q5_0": (32, ((4, 0), (1, 4)), (2,), ((0, 2),)),
-    "Q5_1": (32, ((4, 0), (1, 4)), (2, 2), ((0, 4),)),
-    "Q2_K": (256, ((2, 0),), (4, 4, 4, 4, 2, 2), ((0, 16), (80, 84))),
-    "Q3_K": (256, ((2, 0), (1, 2)), (4, 4, 4, 2), ((96, 110),)),
-    "Q4_K": (256, ((4, 0),), (2, 2, 4, 4, 4), ((0, 16),)),
-    "Q5_K": (256, ((4, 0), (1, 4)), (2, 2, 4, 4, 4), ((0, 16),)),
-    "Q6_K": (256, ((4, 0), (2, 4)), (4, 4, 4, 4, 2), ((192, 210),)),
-}
-FLOAT_TYPES = {"F32": "float32", "F16": "float16", "BF16": "bfloat16"}  # kept as they are (F32: my_ops' float32)
-FORMATS = (*FLOAT_TYPES, *LAYOUTS)  # every GGUF type the ops take, by the name the ops take it under
+from ..block_layouts import FORMATS, LAYOUTS, ROW_DTYPES as FLOAT_TYPES  # ops/blocks/block_layouts.py
+
+# Where each format's record (the fields of its packed layout, in order) lies in the file's block: byte ranges.
+RECORDS = {"Q8_0": ((0, 2),), "Q4_0": ((0, 2),), "Q4_1": ((0, 4),), "Q5_0": ((0, 2),), "Q5_1": ((0, 4),),
+           "Q2_K": ((0, 16), (80, 84)), "Q3_K": ((96, 110),), "Q4_K": ((0, 16),), "Q5_K": ((0, 16),),
+           "Q6_K": ((192, 210),)}
 
 
 class UnsupportedTensorError(ValueError):
@@ -48,8 +37,7 @@ class UnsupportedTensorError(ValueError):
 
 def block_bytes(type_name: str) -> int:
     """Bytes of one block of the type: its codes and its record."""
-    weights, planes, fields, _ = LAYOUTS[type_name]
-    return weights // 32 * 4 * sum(bits for bits, _ in planes) + sum(fields)
+    return LAYOUTS[type_name].bytes
 
 
 def _nibbles(qs: np.ndarray) -> np.ndarray:
@@ -113,7 +101,7 @@ def codes_and_records(raw: np.ndarray, type_name: str) -> tuple[np.ndarray, np.n
                                      "or not llama.cpp's layout")
     n = raw.shape[0]
     blocks = np.ascontiguousarray(raw).reshape(n, -1, size)
-    records = np.concatenate([blocks[..., a:b] for a, b in LAYOUTS[type_name][3]], axis=-1)
+    records = np.concatenate([blocks[..., a:b] for a, b in RECORDS[type_name]], axis=-1)
     return _codes(blocks, type_name).reshape(n, -1), np.ascontiguousarray(records)
 
 

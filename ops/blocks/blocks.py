@@ -1,45 +1,21 @@
 """my_ops::linear_blocks and my_ops::embedding_blocks's Python side: both ops are registered from C++
 (linear_blocks.cpp, embedding_blocks.cpp, in libcustom_ops_aot_lib.so); this module holds their references in ATen
 ops, written from llama.cpp's block formats (ggml-common.h, ggml-quants.c) and the packed layout's definition, sharing
-nothing with the kernels; and the examples the flow exports. It imports only torch.
+nothing with the kernels; and the examples the flow exports. It imports only torch and block_layouts.py beside it.
 
     linear_blocks(input, weight, format)     input [..., k] float32 -> [..., n]
     embedding_blocks(weight, indices, format) indices [...] int64 -> [..., k] float32
 
 `format` is a GGUF type name. Row formats (F32, F16, BF16): the weight is [n, k] of that dtype. Block formats: the
-weight is uint8 [n, k / W * B], llama.cpp's blocks of W weights and B bytes rearranged for the kernel
-(kernel_helpers/block_formats.h): rows in groups of 16 (the last group what remains); a group stores block after
-block, each block's codes 32 weights at a time as chunks of R rows x 4 bytes (per plane of b bits: b chunks; byte j
-of chunk c holds weights 4 (c * 8 / b + i) + j at bits [b i, b i + b)), then its record, field by field, R entries
-each. A weight is a * (code - offset) + b, a and b per sub-block from the record.
+weight is uint8 [n, k / W * B], llama.cpp's blocks of W weights and B bytes rearranged for the kernel as
+block_layouts.py states (the one statement of each format's layout in Python, which this module unpacks by).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable
-
 import torch
 
-BLOCK = 32  # activations are quantized per 32
-GROUP = 16  # rows interleaved
-
-
-@dataclass(frozen=True)
-class Layout:
-    """A block format as the packed weight stores it."""
-    weights: int                           # per block: 32, or 256 (a K-quant's super-block)
-    sub: int                               # weights per scale
-    planes: tuple[tuple[int, int], ...]    # (bits, shift) of each plane of the codes, in storage order
-    offset: int                            # w = a * (code - offset) + b
-    fields: tuple[int, ...]                # the record's fields: 2 (fp16) or 4 (packed scale bytes)
-    scales: Callable                       # (scale bytes [n, blocks, m] uint8, fp16 fields [n, blocks] float32 ...)
-                                           # -> (a, b or None) [n, blocks, weights / sub]
-
-    @property
-    def bytes(self) -> int:
-        """Bytes of one row's block: the GGUF block's size."""
-        return self.weights // BLOCK * 4 * sum(bits for bits, _ in self.planes) + sum(self.fields)
+from .block_layouts import BLOCK, GROUP, LAYOUTS, ROW_DTYPES, layout
 
 
 def _d(_, h):
@@ -80,25 +56,11 @@ def _q6_k(s, h):
     return h[0][..., None] * s.view(torch.int8).float(), None
 
 
-FORMATS: dict[str, Layout] = {
-    "Q8_0": Layout(32, 32, ((8, 0),), 128, (2,), _d),
-    "Q4_0": Layout(32, 32, ((4, 0),), 8, (2,), _d),
-    "Q4_1": Layout(32, 32, ((4, 0),), 0, (2, 2), _d_m),
-    "Q5_0": Layout(32, 32, ((4, 0), (1, 4)), 16, (2,), _d),
-    "Q5_1": Layout(32, 32, ((4, 0), (1, 4)), 0, (2, 2), _d_m),
-    "Q2_K": Layout(256, 16, ((2, 0),), 0, (4, 4, 4, 4, 2, 2), _q2_k),
-    "Q3_K": Layout(256, 16, ((2, 0), (1, 2)), 4, (4, 4, 4, 2), _q3_k),
-    "Q4_K": Layout(256, 32, ((4, 0),), 0, (2, 2, 4, 4, 4), _q4_k),
-    "Q5_K": Layout(256, 32, ((4, 0), (1, 4)), 0, (2, 2, 4, 4, 4), _q4_k),
-    "Q6_K": Layout(256, 16, ((4, 0), (2, 4)), 32, (4, 4, 4, 4, 2), _q6_k),
-}
-ROW_FORMATS = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
-
-
-def layout(fmt: str) -> Layout:
-    if fmt not in FORMATS:
-        raise ValueError(f"no block format {fmt!r}; the block formats are {', '.join(FORMATS)}")
-    return FORMATS[fmt]
+# How each format's record gives a and b per sub-block: (scale bytes [n, blocks, m] uint8, the fp16 fields [n, blocks]
+# float32 ...) -> (a, b or None) [n, blocks, weights / sub].
+SCALES = {"Q8_0": _d, "Q4_0": _d, "Q4_1": _d_m, "Q5_0": _d, "Q5_1": _d_m, "Q2_K": _q2_k, "Q3_K": _q3_k, "Q4_K": _q4_k,
+          "Q5_K": _q4_k, "Q6_K": _q6_k}
+ROW_FORMATS = {name: getattr(torch, dtype) for name, dtype in ROW_DTYPES.items()}
 
 
 def deinterleave(weight: torch.Tensor, fmt: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -147,7 +109,7 @@ def dequantize(weight: torch.Tensor, fmt: str) -> torch.Tensor:
                             [records[..., :0]], dim=-1)
     halves = [records[..., o:o + 2].contiguous().view(torch.float16)[..., 0].float()
               for o, size in _offsets(spec.fields) if size == 2]
-    a, b = spec.scales(scale_bytes, halves)  # [n, blocks, subs]
+    a, b = SCALES[fmt](scale_bytes, halves)  # [n, blocks, subs]
     codes = codes_of(chunks, fmt).reshape(n, blocks, -1, spec.sub)
     w = a[..., None] * (codes.to(torch.int32) - spec.offset).float()
     if b is not None:
@@ -219,7 +181,7 @@ class FormatsExample(torch.nn.Module):
     def __init__(self, linear: bool, seed: int, rows: int = EXAMPLE_OUTPUTS, inputs: int = EXAMPLE_INPUTS):
         super().__init__()
         generator = torch.Generator().manual_seed(seed)
-        self.linear, self.formats = linear, [*FORMATS, *ROW_FORMATS]
+        self.linear, self.formats = linear, [*LAYOUTS, *ROW_FORMATS]
         for fmt in self.formats:
             self.register_buffer(f"weight_{fmt}", random_weight(fmt, rows, inputs, generator))
 

@@ -1,6 +1,6 @@
 // The formats my_ops::linear_blocks and embedding_blocks take, by GGUF type name: each is one source in formats/
-// (its traits; kernel_helpers/block_formats.h makes its kernels) and one entry here. The ops' Python side lists the
-// same names (ops/blocks/blocks.py: FORMATS), and a test compares the two.
+// (its traits; kernel_helpers/block_formats.h makes its kernels) and one entry here. Python's statement of the same
+// formats is ops/blocks/block_layouts.py; tests/test_block_formats.py holds the two to each other.
 #pragma once
 
 #include <string>

@@ -23,49 +23,29 @@ import math
 
 import torch
 
-# A format's (weights, bytes) per block: its weight holds [outputs, inputs / weights * bytes] bytes. Row formats hold
-# their dtype's [outputs, inputs]. Written out here because this module imports only torch (the wheel carries it
-# alone); tests/test_fused_ops.py holds it to ops/blocks/blocks.py's layouts, which hold to the kernels' list.
-ROW_FORMATS = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
-BLOCK_FORMATS = {"Q8_0": (32, 34), "Q4_0": (32, 18), "Q4_1": (32, 20), "Q5_0": (32, 22), "Q5_1": (32, 24),
-                 "Q2_K": (256, 84), "Q3_K": (256, 110), "Q4_K": (256, 144), "Q5_K": (256, 176), "Q6_K": (256, 210)}
 OP = "my_ops::decoder_layer"
+EMBEDDING = "my_ops::embedding_blocks: "
 
 
 def _name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")  # float32: the runtime kernel's spelling
 
 
-def _inputs_of(weight: torch.Tensor, fmt: str) -> int:
-    if fmt in ROW_FORMATS:
-        return weight.shape[1]
-    weights, size = BLOCK_FORMATS[fmt]
-    return weight.shape[1] // size * weights
-
-
 def _check_projection(op: str, weight, fmt: str, name: str, inputs: int, outputs: int | None, inputs_are: str):
-    """A projection's weight, as linear_blocks checks it (ops/blocks/block_ops.h), the projection named after."""
-    known = ", ".join([*ROW_FORMATS, *BLOCK_FORMATS])
-    torch._check(fmt in ROW_FORMATS or fmt in BLOCK_FORMATS,
-                 lambda: f"{op}: format '{fmt}' is not one this op takes; it takes the GGUF types {known} (i-quants, "
-                         "TQ and MXFP4 are not among them: requantize with llama-quantize)")
-    rows = fmt in ROW_FORMATS
-    dtype = ROW_FORMATS.get(fmt, torch.uint8)
-    stored = _name(dtype) if rows else "uint8 (the blocks' bytes, packed at export)"
-    torch._check(weight.dtype == dtype,
-                 lambda: f"{op}: weight has dtype {_name(weight.dtype)} but a {fmt} weight is {stored} ({name})")
-    torch._check(weight.dim() == 2,
-                 lambda: f"{op}: weight {list(weight.shape)} must have 2 dimensions, [outputs, "
-                         f"{'inputs]' if rows else 'bytes per row]'} ({name})")
-    if not rows:
-        weights, size = BLOCK_FORMATS[fmt]
-        torch._check(weight.shape[1] % size == 0,
-                     lambda: f"{op}: weight {list(weight.shape)} rows of {weight.shape[1]} bytes are not whole {fmt} "
-                             f"blocks of {size} bytes ({weights} weights each); pack it with the op's Python side "
-                             f"({name})")
-    torch._check(_inputs_of(weight, fmt) == inputs and (outputs is None or weight.shape[0] == outputs),
-                 lambda: f"{op}: {name} {list(weight.shape)} ({fmt}) holds {_inputs_of(weight, fmt)} inputs and "
-                         f"{weight.shape[0]} outputs; it must take {inputs} ({inputs_are})"
+    """A projection's weight, checked as linear_blocks checks it: by my_ops::embedding_blocks' Meta kernel (C++,
+    ops/blocks/block_ops.h), which knows every format's blocks and gives the inputs the weight holds; its refusal
+    named after the projection, as decoder_layer_out.cpp names it."""
+    torch._check(hasattr(torch.ops.my_ops, "embedding_blocks"),
+                 lambda: f"{op}: its projections are checked by my_ops::embedding_blocks, which is not registered: "
+                         "load the build's libcustom_ops_aot_lib.so (torch.ops.load_library) first")
+    try:
+        held = torch.ops.my_ops.embedding_blocks(torch.empty(weight.shape, dtype=weight.dtype, device="meta"),
+                                                 torch.empty(0, dtype=torch.long, device="meta"), fmt).shape[-1]
+    except RuntimeError as refusal:
+        raise RuntimeError(f"{op}: {str(refusal).partition(EMBEDDING)[2].splitlines()[0]} ({name})") from None
+    torch._check(held == inputs and (outputs is None or weight.shape[0] == outputs),
+                 lambda: f"{op}: {name} {list(weight.shape)} ({fmt}) holds {held} inputs and {weight.shape[0]} "
+                         f"outputs; it must take {inputs} ({inputs_are})"
                          + (f" and give {outputs}" if outputs is not None else ""))
 
 

@@ -84,11 +84,10 @@ contract::Problem float_problem(const Tensor& t, const char* name) {
 // A projection's weight: its format takes it, it has `inputs` inputs, and (`outputs` >= 0) that many outputs.
 contract::Problem projection_problem(const Tensor& weight, std::string_view format_name, const FormatKernels* format,
                                      const char* name, int64_t inputs, int64_t outputs, const char* inputs_are) {
-  if (auto p = blocks::format_problem(format, format_name, kOp)) {
-    return p;
-  }
-  if (auto p = blocks::weight_problem(weight, *format, kOp)) {
-    return std::string(*p) + " (" + name + ")";
+  const contract::Problem p = format == nullptr ? blocks::format_problem(format, format_name, kOp)
+                                                : blocks::weight_problem(weight, *format, kOp);
+  if (p) {
+    return *p + " (" + name + ")";
   }
   if (blocks::inputs_of(weight, *format) != inputs || (outputs >= 0 && weight.size(0) != outputs)) {
     return std::string(kOp) + ": " + name + " " + contract::shape_text(weight) + " (" + format->name + ") holds " +
