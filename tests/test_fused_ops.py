@@ -355,7 +355,7 @@ def test_the_decoder_layer_gives_the_bits_of_the_ops_it_replaces_in_one_hand_off
     assert result["layer_work_ns"] > 0
 
 
-BAD_PROJECTIONS = """
+BAD_LAYER_ARGUMENTS = """
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 {setup}
@@ -363,48 +363,58 @@ from ops.decoder_layer.decoder_layer import example
 
 model, runs = example()
 hidden, cos, sin, position = runs[0]
-good = dict(qkv=(model.qkv, "F32"), o=(model.o, "F16"), gate_up=(model.gate_up, "BF16"), down=(model.down, "F32"))
+good = dict(hidden=hidden, input_norm=model.input_norm, qkv_weight=model.qkv, qkv_format="F32", cos=cos, sin=sin,
+            key_cache=model.k_cache, value_cache=model.v_cache, start_pos=0, scale=None, o_weight=model.o,
+            o_format="F16", post_norm=model.post_norm, gate_up_weight=model.gate_up, gate_up_format="BF16",
+            down_weight=model.down, down_format="F32", eps=1e-5)
 bad = {{
-    "an unknown format": ("o", model.o, "Q9_K"),
-    "a row format's dtype": ("gate_up", model.gate_up.float(), "BF16"),
-    "bytes that are not whole blocks": ("qkv", torch.zeros(model.qkv.shape[0], 33, dtype=torch.uint8), "Q8_0"),
-    "blocks holding other inputs": ("down", torch.zeros(64, 2 * 34, dtype=torch.uint8), "Q8_0"),
-    "other outputs": ("o", model.o[:-1], "F16"),
+    "an unknown format": dict(o_format="Q9_K"),
+    "a row format's dtype": dict(gate_up_weight=model.gate_up.float()),
+    "bytes that are not whole blocks": dict(qkv_weight=torch.zeros(model.qkv.shape[0], 33, dtype=torch.uint8),
+                                            qkv_format="Q8_0"),
+    "blocks holding other inputs": dict(down_weight=torch.zeros(64, 2 * 34, dtype=torch.uint8), down_format="Q8_0"),
+    "other outputs": dict(o_weight=model.o[:-1]),
+    "a table for other positions": dict(sin=sin[:, :1]),
+    "tables of two shapes": dict(cos=cos.expand(3, -1, -1)),
+    "positions past the cache": dict(start_pos=model.k_cache.shape[1] - 1),
+    "a negative start": dict(start_pos=-1),
+    "a scale that is not finite": dict(scale=float("inf")),
 }}
 
 
-def refusal(name, weight, fmt, fake):
-    projections = dict(good, **{{name: (weight, fmt)}})
-    args = (hidden, model.input_norm, *projections["qkv"], cos, sin, model.k_cache.clone(), model.v_cache.clone(), 0,
-            None, *projections["o"], model.post_norm, *projections["gate_up"], *projections["down"], 1e-5)
+def refusal(changes, fake):
+    arguments = dict(good, **changes)
+    arguments["key_cache"], arguments["value_cache"] = model.k_cache.clone(), model.v_cache.clone()
     try:  # the out variant: what the runtime kernel is
         if fake:
             with FakeTensorMode(allow_non_fake_inputs=True):
-                torch.ops.my_ops.decoder_layer.out(*args, out=torch.empty(0))
+                torch.ops.my_ops.decoder_layer.out(*arguments.values(), out=torch.empty(0))
         else:
-            torch.ops.my_ops.decoder_layer.out(*args, out=torch.empty(0))
+            torch.ops.my_ops.decoder_layer.out(*arguments.values(), out=torch.empty(0))
     except RuntimeError as e:
         return str(e).splitlines()[0]
     return None
 
 
-result = {{case: [refusal(*arguments, fake) for fake in {fakes}] for case, arguments in bad.items()}}
+result = {{case: [refusal(changes, fake) for fake in {fakes}] for case, changes in bad.items()}}
 """
 
 
-def test_the_layers_python_checks_refuse_a_projection_as_its_kernel_does(combined_build):
-    # decoder_layer.py checks a projection through embedding_blocks' Meta kernel, the C++ that knows the formats: its
-    # eager and export-time refusals equal the runtime kernel's (decoder_layer_out.cpp, in ATen mode in the library
-    # for processes without Python; a process of its own, where decoder_layer.py finds the op defined and only gives
-    # the example).
+def test_the_layers_python_checks_refuse_as_its_kernel_does(combined_build):
+    # decoder_layer.py checks a projection through embedding_blocks' Meta kernel (the C++ that knows the formats) and
+    # its attention's positions through rope_sdpa_with_cache's checks: its eager and export-time refusals equal the
+    # runtime kernel's (decoder_layer_out.cpp, in ATen mode in the library for processes without Python; a process of
+    # its own, where decoder_layer.py finds the op defined and only gives the example).
     from helpers import run_in_fresh_python
 
     def library(name):
         return f"torch.ops.load_library({os.path.join(combined_build.build_dir, name)!r})"
 
-    python = run_in_fresh_python(BAD_PROJECTIONS.format(setup=library("libcustom_ops_aot_lib.so"),
-                                                        fakes=[False, True]))
-    cpp = run_in_fresh_python(BAD_PROJECTIONS.format(setup=library("libcustom_ops_without_python.so"), fakes=[False]))
+    python = run_in_fresh_python(BAD_LAYER_ARGUMENTS.format(
+        setup=library("libcustom_ops_aot_lib.so") + "\nimport ops.rope_sdpa_with_cache.rope_sdpa_with_cache",
+        fakes=[False, True]))
+    cpp = run_in_fresh_python(BAD_LAYER_ARGUMENTS.format(setup=library("libcustom_ops_without_python.so"),
+                                                         fakes=[False]))
     assert all(messages[0] and messages[0].startswith("my_ops::decoder_layer.out: ") for messages in python.values())
     assert {case: [messages[0]] * 2 for case, messages in cpp.items()} == python
 

@@ -24,11 +24,15 @@ import math
 import torch
 
 OP = "my_ops::decoder_layer"
-EMBEDDING = "my_ops::embedding_blocks: "
 
 
 def _name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")  # float32: the runtime kernel's spelling
+
+
+def _problem(refusal: RuntimeError, checked_by: str) -> str:
+    """What another op's refusal says, without that op's name."""
+    return str(refusal).partition(f"{checked_by}: ")[2].splitlines()[0]
 
 
 def _check_projection(op: str, weight, fmt: str, name: str, inputs: int, outputs: int | None, inputs_are: str):
@@ -42,11 +46,29 @@ def _check_projection(op: str, weight, fmt: str, name: str, inputs: int, outputs
         held = torch.ops.my_ops.embedding_blocks(torch.empty(weight.shape, dtype=weight.dtype, device="meta"),
                                                  torch.empty(0, dtype=torch.long, device="meta"), fmt).shape[-1]
     except RuntimeError as refusal:
-        raise RuntimeError(f"{op}: {str(refusal).partition(EMBEDDING)[2].splitlines()[0]} ({name})") from None
+        raise RuntimeError(f"{op}: {_problem(refusal, 'my_ops::embedding_blocks')} ({name})") from None
     torch._check(held == inputs and (outputs is None or weight.shape[0] == outputs),
                  lambda: f"{op}: {name} {list(weight.shape)} ({fmt}) holds {held} inputs and {weight.shape[0]} "
                          f"outputs; it must take {inputs} ({inputs_are})"
                          + (f" and give {outputs}" if outputs is not None else ""))
+
+
+def _check_positions(op: str, cos, sin, key_cache, value_cache, batch: int, length: int, qkv_outputs: int, start_pos,
+                     scale):
+    """The attention's tables and positions, checked by my_ops::rope_sdpa_with_cache's own checks (its fake kernel, on
+    meta tensors shaped as the layer's attention is), named after the layer, as decoder_layer_out.cpp checks them with
+    rope_sdpa_with_cache_out.cpp's code."""
+    def meta(t):
+        return torch.empty(t.shape, dtype=t.dtype, device="meta")
+
+    torch._check(hasattr(torch.ops.my_ops, "rope_sdpa_with_cache"),
+                 lambda: f"{op}: its attention is checked by my_ops::rope_sdpa_with_cache, which is not registered: "
+                         "import its module (ops/rope_sdpa_with_cache/rope_sdpa_with_cache.py) first")
+    try:
+        torch.ops.my_ops.rope_sdpa_with_cache(torch.empty(batch, length, qkv_outputs, device="meta"), meta(cos),
+                                              meta(sin), meta(key_cache), meta(value_cache), start_pos, scale)
+    except RuntimeError as refusal:
+        raise RuntimeError(f"{op}: {_problem(refusal, 'my_ops::rope_sdpa_with_cache')}") from None
 
 
 def _check(op: str, hidden, input_norm, qkv_weight, qkv_format, cos, sin, key_cache, value_cache, start_pos, scale,
@@ -85,19 +107,7 @@ def _check(op: str, hidden, input_norm, qkv_weight, qkv_format, cos, sin, key_ca
                          "many of up's: an even, non-zero number")
     _check_projection(op, down_weight, down_format, "down_weight", gate_up_weight.shape[0] // 2, model,
                       "half of gate_up's outputs")
-    for name, t in (("cos", cos), ("sin", sin)):
-        torch._check(t.dim() == 3 and t.shape[0] in (1, batch) and t.shape[1] == length and t.shape[2] == head_dim,
-                     lambda: f"{op}: {name} {list(t.shape)} must be [1 or {batch}, {length}, {head_dim}]: a row per "
-                             "new position, shared by the heads")
-    torch._check(cos.shape == sin.shape,
-                 lambda: f"{op}: cos {list(cos.shape)} and sin {list(sin.shape)} differ; give both the same shape")
-    torch._check(start_pos >= 0 and start_pos + length <= positions,
-                 lambda: f"{op}: {length} positions at start_pos {start_pos} need cache positions up to "
-                         f"{start_pos + length} but the cache holds {positions}"
-                         f"{' (start_pos is negative)' if start_pos < 0 else ''}; start_pos + length must be within "
-                         "[0, positions]")
-    torch._check(scale is None or math.isfinite(scale),
-                 lambda: f"{op}: scale {scale} is not finite; pass a finite scale or None for 1/sqrt(head_dim)")
+    _check_positions(op, cos, sin, key_cache, value_cache, batch, length, qkv_outputs, start_pos, scale)
     torch._check(math.isfinite(eps) and eps >= 0, lambda: f"{op}: eps {eps} must be finite and not negative")
 
 

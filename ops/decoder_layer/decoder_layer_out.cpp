@@ -155,27 +155,9 @@ contract::Problem arguments_problem(const Tensor& hidden, const Weights& w, cons
                                   "half of gate_up's outputs")) {
     return p;
   }
-  const int64_t batch = hidden.size(0), length = hidden.size(1);
-  for (const auto& [t, name] : {std::pair<const Tensor&, const char*>{cos, "cos"}, {sin, "sin"}}) {
-    if (t.dim() != 3 || (t.size(0) != 1 && t.size(0) != batch) || t.size(1) != length || t.size(2) != head_dim) {
-      return op + ": " + name + " " + contract::shape_text(t) + " must be [1 or " + std::to_string(batch) + ", " +
-          std::to_string(length) + ", " + std::to_string(head_dim) + "]: a row per new position, shared by the heads";
-    }
-  }
-  if (!contract::same_sizes(cos, sin)) {
-    return op + ": cos " + contract::shape_text(cos) + " and sin " + contract::shape_text(sin) + " differ; give both "
-        "the same shape";
-  }
-  const int64_t positions = key_cache.size(1);
-  if (start < 0 || start > positions - length) {
-    return op + ": " + std::to_string(length) + " positions at start_pos " + std::to_string(start) +
-        " need cache positions up to " + std::to_string(start + length) + " but the cache holds " +
-        std::to_string(positions) + (start < 0 ? " (start_pos is negative)" : "") +
-        "; start_pos + length must be within [0, positions]";
-  }
-  if (scale.has_value() && !std::isfinite(*scale)) {
-    return op + ": scale " + std::to_string(*scale) + " is not finite; pass a finite scale or None for " +
-        "1/sqrt(head_dim)";
+  if (auto p = attention::positions_problem(op, cos, sin, hidden.size(0), hidden.size(1), head_dim, key_cache.size(1),
+                                            start, scale)) {
+    return p;
   }
   if (!std::isfinite(eps) || eps < 0) {
     return op + ": eps " + std::to_string(eps) + " must be finite and not negative";

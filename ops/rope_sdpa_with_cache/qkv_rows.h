@@ -3,14 +3,46 @@
 // (ops/rope/rope_rows.h), k and v written into the caches at the position, q into `queries` [B, T, H, D].
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <optional>
+#include <string>
 
+#include "kernel_helpers/kernel_contract.h"
 #include "ops/rope/rope_rows.h"
 
 namespace custom {
 namespace native {
 namespace attention {
+
+// The new positions' rotation tables and place, as both ops check them after their own shapes: cos and sin [1 or
+// batch, length, head_dim] of one shape, positions [start, start + length) within the cache's, a finite scale or none.
+inline contract::Problem positions_problem(const std::string& op, const Tensor& cos, const Tensor& sin, int64_t batch,
+                                           int64_t length, int64_t head_dim, int64_t positions, int64_t start,
+                                           const std::optional<double>& scale) {
+  for (const auto& [t, name] : {std::pair<const Tensor&, const char*>{cos, "cos"}, {sin, "sin"}}) {
+    if (t.dim() != 3 || (t.size(0) != 1 && t.size(0) != batch) || t.size(1) != length || t.size(2) != head_dim) {
+      return op + ": " + name + " " + contract::shape_text(t) + " must be [1 or " + std::to_string(batch) + ", " +
+          std::to_string(length) + ", " + std::to_string(head_dim) + "]: a row per new position, shared by the heads";
+    }
+  }
+  if (!contract::same_sizes(cos, sin)) {
+    return op + ": cos " + contract::shape_text(cos) + " and sin " + contract::shape_text(sin) + " differ; give both "
+        "the same shape";
+  }
+  if (start < 0 || start > positions - length) {
+    return op + ": " + std::to_string(length) + " positions at start_pos " + std::to_string(start) +
+        " need cache positions up to " + std::to_string(start + length) + " but the cache holds " +
+        std::to_string(positions) + (start < 0 ? " (start_pos is negative)" : "") +
+        "; start_pos + length must be within [0, positions]";
+  }
+  if (scale.has_value() && !std::isfinite(*scale)) {
+    return op + ": scale " + std::to_string(*scale) + " is not finite; pass a finite scale or None for " +
+        "1/sqrt(head_dim)";
+  }
+  return std::nullopt;
+}
 
 template <typename T>
 struct QkvRows {

@@ -72,27 +72,8 @@ contract::Problem arguments_problem(const Tensor& qkv, const Tensor& cos, const 
         std::to_string(l.kv_heads) + ") * " + std::to_string(l.head_dim) + " for a number of query heads that is a "
         "multiple of the cache's " + std::to_string(l.kv_heads) + " kv heads";
   }
-  for (const auto& [t, name] : {std::pair<const Tensor&, const char*>{cos, "cos"}, {sin, "sin"}}) {
-    if (t.dim() != 3 || (t.size(0) != 1 && t.size(0) != l.batch) || t.size(1) != l.length ||
-        t.size(2) != l.head_dim) {
-      return op + ": " + name + " " + contract::shape_text(t) + " must be [1 or " + std::to_string(l.batch) + ", " +
-          std::to_string(l.length) + ", " + std::to_string(l.head_dim) + "]: a row per new position, shared by "
-          "the heads";
-    }
-  }
-  if (!contract::same_sizes(cos, sin)) {
-    return op + ": cos " + contract::shape_text(cos) + " and sin " + contract::shape_text(sin) + " differ; give "
-        "both the same shape";
-  }
-  if (start < 0 || start > l.positions - l.length) {
-    return op + ": " + std::to_string(l.length) + " positions at start_pos " + std::to_string(start) +
-        " need cache positions up to " + std::to_string(start + l.length) + " but the cache holds " +
-        std::to_string(l.positions) + (start < 0 ? " (start_pos is negative)" : "") +
-        "; start_pos + length must be within [0, positions]";
-  }
-  if (scale.has_value() && !std::isfinite(*scale)) {
-    return op + ": scale " + std::to_string(*scale) + " is not finite; pass a finite scale or None for " +
-        "1/sqrt(head_dim)";
+  if (auto p = attention::positions_problem(op, cos, sin, l.batch, l.length, l.head_dim, l.positions, start, scale)) {
+    return p;
   }
   if (window < 0) {
     return op + ": window " + std::to_string(window) + " is negative; pass the sliding window's length in positions, "
