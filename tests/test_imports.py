@@ -49,11 +49,24 @@ def module_name(path: str) -> str:
     return relative.removesuffix(".__init__")
 
 
+def at_load(body: list[ast.stmt]):
+    """The statements a module runs when it is imported: its body, into module-level if, try and with blocks."""
+    for node in body:
+        yield node
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "__name__ == '__main__'":
+            continue  # run as a script, not on import
+        if isinstance(node, (ast.If, ast.Try, ast.With)):
+            for block in (node.body, getattr(node, "orelse", []), getattr(node, "finalbody", []),
+                          *(handler.body for handler in getattr(node, "handlers", []))):
+                yield from at_load(block)
+
+
 def imports(path: str, top_level_only: bool = False) -> set[str]:
-    """The modules `path` imports (absolute names; relative imports resolved against its package)."""
+    """The modules `path` imports (absolute names; relative imports resolved against its package); top_level_only:
+    those it imports when it is loaded."""
     tree = ast.parse(open(path).read(), path)
     package = module_name(path).rpartition(".")[0] if not path.endswith("__init__.py") else module_name(path)
-    nodes = tree.body if top_level_only else ast.walk(tree)
+    nodes = at_load(tree.body) if top_level_only else ast.walk(tree)
     found = set()
     for node in nodes:
         if isinstance(node, ast.Import):
@@ -168,11 +181,17 @@ def sibling_imports(path: str) -> set[str]:
 def test_what_ships_or_gets_copied_imports_only_torch(path):
     # The example modules are copied into users' projects (an op's folder whole, so a module may import its folder's
     # other modules), the op modules and the shared ones into the wheel, flat: a module the wheel carries imports only
-    # others it carries. At load time they may need nothing but torch.
+    # others it carries, and the shared modules (setup.py's SHARED_MODULES) from where they are in either place. At load
+    # time they may need nothing but torch.
     full = os.path.join(REPO_ROOT, path)
     siblings = sibling_imports(full)
+    package = module_name(full).rpartition(".")[0]
+    # A shared module the wheel carries, by its place in the repository or beside the module in the wheel.
+    shared = {f"{name}{suffix}" for p in shipped_modules() for suffix in ("", ".*")
+              for name in (module_name(os.path.join(REPO_ROOT, p)), f"{package}.{os.path.basename(p)[:-3]}")}
     loaded = {name.split(".")[0] for name in imports(full, top_level_only=True)
-              if not any(name.startswith(module_name(s)) for s in siblings)}
+              if not any(name.startswith(module_name(s)) for s in siblings)
+              and not any(name == s or (s.endswith(".*") and name.startswith(s[:-1])) for s in shared)}
     assert loaded - STANDARD_LIBRARY - {"torch", "__future__"} == set()
     in_the_wheel = {os.path.join(REPO_ROOT, p) for p in [*shipped_modules(), *(op.python_file for op in
                                                                                 declarations.load().values()

@@ -1,6 +1,7 @@
 """Reading a llama.cpp GGUF file's own tensors as my_ops' block ops take them, and attaching them to transformers' model
 of the file (attach_blocks), so export packs them as they are (quantize="gguf"): nothing requantized, nothing
-dequantized into the program. The reading imports only numpy and the gguf package; my_ops.gguf is the entry point.
+dequantized into the program. The reading imports only numpy, the gguf package and the formats' layouts
+(my_ops.block_layouts); my_ops.gguf is the entry point.
 
 llama.cpp's blocks (ggml-common.h; dequantized as ggml-quants.c does), little-endian. The ops take each block's weights
 as unsigned codes in weight order and its other bytes (the "record": scales, minimums, packed sub-block scales) as the

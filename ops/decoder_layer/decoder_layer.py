@@ -14,7 +14,8 @@ program ran the layer's nine ops and handed the thread pool five ranges, it runs
 (decoder_layer_out.cpp); my_ops.hf's export pass (fuse.py) puts it there. PyTorch's kernel calls those ops in turn, so
 eager gives the runtime's bits.
 
-Importing this module registers the op and does nothing else (it imports only torch).
+Importing this module registers the op and does nothing else (it imports only torch and the block formats' layouts,
+ops/blocks/block_layouts.py).
 """
 
 from __future__ import annotations
@@ -23,52 +24,50 @@ import math
 
 import torch
 
+if __package__ == "my_ops":  # the wheel, or an editable install: the layouts are carried beside this module
+    from .block_layouts import LAYOUTS, ROW_DTYPES
+else:  # the repository, where ops/blocks/ holds them
+    from ops.blocks.block_layouts import LAYOUTS, ROW_DTYPES
+
 OP = "my_ops::decoder_layer"
+ROW_FORMATS = {name: getattr(torch, dtype) for name, dtype in ROW_DTYPES.items()}
 
 
 def _name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")  # float32: the runtime kernel's spelling
 
 
-def _problem(refusal: RuntimeError, checked_by: str) -> str:
-    """What another op's refusal says, without that op's name."""
-    return str(refusal).partition(f"{checked_by}: ")[2].splitlines()[0]
+def _inputs_of(weight: torch.Tensor, fmt: str) -> int:
+    if fmt in ROW_FORMATS:
+        return weight.shape[1]
+    return weight.shape[1] // LAYOUTS[fmt].bytes * LAYOUTS[fmt].weights
 
 
 def _check_projection(op: str, weight, fmt: str, name: str, inputs: int, outputs: int | None, inputs_are: str):
-    """A projection's weight, checked as linear_blocks checks it: by my_ops::embedding_blocks' Meta kernel (C++,
-    ops/blocks/block_ops.h), which knows every format's blocks and gives the inputs the weight holds; its refusal
-    named after the projection, as decoder_layer_out.cpp names it."""
-    torch._check(hasattr(torch.ops.my_ops, "embedding_blocks"),
-                 lambda: f"{op}: its projections are checked by my_ops::embedding_blocks, which is not registered: "
-                         "load the build's libcustom_ops_aot_lib.so (torch.ops.load_library) first")
-    try:
-        held = torch.ops.my_ops.embedding_blocks(torch.empty(weight.shape, dtype=weight.dtype, device="meta"),
-                                                 torch.empty(0, dtype=torch.long, device="meta"), fmt).shape[-1]
-    except RuntimeError as refusal:
-        raise RuntimeError(f"{op}: {_problem(refusal, 'my_ops::embedding_blocks')} ({name})") from None
-    torch._check(held == inputs and (outputs is None or weight.shape[0] == outputs),
-                 lambda: f"{op}: {name} {list(weight.shape)} ({fmt}) holds {held} inputs and {weight.shape[0]} "
-                         f"outputs; it must take {inputs} ({inputs_are})"
+    """A projection's weight, as linear_blocks checks it (ops/blocks/block_ops.h), the projection named after; the
+    formats as ops/blocks/block_layouts.py states them."""
+    known = ", ".join([*ROW_FORMATS, *LAYOUTS])
+    torch._check(fmt in ROW_FORMATS or fmt in LAYOUTS,
+                 lambda: f"{op}: format '{fmt}' is not one this op takes; it takes the GGUF types {known} (i-quants, "
+                         f"TQ and MXFP4 are not among them: requantize with llama-quantize) ({name})")
+    rows = fmt in ROW_FORMATS
+    dtype = ROW_FORMATS.get(fmt, torch.uint8)
+    stored = _name(dtype) if rows else "uint8 (the blocks' bytes, packed at export)"
+    torch._check(weight.dtype == dtype,
+                 lambda: f"{op}: weight has dtype {_name(weight.dtype)} but a {fmt} weight is {stored} ({name})")
+    torch._check(weight.dim() == 2,
+                 lambda: f"{op}: weight {list(weight.shape)} must have 2 dimensions, [outputs, "
+                         f"{'inputs]' if rows else 'bytes per row]'} ({name})")
+    if not rows:
+        block = LAYOUTS[fmt]
+        torch._check(weight.shape[1] % block.bytes == 0,
+                     lambda: f"{op}: weight {list(weight.shape)} rows of {weight.shape[1]} bytes are not whole {fmt} "
+                             f"blocks of {block.bytes} bytes ({block.weights} weights each); pack it with the op's "
+                             f"Python side ({name})")
+    torch._check(_inputs_of(weight, fmt) == inputs and (outputs is None or weight.shape[0] == outputs),
+                 lambda: f"{op}: {name} {list(weight.shape)} ({fmt}) holds {_inputs_of(weight, fmt)} inputs and "
+                         f"{weight.shape[0]} outputs; it must take {inputs} ({inputs_are})"
                          + (f" and give {outputs}" if outputs is not None else ""))
-
-
-def _check_positions(op: str, cos, sin, key_cache, value_cache, batch: int, length: int, qkv_outputs: int, start_pos,
-                     scale):
-    """The attention's tables and positions, checked by my_ops::rope_sdpa_with_cache's own checks (its fake kernel, on
-    meta tensors shaped as the layer's attention is), named after the layer, as decoder_layer_out.cpp checks them with
-    rope_sdpa_with_cache_out.cpp's code."""
-    def meta(t):
-        return torch.empty(t.shape, dtype=t.dtype, device="meta")
-
-    torch._check(hasattr(torch.ops.my_ops, "rope_sdpa_with_cache"),
-                 lambda: f"{op}: its attention is checked by my_ops::rope_sdpa_with_cache, which is not registered: "
-                         "import its module (ops/rope_sdpa_with_cache/rope_sdpa_with_cache.py) first")
-    try:
-        torch.ops.my_ops.rope_sdpa_with_cache(torch.empty(batch, length, qkv_outputs, device="meta"), meta(cos),
-                                              meta(sin), meta(key_cache), meta(value_cache), start_pos, scale)
-    except RuntimeError as refusal:
-        raise RuntimeError(f"{op}: {_problem(refusal, 'my_ops::rope_sdpa_with_cache')}") from None
 
 
 def _check(op: str, hidden, input_norm, qkv_weight, qkv_format, cos, sin, key_cache, value_cache, start_pos, scale,
@@ -107,7 +106,19 @@ def _check(op: str, hidden, input_norm, qkv_weight, qkv_format, cos, sin, key_ca
                          "many of up's: an even, non-zero number")
     _check_projection(op, down_weight, down_format, "down_weight", gate_up_weight.shape[0] // 2, model,
                       "half of gate_up's outputs")
-    _check_positions(op, cos, sin, key_cache, value_cache, batch, length, qkv_outputs, start_pos, scale)
+    for name, t in (("cos", cos), ("sin", sin)):
+        torch._check(t.dim() == 3 and t.shape[0] in (1, batch) and t.shape[1] == length and t.shape[2] == head_dim,
+                     lambda: f"{op}: {name} {list(t.shape)} must be [1 or {batch}, {length}, {head_dim}]: a row per "
+                             "new position, shared by the heads")
+    torch._check(cos.shape == sin.shape,
+                 lambda: f"{op}: cos {list(cos.shape)} and sin {list(sin.shape)} differ; give both the same shape")
+    torch._check(start_pos >= 0 and start_pos + length <= positions,
+                 lambda: f"{op}: {length} positions at start_pos {start_pos} need cache positions up to "
+                         f"{start_pos + length} but the cache holds {positions}"
+                         f"{' (start_pos is negative)' if start_pos < 0 else ''}; start_pos + length must be within "
+                         "[0, positions]")
+    torch._check(scale is None or math.isfinite(scale),
+                 lambda: f"{op}: scale {scale} is not finite; pass a finite scale or None for 1/sqrt(head_dim)")
     torch._check(math.isfinite(eps) and eps >= 0, lambda: f"{op}: eps {eps} must be finite and not negative")
 
 
