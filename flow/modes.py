@@ -88,24 +88,23 @@ def registered_where(op: declarations.DeclaredOp) -> str:
     return " ".join(op.aot_sources) if op.from_cpp else op.python_file or "PyTorch itself"
 
 
-def export_and_verify(op, step_of: str, aot_library: str | None, runner: str, kernel_library: str | None = None,
-                      built_by: str = "") -> None:
-    """Steps 2-4 of an op's flow: export its example, smoke-run it, verify it against its reference."""
+def export_and_verify(op, runner: str, aot_library: str | None, verify_with: list[str],
+                      runner_named: str | None = None) -> None:
+    """Steps 2-4 of an op's flow: export its example (PyTorch learning a C++ op from `aot_library`), smoke-run it,
+    verify it against its reference (`verify_with`: the libraries the verifier loads)."""
     pte = os.path.join(REPO_ROOT, f"{op.example_program}.pte")
     registered = {"cpp": f"register {op.name} with PyTorch from C++ ({registered_where(op)})",
                   "aten": f"{op.name} is PyTorch's own"}.get(
         op.registered_from, f"register {op.name} with PyTorch from Python ({registered_where(op)})")
-    step(f"{step_of} 2/4: {registered}, export {op.example_program}.pte (flow/export.py)")
+    step(f"{op.short_name} 2/4: {registered}, export {op.example_program}.pte (flow/export.py)")
     python("-m", "flow.export", "--op", op.name, "--output_dir", REPO_ROOT,
            *(["--aot_library", aot_library] if aot_library else []))
-    step(f"{step_of} 3/4: run {op.example_program}.pte in {built_by or relative(runner)} on its default inputs, every "
-         "element 1 (a smoke run: step 4 feeds the example's inputs and checks them)")
+    step(f"{op.short_name} 3/4: run {op.example_program}.pte in {runner_named or relative(runner)} on its default "
+         "inputs, every element 1 (a smoke run: step 4 feeds the example's inputs and checks them)")
     run(runner, f"--model_path={pte}")
-    step(f"{step_of} 4/4: the example's inputs through the runner and the Python runtime, checked against the op's "
-         "ATen reference, executed 3 times (flow/verify.py)")
-    python("-m", "flow.verify", "--pte", pte, "--runner", runner,
-           *(["--kernel_library", kernel_library] if kernel_library else []),
-           *(["--aot_library", aot_library] if aot_library and not kernel_library else []))
+    step(f"{op.short_name} 4/4: the example's inputs through the runner and the Python runtime, checked against the "
+         "op's ATen reference, executed 3 times (flow/verify.py)")
+    python("-m", "flow.verify", "--pte", pte, "--runner", runner, *verify_with)
 
 
 def flow_cmake(op) -> None:
@@ -114,9 +113,9 @@ def flow_cmake(op) -> None:
              if op.from_cpp else "the kernels and runner")
     step(f"{op.short_name} 1/4: select {op.out_name}, generate its registration, build {built} (CMakeLists.txt)")
     cmake_build(build_dir, f"-DCUSTOM_OPS_ROOT_OPS={op.out_name}")
-    export_and_verify(op, op.short_name, os.path.join(build_dir, "libcustom_ops_aot_lib.so"),
-                      os.path.join(build_dir, "custom_ops_executor_runner"),
-                      kernel_library=os.path.join(build_dir, "libcustom_ops_lib.so"))
+    export_and_verify(op, os.path.join(build_dir, "custom_ops_executor_runner"),
+                      os.path.join(build_dir, "libcustom_ops_aot_lib.so"),
+                      ["--kernel_library", os.path.join(build_dir, "libcustom_ops_lib.so")])
 
 
 def link_variants() -> None:
@@ -165,7 +164,7 @@ def flow_buck2(op) -> None:
     runner, aot = found.get(targets[0]), found.get(targets[1]) if op.from_cpp else None
     if not runner or not os.access(runner, os.X_OK):
         raise ModeError(f"buck2 printed no runner for {op.short_name}:\n{built.stdout}")
-    export_and_verify(op, op.short_name, aot, runner, built_by="the buck2-built runner")
+    export_and_verify(op, runner, aot, ["--aot_library", aot] if aot else [], "the buck2-built runner")
 
 
 def mode_buck2(names: list[str]) -> int:
