@@ -90,7 +90,8 @@ def interleave(codes: torch.Tensor, records: torch.Tensor, fmt: str) -> torch.Te
     remains), each group block after block; a block's codes 32 weights at a time as chunks of R rows x 4 bytes, per
     plane of b bits b chunks (byte j of chunk c: weights 4 (c * 8 / b + i) + j at bits b i), then each record field
     for the R rows."""
-    weights, _, _, planes, fields = LAYOUTS[fmt]
+    layout = LAYOUTS[fmt]
+    weights, planes, fields = layout.weights, layout.planes, layout.fields
     n, k = codes.shape
     blocks, pieces = k // weights, weights // GROUP
     quads = codes.reshape(n, blocks, pieces, 8, 4)
