@@ -92,3 +92,30 @@ Tensor& out_kernel(const char* op, KernelContext& ctx, const Tensor& gate, const
 } // namespace gated
 } // namespace native
 } // namespace custom
+
+// Defines custom::native::NAME_out_impl, the out kernel of my_ops::NAME.out that custom_ops.yaml binds, in the mode the
+// source is compiled in, over RANGE (the member's element range in its _rows.h, e.g. swiglu::silu_mul_range). Used
+// once per member, at global scope, in its NAME_out.cpp.
+#ifdef USE_ATEN_LIB
+#define CUSTOM_OPS_GATED_OUT_KERNEL(NAME, RANGE)                                                     \
+  namespace custom::native {                                                                         \
+  at::Tensor& NAME##_out_impl(const at::Tensor& gate, const at::Tensor& up, at::Tensor& out) {       \
+    return gated::out_kernel("my_ops::" #NAME ".out", gate, up, out,                                 \
+                             [](const auto* g, const auto* u, auto* o, int64_t first, int64_t end) { \
+                               return RANGE(g, u, o, first, end);                                    \
+                             });                                                                     \
+  }                                                                                                  \
+  }
+#else
+#define CUSTOM_OPS_GATED_OUT_KERNEL(NAME, RANGE)                                                                \
+  namespace custom::native {                                                                                    \
+  executorch::aten::Tensor& NAME##_out_impl(executorch::runtime::KernelRuntimeContext& ctx,                     \
+                                            const executorch::aten::Tensor& gate,                               \
+                                            const executorch::aten::Tensor& up, executorch::aten::Tensor& out) { \
+    return gated::out_kernel("my_ops::" #NAME ".out", ctx, gate, up, out,                                       \
+                             [](const auto* g, const auto* u, auto* o, int64_t first, int64_t end) {            \
+                               return RANGE(g, u, o, first, end);                                               \
+                             });                                                                                \
+  }                                                                                                             \
+  }
+#endif

@@ -8,28 +8,4 @@
 #include "kernel_helpers/gated_activation.h"
 #include "ops/gated/silu_mul_rows.h"
 
-namespace custom {
-namespace native {
-namespace {
-
-constexpr const char* kOp = "my_ops::silu_mul.out";
-constexpr auto kRange = [](const auto* gate, const auto* up, auto* out, int64_t first, int64_t end) {
-  return swiglu::silu_mul_range(gate, up, out, first, end);
-};
-
-} // namespace
-
-#ifdef USE_ATEN_LIB
-at::Tensor& silu_mul_out_impl(const at::Tensor& gate, const at::Tensor& up, at::Tensor& out) {
-  return gated::out_kernel(kOp, gate, up, out, kRange);
-}
-#else
-executorch::aten::Tensor& silu_mul_out_impl(executorch::runtime::KernelRuntimeContext& ctx,
-                                            const executorch::aten::Tensor& gate, const executorch::aten::Tensor& up,
-                                            executorch::aten::Tensor& out) {
-  return gated::out_kernel(kOp, ctx, gate, up, out, kRange);
-}
-#endif
-
-} // namespace native
-} // namespace custom
+CUSTOM_OPS_GATED_OUT_KERNEL(silu_mul, swiglu::silu_mul_range)
