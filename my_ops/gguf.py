@@ -12,16 +12,18 @@ The reading and the row order are my_ops/hf/gguf_blocks.py's (re-exported here).
 from __future__ import annotations
 
 from .hf.gguf_blocks import (FLOAT_TYPES, FORMATS, LAYOUTS, UnsupportedTensorError, attach_blocks, block_bytes,
-                             codes_and_records, rope_row_order)
+                             codes_and_records, load_file_weights, packed_rows, rope_row_order)
 
 __all__ = ["FLOAT_TYPES", "FORMATS", "LAYOUTS", "UnsupportedTensorError", "attach_blocks", "block_bytes",
-           "codes_and_records", "export_program", "rope_row_order"]
+           "codes_and_records", "export_program", "load_file_weights", "packed_rows", "rope_row_order"]
 
 
 def export_program(path: str, *, max_seq_len: int = 256):
     """The GGUF file at `path` as an ExecuTorch program whose linear layers and embedding run the file's own tensors
-    on my_ops' block ops (nothing dequantized into the program, nothing requantized); the rest as my_ops.hf does it."""
+    on my_ops' block ops (nothing dequantized into the program, nothing requantized); the rest as my_ops.hf does it.
+    The model is built on the file's tensors alone (no float32 copy of its matrices: the export's memory follows the
+    file's size)."""
     from .hf.checkpoint import load
     from .hf.to_program import export_checkpoint
 
-    return export_checkpoint(load(path), max_seq_len=max_seq_len, quantize="gguf")
+    return export_checkpoint(load(path, dequantize=False), max_seq_len=max_seq_len, quantize="gguf")

@@ -141,7 +141,6 @@ def test_attached_blocks_are_the_files_in_transformers_row_order(gguf_module, tm
     # layout), attached to the model: the blocks dequantized equal the gguf package's dequantization of the file's
     # tensor put back in transformers' order by transformers' own loader step.
     from flow.declarations import import_repository_module
-    from my_ops.hf.quantize import interleave
     from transformers.modeling_gguf_pytorch_utils import LlamaTensorProcessor
 
     reference = import_repository_module("ops.blocks.blocks")
@@ -159,9 +158,9 @@ def test_attached_blocks_are_the_files_in_transformers_row_order(gguf_module, tm
             expected = undo(expected, model.config.num_attention_heads, model.config.num_attention_heads)
         elif ".attn_k." in name:
             expected = undo(expected, model.config.num_attention_heads, model.config.num_key_value_heads)
-        codes, records, fmt = modules[names[name].rsplit(".", 1)[0]].gguf_blocks
+        weight, fmt = modules[names[name].rsplit(".", 1)[0]].gguf_blocks
         assert fmt == "Q4_1"
-        got = reference.dequantize(interleave(codes, records, fmt), fmt).numpy()
+        got = reference.dequantize(weight, fmt).numpy()
         np.testing.assert_array_equal(got, expected, err_msg=name)
 
 
@@ -170,7 +169,6 @@ def test_gemma3s_blocks_keep_the_files_row_order(gguf_module, tmp_path):
     # blocks attached from a gemma3 file are the file's rows, not the llama order's (seen: "is is is is" from the real
     # Gemma 3 file's own blocks while its Q and K rows were reordered).
     from flow.declarations import import_repository_module
-    from my_ops.hf.quantize import interleave
     from transformers import Gemma3ForCausalLM, Gemma3TextConfig
 
     reference = import_repository_module("ops.blocks.blocks")
@@ -184,8 +182,8 @@ def test_gemma3s_blocks_keep_the_files_row_order(gguf_module, tmp_path):
     modules = dict(model.named_modules())
     tensors = file_tensors(tmp_path / "gemma3.gguf")
     for name in sorted(attached):
-        codes, records, fmt = modules[names[name].rsplit(".", 1)[0]].gguf_blocks
-        got = reference.dequantize(interleave(codes, records, fmt), fmt).numpy()
+        weight, fmt = modules[names[name].rsplit(".", 1)[0]].gguf_blocks
+        got = reference.dequantize(weight, fmt).numpy()
         np.testing.assert_array_equal(got, gguf_dequantized(tensors[name]), err_msg=name)
 
 
@@ -206,6 +204,7 @@ def test_a_block_tensor_of_a_partial_block_is_refused(gguf_module):
 
 def test_exporting_gguf_without_a_gguf_file_is_refused(gguf_module, tmp_path):
     import my_ops.hf
+    import my_ops.hf.checkpoint
     from my_ops.hf.checkpoint import Checkpoint
     from my_ops.hf.to_program import export_checkpoint
 
@@ -214,6 +213,12 @@ def test_exporting_gguf_without_a_gguf_file_is_refused(gguf_module, tmp_path):
     folder = Checkpoint(tiny_llama(), None, str(tmp_path))
     with pytest.raises(my_ops.hf.UnsupportedModelError, match="give a .gguf file"):
         export_checkpoint(folder, max_seq_len=16, quantize="gguf")
+    # a model on a file's own tensors has no float32 weights to quantize, and a folder's weights are float32
+    on_file = Checkpoint(tiny_llama(), None, str(tmp_path / "m.gguf"), dequantized=False)
+    with pytest.raises(my_ops.hf.UnsupportedModelError, match="the GGUF file's own tensors only.*dequantize=True"):
+        export_checkpoint(on_file, max_seq_len=16, quantize="8da4w")
+    with pytest.raises(my_ops.hf.UnsupportedModelError, match="a model folder's weights load in float32"):
+        my_ops.hf.checkpoint.load(str(tmp_path), dequantize=False)
 
 
 def test_the_tiny_gguf_model_decodes_like_its_eager_reference(gguf_module, tmp_path, combined_build):
@@ -254,12 +259,8 @@ def test_a_file_of_many_formats_runs_each_tensor_in_its_own_and_decodes_like_its
     from flow.runtime import load_kernel_library
     from my_ops.hf import export_program
     from my_ops.hf.quantize import formats_in
-    from transformers import LlamaConfig, LlamaForCausalLM
 
-    config = LlamaConfig(vocab_size=64, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, head_dim=64, tie_word_embeddings=True)
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(config).eval()
+    model = mixed_llama()
     names = write_model_gguf(model, tmp_path / "mixed.gguf", overrides={
         name: kind for name in gguf_names(model) for part, kind in MIXED.items() if f"{part}." in name})
     attached = gguf_module.attach_blocks(model, str(tmp_path / "mixed.gguf"))
@@ -279,6 +280,155 @@ def test_a_file_of_many_formats_runs_each_tensor_in_its_own_and_decodes_like_its
     decoded = decode_runtime(str(pte), [1, 5, 9], 6, generations=2)
     assert decoded.tokens == reference.tokens
     torch.testing.assert_close(decoded.logits, reference.logits, atol=1e-3, rtol=0)
+
+
+def test_a_model_built_without_weights_takes_the_files_tensors_and_exports_the_same_program(gguf_module, tmp_path):
+    # The file's tensors given to a model built without weights (my_ops.hf.checkpoint.load(dequantize=False)): the
+    # block and 16-bit matrices stay unallocated as float32 (no float copy of them exists), the norms and the float32
+    # matrix come from the file, the tied output projection reads the embedding's table, and the program is the one
+    # exported from the float32 model with the blocks attached, byte for byte.
+    import copy
+
+    from my_ops.hf import export_program
+    from my_ops.hf.checkpoint import _model_on_file_tensors
+
+    model = mixed_llama()
+    overrides = {name: kind for name in gguf_names(model) for part, kind in MIXED.items() if f"{part}." in name}
+    overrides["blk.1.attn_output.weight"] = "F32"  # a matrix the file keeps in float32 stays a float32 parameter
+    write_model_gguf(model, tmp_path / "mixed.gguf", overrides=overrides)
+    path = str(tmp_path / "mixed.gguf")
+    attached = gguf_module.attach_blocks(model, path)
+    on_file = _model_on_file_tensors(copy.deepcopy(model.config), path)
+    modules = dict(on_file.named_modules())
+    assert on_file.lm_head.weight is on_file.model.embed_tokens.weight
+    for name, original in model.named_parameters():
+        value = on_file.get_parameter(name)
+        blocks = getattr(modules[name.rsplit(".", 1)[0]], "gguf_blocks", None)
+        if blocks is not None:
+            assert value.is_meta, name
+            torch.testing.assert_close(blocks[0], modules_of(model)[name.rsplit(".", 1)[0]].gguf_blocks[0],
+                                       rtol=0, atol=0)
+        elif name == "lm_head.weight":
+            assert value.is_meta  # the embedding's, tied
+        else:  # the file's float32 values, as transformers' loader made them (the model was written from them)
+            assert not value.is_meta and torch.equal(value, original.detach()), name
+    assert len(attached) == sum(hasattr(m, "gguf_blocks") for m in modules.values())
+    expected = export_program(copy.deepcopy(model), max_seq_len=32, quantize="gguf").buffer
+    assert export_program(on_file, max_seq_len=32, quantize="gguf").buffer == expected
+
+
+def modules_of(model) -> dict:
+    return dict(model.named_modules())
+
+
+def test_a_parameter_the_file_lacks_is_refused_by_name(gguf_module, tmp_path):
+    from my_ops.hf.checkpoint import _model_on_file_tensors
+
+    model = tiny_llama()
+    names = write_model_gguf(model, tmp_path / "tiny.gguf")
+    lacking = {n: v for n, v in file_tensors(tmp_path / "tiny.gguf").items() if n != "blk.1.ffn_norm.weight"}
+    write_gguf(tmp_path / "lacking.gguf", {n: (gguf_dequantized(t).reshape(tuple(reversed(t.shape.tolist()))),
+                                                t.tensor_type.name) for n, t in lacking.items()})
+    with pytest.raises(gguf_module.UnsupportedTensorError,
+                       match=rf"no tensor for {re.escape(names['blk.1.ffn_norm.weight'])}: the file is not a whole "):
+        _model_on_file_tensors(model.config, str(tmp_path / "lacking.gguf"))
+
+
+def test_packed_parts_join_where_the_layout_lets_them(gguf_module):
+    # Packed weights stacked by rows are the packing of the stacked rows when every part but the last holds whole
+    # groups of 16 rows; otherwise the layer keeps its parts (None).
+    from my_ops.hf.quantize import join_rows, pack
+
+    generator = torch.Generator().manual_seed(0)
+    parts = [torch.randn(rows, 64, generator=generator) for rows in (16, 17)]
+    joined = join_rows([pack(p, "Q4_1") for p in parts], "Q4_1")
+    assert torch.equal(joined, pack(torch.cat(parts), "Q4_1"))
+    assert join_rows([pack(p, "Q4_1") for p in reversed(parts)], "Q4_1") is None
+    halves = [p.half() for p in reversed(parts)]  # rows of a 16-bit format lie one after another: any count joins
+    assert torch.equal(join_rows(halves, "F16"), torch.cat(halves))
+
+
+def metadata_gguf(path, architecture: str, name: str) -> None:
+    """A GGUF file with the metadata llama.cpp's converter writes (hyperparameters, a BPE vocabulary, a one-element
+    array, strings naming the architecture) and one tensor, written by the gguf package."""
+    import gguf
+
+    writer = gguf.GGUFWriter(str(path), architecture)
+    writer.add_name(name)
+    writer.add_string("general.description", f"a small {architecture} model")
+    writer.add_context_length(256)
+    writer.add_embedding_length(64)
+    writer.add_block_count(2)
+    writer.add_feed_forward_length(128)
+    writer.add_head_count(4)
+    writer.add_head_count_kv(2)
+    writer.add_rope_freq_base(10000.0)
+    writer.add_layer_norm_rms_eps(1e-6)
+    writer.add_array(f"{architecture}.attention.sliding_window_pattern", [6])
+    writer.add_tokenizer_model("gpt2")
+    writer.add_token_list([f"t{i}" for i in range(40)] + ["Ġa", "Ġb"])
+    writer.add_token_types([1] * 42)
+    writer.add_token_merges(["Ġ a"])  # one element: transformers reads the array as that element
+    writer.add_bos_token_id(1)
+    writer.add_eos_token_id(2)
+    writer.add_add_bos_token(True)
+    writer.add_tensor("token_embd.weight", np.zeros((42, 64), np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+@pytest.mark.parametrize("architecture,name", [("llama", "tiny"), ("llama", "mistral"), ("qwen3", "tiny"),
+                                               ("gemma3", "tiny")])
+def test_the_metadata_reads_as_transformers_reads_it(architecture, name, tmp_path):
+    # my_ops.hf.gguf_file.transformers_reading makes transformers' load_gguf_checkpoint's result from the header the
+    # check read (one reading of the file, no second parse of the vocabulary): equal to transformers' own, every group
+    # and value, the architecture renames included (llama.cpp's llama named mistral is Mistral; gemma3 its text model).
+    from my_ops.hf.gguf_file import check, transformers_reading
+    from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
+
+    metadata_gguf(tmp_path / "m.gguf", architecture, name)
+    theirs = load_gguf_checkpoint(str(tmp_path / "m.gguf"), return_tensors=False)
+    assert transformers_reading(check(str(tmp_path / "m.gguf"))) == theirs
+    assert theirs["config"]["model_type"] == {"tiny": architecture.replace("gemma3", "gemma3_text"),
+                                              "mistral": "mistral"}[name]
+
+
+def test_the_header_is_read_without_reading_the_tensors(tmp_path):
+    # A file whose one tensor is 1 GiB (a hole on disk): check() reads the header through a map, so the process does
+    # not grow by the tensor's size (a read of the whole file did).
+    import subprocess
+    import sys
+
+    import gguf
+    from helpers import REPO_ROOT
+
+    path = tmp_path / "big.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama")
+    rows, row_bytes = (1 << 30) // 4352, 4352  # Q8_0 rows of 4096 weights
+    writer.add_tensor_info("token_embd.weight", (rows, row_bytes), np.dtype(np.uint8), rows * row_bytes,
+                           raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_ti_data_to_file()
+    writer.close()
+    os.truncate(path, (os.path.getsize(path) + 31) // 32 * 32 + rows * row_bytes)  # the data: a hole
+    code = ("import resource, sys; from my_ops.hf.gguf_file import check; before = resource.getrusage("
+            "resource.RUSAGE_SELF).ru_maxrss; found = check(sys.argv[1]); print(len(found.tensors), "
+            "(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024)")
+    out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, cwd=REPO_ROOT,
+                         check=True).stdout.split()
+    assert out[0] == "1" and int(out[1]) < 64, out  # MiB grown
+
+
+def mixed_llama():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(vocab_size=64, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, head_dim=64, tie_word_embeddings=True)
+    torch.manual_seed(0)
+    return LlamaForCausalLM(config).eval()
 
 
 def gguf_names(model) -> list[str]:

@@ -77,7 +77,6 @@ def test_every_block_tensor_of_the_shipped_file_is_the_weight_transformers_loads
     # back from the packed layout by the ops' reference.
     from flow.declarations import import_repository_module
     from my_ops.gguf import attach_blocks
-    from my_ops.hf.quantize import interleave
 
     reference = import_repository_module("ops.blocks.blocks")
     model = copy.deepcopy(checkpoint.model)
@@ -87,9 +86,28 @@ def test_every_block_tensor_of_the_shipped_file_is_the_weight_transformers_loads
     blocked = {name: m for name, m in model.named_modules() if hasattr(m, "gguf_blocks")}
     assert len(blocked) == len(attached)
     for name, module in blocked.items():
-        codes, records, fmt = module.gguf_blocks
-        weights = reference.dequantize(interleave(codes, records, fmt), fmt).numpy()
+        weight, fmt = module.gguf_blocks
+        weights = reference.dequantize(weight, fmt).numpy()
         assert np.array_equal(weights.view(np.uint32), module.weight.detach().numpy().view(np.uint32)), name
+
+
+def test_the_files_own_tensors_make_the_same_program_without_a_float32_model(real, programs):
+    # load(dequantize=False), what `python -m my_ops.hf export|generate --quantize gguf` runs: the model built without
+    # weights and given the file's tensors, its matrices never float32, exports the program the float32 model with
+    # the blocks attached gave, byte for byte; the file's metadata reads as transformers' own reader reads it.
+    from my_ops.hf.checkpoint import load
+    from my_ops.hf.gguf_file import check, transformers_reading
+    from my_ops.hf.to_program import export_checkpoint
+    from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
+
+    path = real.SMOLLM2.path()
+    assert transformers_reading(check(path)) == load_gguf_checkpoint(path, return_tensors=False)
+    on_file = load(path, layers=real.TESTED_LAYERS, dequantize=False)
+    matrices = [p for name, p in on_file.model.named_parameters() if name.endswith("proj.weight")]
+    assert len(matrices) == 7 * real.TESTED_LAYERS and all(p.is_meta for p in matrices)
+    with open(programs["gguf"], "rb") as f:
+        expected = f.read()
+    assert export_checkpoint(on_file, max_seq_len=real.SMOLLM2.max_seq_len, quantize="gguf").buffer == expected
 
 
 def test_the_gguf_program_is_near_the_float32_model_of_the_same_file(real, programs, checkpoint, combined_build,

@@ -12,9 +12,12 @@ position: the project's runner decodes it (`--prompt`), and so do the Python run
 norms, KV cache and attention are my_ops::rms_norm, update_cache and sdpa_with_cache (swap.py); its linear layers and
 embedding my_ops' block-format ops (quantize.py); a PATH is a model folder or a llama.cpp GGUF file (checkpoint.py).
 
-    checkpoint      a model folder or a GGUF file loaded by transformers, its config read once from the file
-    gguf_file       a GGUF file's header, checked whole before anything is read from it
-    gguf_blocks     a GGUF file's tensors in their own block formats, attached to the model's layers
+    checkpoint      a model folder or a GGUF file loaded by transformers, its config read once from the file; or
+                    a GGUF file's model built on the file's own tensors, no float32 copy (dequantize=False)
+    gguf_file       a GGUF file's header, checked whole before anything is read from it, and its metadata as
+                    transformers reads it
+    gguf_blocks     a GGUF file's tensors in their own block formats, attached to the model's layers (or given to
+                    a model built without weights), read by a map of the file a tensor at a time
     gguf_tokenizer  a GGUF file's tokenizer, as llama.cpp splits text
     swap            the norms, KV cache and attention put on my_ops (and what is refused, by name)
     quantize        the linear layers and embedding on the block-format ops (8da8w, 8da4w, a file's own blocks)

@@ -108,7 +108,13 @@ def _run(args) -> int:
     session.register_ops(args.build_dir)
     from . import checkpoint as checkpoints
 
-    checkpoint = checkpoints.load(args.model, layers=args.layers)
+    # gguf runs the file's own tensors: no float32 model, except for perplexity, which scores it beside the program
+    on_file_tensors = quantize == "gguf" and args.command != "perplexity"
+    if not on_file_tensors and (gguf := checkpoints.gguf_file(args.model)) is not None:
+        session.say(f"Loading {os.path.basename(gguf)} as a float32 model: "
+                    f"{checkpoints.float32_bytes(gguf, args.layers) / 2 ** 30:.1f} GiB of memory"
+                    + ("" if quantize == "gguf" else " (--quantize gguf exports the file's own tensors without it)"))
+    checkpoint = checkpoints.load(args.model, layers=args.layers, dequantize=not on_file_tensors)
     if args.command == "export":
         return _export(args, checkpoint, quantize)
     library = args.kernel_library or (os.path.join(args.build_dir, session.KERNEL_LIBRARY) if args.build_dir else None)

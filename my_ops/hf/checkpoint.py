@@ -5,6 +5,11 @@ template and the tokens that end a generation.
     checkpoint = my_ops.hf.checkpoint.load("SmolLM2-135M-Instruct.Q4_1.gguf")   # or a folder with config.json
     checkpoint.model, checkpoint.tokenizer, checkpoint.stop_ids
 
+`dequantize=False` (a GGUF file, for its own blocks: quantize="gguf") builds the model without weights and gives it the
+file's tensors instead, the matrices packed as the block ops read them (my_ops.hf.gguf_blocks.load_file_weights): the
+export then holds about the file's size, where the float32 model takes 4 bytes a parameter (a 1B model ~4.5 GiB, an 8B
+one ~32 GiB). The float32 model is for the precisions that quantize it (8da8w, 8da4w) and for eager references.
+
 `layers=N` keeps the model's first N blocks (transformers builds it with num_hidden_layers=N and reads those blocks'
 weights from the file): every path of the full model through export and the runtimes at a fraction of the cost, for
 checks of the machinery; its text is not the model's.
@@ -38,6 +43,7 @@ class Checkpoint:
     stop_ids: list[int] = field(default_factory=list)  # the tokens that end a generation (eos)
     add_bos: bool = False  # whether the model's text starts with its BOS token (a GGUF file's add_bos_token)
     layers: int | None = None  # the first N blocks only (load(layers=N)); None: all of the file's
+    dequantized: bool = True  # the model in float32; False: the GGUF file's own tensors only (load(dequantize=False))
 
     def files(self) -> list[str]:
         """The files the model is made from (what a cached export is keyed by)."""
@@ -66,9 +72,10 @@ def gguf_file(path: str) -> str | None:
     return found[0] if len(found) == 1 and not os.path.isfile(os.path.join(path, "config.json")) else None
 
 
-def load(path: str, layers: int | None = None) -> Checkpoint:
+def load(path: str, layers: int | None = None, *, dequantize: bool = True) -> Checkpoint:
     """The model and tokenizer at `path` (a folder transformers' from_pretrained reads, or a .gguf file); with
-    `layers`, the model's first `layers` blocks only."""
+    `layers`, the model's first `layers` blocks only; dequantize=False: a .gguf file's model on the file's own tensors,
+    no float32 copy of its matrices (for quantize="gguf")."""
     from transformers.utils import logging
 
     logging.disable_progress_bar()
@@ -78,8 +85,11 @@ def load(path: str, layers: int | None = None) -> Checkpoint:
     if layers is not None and (not isinstance(layers, int) or layers < 1):
         raise UnsupportedModelError(f"layers={layers!r}: keep at least one layer (a whole number >= 1)")
     gguf = gguf_file(path)
-    checkpoint = _load_gguf(gguf, layers) if gguf else _load_folder(path, layers)
-    checkpoint.layers = layers
+    if not dequantize and not gguf:
+        raise UnsupportedModelError(f"{path}: dequantize=False builds a model on a GGUF file's own tensors; a model "
+                                    "folder's weights load in float32 (dequantize=True)")
+    checkpoint = _load_gguf(gguf, layers, dequantize) if gguf else _load_folder(path, layers)
+    checkpoint.layers, checkpoint.dequantized = layers, dequantize
     checkpoint.model.eval()
     return checkpoint
 
@@ -117,7 +127,7 @@ def gguf_config(parsed: dict, overrides: dict | None = None):
     return AutoConfig.for_model(values.pop("model_type"), **values)
 
 
-def _load_gguf(path: str, layers: int | None) -> Checkpoint:
+def _load_gguf(path: str, layers: int | None, dequantize: bool) -> Checkpoint:
     from transformers import AutoModelForCausalLM
 
     from .gguf_tokenizer import from_file
@@ -127,14 +137,51 @@ def _load_gguf(path: str, layers: int | None) -> Checkpoint:
     path, header, parsed = check_and_parse(path)
     vocabulary = parsed["tokenizer"]
     config = gguf_config(parsed, _first_layers(path, layers, parsed["config"].get("num_hidden_layers")))
-    with tempfile.TemporaryDirectory() as folder:
-        os.symlink(path, os.path.join(folder, os.path.basename(path)))
-        with open(os.path.join(folder, "generation_config.json"), "w") as f:
-            json.dump({k: vocabulary[k] for k in ("bos_token_id", "eos_token_id") if k in vocabulary}, f)
-        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=os.path.basename(path), config=config,
-                                                     dtype=torch.float32)
+    if dequantize:
+        with tempfile.TemporaryDirectory() as folder:
+            os.symlink(path, os.path.join(folder, os.path.basename(path)))
+            with open(os.path.join(folder, "generation_config.json"), "w") as f:
+                json.dump({k: vocabulary[k] for k in ("bos_token_id", "eos_token_id") if k in vocabulary}, f)
+            model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=os.path.basename(path), config=config,
+                                                         dtype=torch.float32)
+    else:
+        model = _model_on_file_tensors(config, path)
     tokenizer, add_bos = from_file(path, header, parsed)
     return Checkpoint(model, tokenizer, path, _stop_ids(vocabulary.get("eos_token_id"), tokenizer), add_bos)
+
+
+def _model_on_file_tensors(config, path: str) -> torch.nn.Module:
+    """transformers' model of `config` built as from_pretrained builds it before it loads weights (parameters on the
+    meta device, nothing initialized; buffers such as the rotary tables computed), then given the file's tensors."""
+    from transformers import AutoModelForCausalLM
+    from transformers.integrations.accelerate import init_empty_weights
+    from transformers.modeling_utils import no_init_weights
+
+    from .gguf_blocks import load_file_weights
+
+    with no_init_weights(), init_empty_weights():
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model.tie_weights()  # from_pretrained ties them once loaded: a tied output projection is the embedding's table
+    load_file_weights(model, path)
+    return model
+
+
+def float32_bytes(path: str, layers: int | None = None) -> int:
+    """What the float32 model of a GGUF file takes: 4 bytes for each of its tensors' values (the first `layers`
+    blocks' and the rest, with `layers`)."""
+    import re
+
+    from .gguf_file import check
+
+    values = 0
+    for tensor in check(path).tensors:
+        block = re.match(r"blk\.(\d+)\.", tensor.name)
+        if layers is None or block is None or int(block.group(1)) < layers:
+            count = 1
+            for n in tensor.shape:
+                count *= n
+            values += count
+    return 4 * values
 
 
 def _stop_ids(eos, tokenizer) -> list[int]:

@@ -1,6 +1,8 @@
 """Reading a llama.cpp GGUF file's own tensors as my_ops' block ops take them, and attaching them to transformers' model
-of the file (attach_blocks), so export packs them as they are (quantize="gguf"): nothing requantized, nothing
-dequantized into the program. The reading imports only numpy, the gguf package and the formats' layouts
+of the file, so export puts them on the ops as they are (quantize="gguf"): nothing requantized, nothing dequantized
+into the program. attach_blocks gives them to a model loaded in float32; load_file_weights gives a model built without
+weights everything it needs from the file, so no float32 copy of the matrices is ever made (the memory of an export
+follows the file's size). The reading of blocks imports only numpy, the gguf package and the formats' layouts
 (my_ops.block_layouts); my_ops.gguf is the entry point.
 
 llama.cpp's blocks (ggml-common.h; dequantized as ggml-quants.c does), little-endian. The ops take each block's weights
@@ -22,6 +24,8 @@ file stores them:
 
 from __future__ import annotations
 
+import mmap
+
 import numpy as np
 
 from ..block_layouts import FORMATS, LAYOUTS, ROW_DTYPES as FLOAT_TYPES  # ops/blocks/block_layouts.py
@@ -30,6 +34,11 @@ from ..block_layouts import FORMATS, LAYOUTS, ROW_DTYPES as FLOAT_TYPES  # ops/b
 RECORDS = {"Q8_0": ((0, 2),), "Q4_0": ((0, 2),), "Q4_1": ((0, 4),), "Q5_0": ((0, 2),), "Q5_1": ((0, 4),),
            "Q2_K": ((0, 16), (80, 84)), "Q3_K": ((96, 110),), "Q4_K": ((0, 16),), "Q5_K": ((0, 16),),
            "Q6_K": ((192, 210),)}
+
+
+# Rows of a tensor unpacked and packed at a time (whole groups of 16 rows): the work memory of the largest tensor (a
+# vocabulary's embedding) stays a few hundred MiB beside it.
+ROWS_AT_ONCE = 4096
 
 
 class UnsupportedTensorError(ValueError):
@@ -113,50 +122,154 @@ def rope_row_order(rows: int, heads: int) -> np.ndarray:
     return np.arange(rows).reshape(heads, half, 2).swapaxes(1, 2).reshape(rows)
 
 
+class _FileBytes:
+    """A GGUF file's tensors through a read-only map of our own: each tensor's pages are handed back once it is read
+    (MADV_DONTNEED; a read-only file map's pages are the page cache's), so the process holds what it made of the
+    tensors, not the file as well."""
+
+    def __init__(self, header):
+        with open(header.path, "rb") as f:
+            self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        self._start = header.data_start
+
+    def rows(self, tensor) -> np.ndarray:
+        """The tensor's bytes as uint8 [rows, row bytes] (GGUF's shape: the row length first; a vector is one row)."""
+        rows = int(np.prod(tensor.shape[1:], dtype=np.int64))
+        return np.frombuffer(self._map, np.uint8, tensor.nbytes, self._start + tensor.offset).reshape(rows, -1)
+
+    def release(self, tensor) -> None:
+        first = (self._start + tensor.offset) // mmap.PAGESIZE * mmap.PAGESIZE
+        self._map.madvise(mmap.MADV_DONTNEED, first, self._start + tensor.offset + tensor.nbytes - first)
+
+
+def _type_name(tensor) -> str:
+    import gguf
+
+    return gguf.GGMLQuantizationType(tensor.type_id).name
+
+
+def packed_rows(raw: np.ndarray, kind: str, order: np.ndarray | None = None):
+    """A tensor's rows of blocks (uint8 [n, row bytes], as the file stores them; `order`: the file's rows to take, in
+    order) as my_ops' block ops read them, a torch tensor of the same shape; a 16-bit tensor's rows at their dtype.
+    ROWS_AT_ONCE rows are unpacked and packed at a time, so the work memory stays small beside the tensor."""
+    import torch
+
+    from .quantize import interleave
+
+    if kind in FLOAT_TYPES:
+        rows = raw if order is None else raw[order]
+        return torch.from_numpy(np.array(rows).view(np.int16)).view(getattr(torch, FLOAT_TYPES[kind]))
+    packed = torch.empty(raw.shape, dtype=torch.uint8)
+    for first in range(0, raw.shape[0], ROWS_AT_ONCE):  # whole groups of rows: each part lands where the whole would
+        end = min(first + ROWS_AT_ONCE, raw.shape[0])
+        codes, records = codes_and_records(raw[first:end] if order is None else raw[order[first:end]], kind)
+        packed[first:end] = interleave(torch.from_numpy(codes), torch.from_numpy(records), kind)
+    return packed
+
+
+class _Plan:
+    """Where a GGUF file's tensors go in transformers' model of it: {GGUF tensor: parameter}, the architecture's tensor
+    processor, and whether Q and K rows are interleaved; every tensor of a type the ops do not take refused by name
+    first, and the file checked whole before anything is read."""
+
+    def __init__(self, model, path: str):
+        import torch
+        from transformers.modeling_gguf_pytorch_utils import (TENSOR_PROCESSORS, LlamaTensorProcessor,
+                                                              TensorProcessor, get_gguf_hf_weights_map)
+
+        from .gguf_file import check
+
+        self.header = check(path)
+        self.config = model.config.get_text_config(decoder=True)
+        self.names = get_gguf_hf_weights_map(model)  # GGUF tensor -> transformers parameter
+        architecture = self.header.metadata.get("general.architecture")
+        self.processor = TENSOR_PROCESSORS.get(architecture, TensorProcessor)
+        # llama.cpp's converter interleaves Q and K rows for the llama architecture only (not Gemma's, for one), and
+        # transformers puts them back for those: the blocks follow the rows exactly where its float weights do.
+        self.interleaved = issubclass(self.processor, LlamaTensorProcessor)
+        refused = [f"{t.name} ({_type_name(t)})" for t in self.header.tensors if _type_name(t) not in FORMATS]
+        if refused:
+            raise UnsupportedTensorError(f"{path}: {len(refused)} tensors of types my_ops does not read: "
+                                         f"{', '.join(refused[:6])}{' ...' if len(refused) > 6 else ''}; it takes "
+                                         f"{', '.join(FORMATS)}; requantize the file with llama-quantize to one of "
+                                         "them, or export with --quantize 8da4w")
+        modules = dict(model.named_modules())
+        self.tensors = [t for t in self.header.tensors if t.name in self.names]
+        owners = {t.name: modules.get(self.names[t.name].rsplit(".", 1)[0]) for t in self.tensors}
+        # The matrices of linear layers and embeddings the file keeps in blocks or at 16 bits: their module.
+        self.blocks = {t.name: owners[t.name] for t in self.tensors if _type_name(t) != "F32" and len(t.shape) == 2
+                       and isinstance(owners[t.name], (torch.nn.Linear, torch.nn.Embedding))}
+
+    def row_order(self, tensor) -> np.ndarray | None:
+        if self.interleaved and (".attn_q." in tensor.name or ".attn_k." in tensor.name):
+            heads = self.config.num_attention_heads if ".attn_q." in tensor.name else self.config.num_key_value_heads
+            return rope_row_order(int(np.prod(tensor.shape[1:])), heads)
+        return None
+
+    def attach(self, file: _FileBytes) -> dict[str, str]:
+        attached = {}
+        for tensor in self.tensors:
+            if (module := self.blocks.get(tensor.name)) is not None:
+                kind = _type_name(tensor)
+                module.gguf_blocks = (packed_rows(file.rows(tensor), kind, self.row_order(tensor)), kind)
+                file.release(tensor)
+                attached[tensor.name] = kind
+        return attached
+
+
 def attach_blocks(model, path: str) -> dict[str, str]:
     """Every torch.nn.Linear and the token embedding of `model` (transformers' model of the GGUF file at `path`) whose
-    weight the file stores quantized, or at 16 bits, gets `gguf_blocks = (codes, records, format)` in transformers'
-    row order (16 bits: `(the rows at their dtype, None, "F16" or "BF16")`), for my_ops.hf.quantize to pack instead of
-    quantizing. Returns {GGUF tensor: its type} of what was attached. Raises UnsupportedTensorError naming every tensor
-    of a type the ops do not take, before anything is attached."""
+    weight the file stores quantized, or at 16 bits, gets `gguf_blocks = (weight, format)`: the file's tensor in
+    transformers' row order, packed as my_ops' block ops read it (16 bits: the rows at their dtype), for
+    my_ops.hf.quantize to put on the ops instead of quantizing. Returns {GGUF tensor: its type} of what was attached.
+    Raises UnsupportedTensorError naming every tensor of a type the ops do not take, before anything is attached."""
+    plan = _Plan(model, path)
+    return plan.attach(_FileBytes(plan.header))
+
+
+def load_file_weights(model, path: str) -> dict[str, str]:
+    """A model built without its weights (its parameters on the meta device: my_ops.hf.checkpoint.load(path,
+    dequantize=False)) given the GGUF file's tensors: the block and 16-bit matrices attached as attach_blocks does,
+    their float32 parameters left unallocated; every other tensor (the norms, what the file keeps in float32)
+    as transformers' loader makes it, float32. The file is read by a map, a tensor at a time: the process holds the
+    packed tensors, never a float32 copy of them. Returns what attach_blocks returns; raises UnsupportedTensorError
+    for a parameter the file has no tensor for."""
     import gguf
     import torch
-    from transformers.modeling_gguf_pytorch_utils import (TENSOR_PROCESSORS, LlamaTensorProcessor, TensorProcessor,
-                                                          get_gguf_hf_weights_map)
 
-    from .gguf_file import check
-
-    config = model.config.get_text_config(decoder=True)
-    names = get_gguf_hf_weights_map(model)  # GGUF tensor -> transformers parameter
-    architecture = check(path).metadata.get("general.architecture")  # whole and well-formed before gguf reads it
-    # llama.cpp's converter interleaves Q and K rows for the llama architecture only (not Gemma's, for one), and
-    # transformers puts them back for those: the blocks follow the rows exactly where its float weights do.
-    interleaved = issubclass(TENSOR_PROCESSORS.get(architecture, TensorProcessor), LlamaTensorProcessor)
-    reader = gguf.GGUFReader(path)
-    refused = [f"{t.name} ({t.tensor_type.name})" for t in reader.tensors if t.tensor_type.name not in FORMATS]
-    if refused:
-        raise UnsupportedTensorError(f"{path}: {len(refused)} tensors of types my_ops does not read: "
-                                     f"{', '.join(refused[:6])}{' ...' if len(refused) > 6 else ''}; it takes "
-                                     f"{', '.join(FORMATS)}; requantize the file with llama-quantize to one of them, "
-                                     "or export with --quantize 8da4w")
-    modules = dict(model.named_modules())
-    attached = {}
-    for tensor in reader.tensors:
-        kind = tensor.tensor_type.name
-        if kind == "F32" or tensor.name not in names or len(tensor.shape) != 2:
+    plan = _Plan(model, path)
+    file = _FileBytes(plan.header)
+    attached = plan.attach(file)
+    processor = plan.processor(config=plan.config.to_dict())
+    given = {}  # the placeholder (meta) tensor -> the file's values
+    state = model.state_dict(keep_vars=True)
+    for tensor in plan.tensors:
+        if tensor.name in attached:
             continue
-        module = modules[names[tensor.name].rsplit(".", 1)[0]]
-        if kind in FLOAT_TYPES:  # the file's 16-bit rows as they are (BF16 comes as raw bytes)
-            rows = np.asarray(tensor.data)
-            codes, records = torch.from_numpy(np.ascontiguousarray(rows).view(np.int16)).view(
-                getattr(torch, FLOAT_TYPES[kind])), None
-        else:
-            codes, records = (torch.from_numpy(np.ascontiguousarray(a))
-                              for a in codes_and_records(np.asarray(tensor.data), kind))
-        if interleaved and (".attn_q." in tensor.name or ".attn_k." in tensor.name):
-            heads = config.num_attention_heads if ".attn_q." in tensor.name else config.num_key_value_heads
-            order = torch.from_numpy(rope_row_order(codes.shape[0], heads))
-            codes, records = codes[order], None if records is None else records[order]
-        module.gguf_blocks = (codes.contiguous(), None if records is None else records.contiguous(), kind)
-        attached[tensor.name] = kind
+        values = gguf.quants.dequantize(file.rows(tensor), gguf.GGMLQuantizationType(tensor.type_id))
+        result = processor.process(weights=values.reshape(tuple(reversed(tensor.shape))), name=tensor.name,
+                                   tensor_key_mapping=plan.names, parsed_parameters={"tensors": {}})
+        if result.name not in plan.names:
+            continue
+        placeholder = state[plan.names[result.name]]
+        if tuple(result.weights.shape) != tuple(placeholder.shape):
+            raise UnsupportedTensorError(f"{path}: tensor {tensor.name} is {list(result.weights.shape)}, the model's "
+                                         f"{plan.names[result.name]} {list(placeholder.shape)}: the file's metadata "
+                                         "does not describe its tensors")
+        given[id(placeholder)] = torch.from_numpy(np.array(result.weights)).to(placeholder.dtype)
+        file.release(tensor)
+    for module in model.modules():  # by identity: a tied parameter is given once for every module that holds it
+        for name, placeholder in module._parameters.items():
+            if placeholder is not None and id(placeholder) in given:
+                module._parameters[name] = torch.nn.Parameter(given[id(placeholder)], requires_grad=False)
+        for name, placeholder in module._buffers.items():
+            if placeholder is not None and id(placeholder) in given:
+                module._buffers[name] = given[id(placeholder)]
+    held_as_blocks = {id(m.weight) for m in plan.blocks.values()}
+    missing = [name for name, value in model.state_dict(keep_vars=True).items()
+               if value.is_meta and id(value) not in held_as_blocks]
+    if missing:
+        listed = ", ".join(missing[:6]) + (" ..." if len(missing) > 6 else "")
+        raise UnsupportedTensorError(f"{path}: no tensor for {listed}: the file is not a whole model of the "
+                                     "architecture its metadata names")
     return attached

@@ -205,21 +205,21 @@ def put_linears_on_ops(model: torch.nn.Module, precision: str | None) -> torch.n
     return _put_on_ops(model, lambda module: (pack(module.weight.detach(), fmt), fmt))
 
 
-def _packed_file_tensor(blocks) -> tuple[torch.Tensor, str]:
-    """(codes, records, format) of my_ops.gguf.attach_blocks, packed; a 16-bit tensor (records None) as it is."""
-    codes, records, fmt = blocks
-    return (codes, fmt) if fmt in FLOAT_TYPES else (interleave(codes, records, fmt), fmt)
+def join_rows(weights: list[torch.Tensor], fmt: str) -> torch.Tensor | None:
+    """Packed weights of one format, stacked by rows, as the one packed weight of all their rows; None where the layout
+    cannot be joined: a part but the last whose rows are not whole groups of 16 (a group's rows lie together)."""
+    if fmt not in FLOAT_TYPES and fmt != "F32" and any(w.shape[0] % 16 for w in weights[:-1]):
+        return None
+    return torch.cat(weights)
 
 
 def _file_blocks(module: torch.nn.Module):
-    """A layer's GGUF tensor (my_ops.gguf.attach_blocks) packed as it is: (weight, format); a fused layer whose parts
-    the file stores in different formats, [(weight, format, bias rows)] of each; None for a layer the file keeps in
-    float32."""
+    """A layer's GGUF tensor (my_ops.gguf.attach_blocks), packed as the file stores it: (weight, format); a fused
+    layer whose parts the file stores in different formats, [(weight, format, bias rows)] of each; None for a layer the
+    file keeps in float32."""
     if getattr(module, "gguf_parts", None) is not None:
-        return [(*_packed_file_tensor(blocks), rows) for blocks, rows in module.gguf_parts]
-    if getattr(module, "gguf_blocks", None) is None:
-        return None
-    return _packed_file_tensor(module.gguf_blocks)
+        return [(*blocks, rows) for blocks, rows in module.gguf_parts]
+    return getattr(module, "gguf_blocks", None)
 
 
 def _put_on_ops(model: torch.nn.Module, packed) -> torch.nn.Module:

@@ -74,21 +74,29 @@ def sdpa_with_cache_attention(module, query, key, value, attention_mask, scaling
 
 
 def _fused_linear(*linears: torch.nn.Linear) -> torch.nn.Linear:
-    """One linear layer computing `linears` side by side (their weights, and biases, concatenated)."""
+    """One linear layer computing `linears` side by side (their weights, and biases, concatenated). A model loaded
+    without float32 weights (my_ops.hf.checkpoint.load(dequantize=False)) keeps them unallocated here too."""
+    from .quantize import join_rows
+
+    empty = any(m.weight.is_meta for m in linears)
     fused = torch.nn.Linear(linears[0].in_features, sum(m.out_features for m in linears),
-                            bias=linears[0].bias is not None, dtype=linears[0].weight.dtype)
+                            bias=linears[0].bias is not None, dtype=linears[0].weight.dtype,
+                            device="meta" if empty else None)
     with torch.no_grad():
-        fused.weight.copy_(torch.cat([m.weight for m in linears]))
-        if fused.bias is not None:
-            fused.bias.copy_(torch.cat([m.bias for m in linears]))
-    # A GGUF file's own tensors (my_ops.gguf.attach_blocks) follow the rows: concatenated when every part has one
-    # format, else kept as parts (my_ops.hf.quantize.Linears computes each in its own).
+        if not empty:
+            fused.weight.copy_(torch.cat([m.weight for m in linears]))
+            if fused.bias is not None:
+                fused.bias.copy_(torch.cat([m.bias for m in linears]))
+        elif fused.bias is not None:
+            fused.bias = torch.nn.Parameter(torch.cat([m.bias for m in linears]))
+    # A GGUF file's own tensors (my_ops.gguf.attach_blocks) follow the rows: joined when every part has one format
+    # (and the packed layout allows it), else kept as parts (my_ops.hf.quantize.Linears computes each in its own).
     blocks = [getattr(m, "gguf_blocks", None) for m in linears]
     if any(b is not None for b in blocks):
-        blocks = [(m.weight.detach(), None, "F32") if b is None else b for b, m in zip(blocks, linears)]
-        if len({b[2] for b in blocks}) == 1:
-            fused.gguf_blocks = (torch.cat([b[0] for b in blocks]),
-                                 None if blocks[0][1] is None else torch.cat([b[1] for b in blocks]), blocks[0][2])
+        blocks = [(m.weight.detach(), "F32") if b is None else b for b, m in zip(blocks, linears)]
+        joined = join_rows([w for w, _ in blocks], blocks[0][1]) if len({f for _, f in blocks}) == 1 else None
+        if joined is not None:
+            fused.gguf_blocks = (joined, blocks[0][1])
         else:
             fused.gguf_parts = [(b, m.out_features) for b, m in zip(blocks, linears)]
     return fused

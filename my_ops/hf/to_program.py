@@ -41,6 +41,10 @@ def prepare(model: torch.nn.Module, *, max_seq_len: int = 256, quantize: str | N
         raise UnsupportedModelError(f"max_seq_len={max_seq_len} passes the model's max_position_embeddings ({limit})")
     model = swap_ops(model.eval(), keep_unknown_norms=keep_unknown_norms).requires_grad_(False)
     put_linears_on_ops(model, quantize)
+    # A model built without weights (my_ops.hf.checkpoint.load(dequantize=False)) has each now on the ops, or none
+    if empty := [name for name, t in (*model.named_parameters(), *model.named_buffers()) if t.is_meta]:
+        raise UnsupportedModelError(f"{', '.join(empty[:4])}{' ...' if len(empty) > 4 else ''} have no values: the "
+                                    "model was built without weights and these were given none")
     return ExportableDecoder(model, max_seq_len).eval()
 
 
@@ -93,8 +97,14 @@ def export_program(model: torch.nn.Module, *, max_seq_len: int = 256, quantize: 
 
 def export_checkpoint(checkpoint, *, max_seq_len: int = 256, quantize: str | None = None):
     """export_program of a loaded checkpoint (my_ops.hf.checkpoint.load); quantize="gguf" first attaches the blocks of
-    the GGUF file it was loaded from (a model folder has none: refused)."""
-    if quantize == "gguf":
+    the GGUF file it was loaded from (a model folder has none: refused), unless it was loaded on them
+    (dequantize=False), which takes quantize="gguf" alone."""
+    if not checkpoint.dequantized:
+        if quantize != "gguf":
+            raise UnsupportedModelError(f"quantize={quantize!r} quantizes the float32 model, and this checkpoint holds "
+                                        "the GGUF file's own tensors only (load(dequantize=False)): load it with "
+                                        "dequantize=True, or export quantize='gguf'")
+    elif quantize == "gguf":
         from .gguf_blocks import attach_blocks
         from .checkpoint import gguf_file
 
