@@ -3,7 +3,7 @@ prefill ceiling's C++). `bench` alone: the element-wise kernels vs ExecuTorch's 
 and `bench real` run beside optimum-executorch, in a venv of its own (.venv-peer). The benchmarks are apart from the
 tests: a ratio is measured side by side in one run, never asserted.
 
-    python benchmark/bench.py [rms_norm|decoder|attention|hf|real|presets|aoti|ceiling] [ARGS]
+    python benchmark/bench.py [rms_norm|decoder|attention|hf|real|presets|scale|aoti|ceiling] [ARGS]
 """
 
 from __future__ import annotations
@@ -69,6 +69,14 @@ def bench_presets(args: list[str]) -> None:
     run(PYTHON, bench_script("presets"), "--build_dir", ALL_OPS, *args)
 
 
+def bench_scale(args: list[str]) -> None:
+    """GGUF files at 135M to 8B parameters (the 1B and 8B ones made once into ~/.cache/my_ops/scale)."""
+    cmake_build(ALL_OPS, quiet=True)
+    cmake_build(BENCH_BUILD, "-DCUSTOM_OPS_BUILD_BENCHMARK=ON", quiet=True)  # memcpy_bandwidth
+    run(PYTHON, bench_script("scale"), "--build_dir", ALL_OPS, "--memcpy", os.path.join(BENCH_BUILD, "memcpy_bandwidth"),
+        *args)
+
+
 def bench_aoti(args: list[str]) -> None:
     build_aoti()
     run(PYTHON, bench_script("aoti"), "--build_dir", ALL_OPS, *args)
@@ -87,7 +95,8 @@ def kernel_bench(name: str):
     return bench
 
 
-BENCHES = {"hf": bench_hf, "real": bench_real, "presets": bench_presets, "aoti": bench_aoti, "ceiling": bench_ceiling,
+BENCHES = {"hf": bench_hf, "real": bench_real, "presets": bench_presets, "scale": bench_scale, "aoti": bench_aoti,
+           "ceiling": bench_ceiling,
            **{name: kernel_bench(name) for name in ("rms_norm", "decoder", "attention")}}
 
 if __name__ == "__main__":

@@ -56,21 +56,24 @@ def thread_counts() -> list[int]:
     return [1] if cores == 1 else [1, cores]
 
 
-def time_program(pte: str, ids: list[int], threads: int) -> dict:
+def time_program(pte: str, ids: list[int], threads: int, new_tokens: int = NEW_TOKENS) -> dict:
     """The program's prefill (warm, as llama-bench's) and decode tokens/s on `threads` of ExecuTorch's pool (one load,
-    one generation)."""
+    one generation), and its load time."""
     from executorch.extension.pybindings import portable_lib
 
     from decode_timing import time_one  # benchmark/decode_timing.py
 
     portable_lib._unsafe_reset_threadpool(threads)
-    run = time_one(pte, False, ids, NEW_TOKENS)
-    return {"prefill": run["warm_prefill_tokens_per_s"], "decode": run["decode_tokens_per_s"]}
+    run = time_one(pte, False, ids, new_tokens)
+    return {"prefill": run["warm_prefill_tokens_per_s"], "decode": run["decode_tokens_per_s"],
+            "first_token_ms": run["load_ms"] + run["prefill_us"] / 1e3}
 
 
-def measure(label: str, types: str, pte: str, gguf: str, ids: list[int], rounds: int, isa: str = "native") -> dict:
+def measure(label: str, types: str, pte: str, gguf: str, ids: list[int], rounds: int, isa: str = "native",
+            new_tokens: int = NEW_TOKENS) -> dict:
     """A program and llama-bench (built for `isa`: models/llama_cpp.py's BUILDS) on `gguf` at each thread count, in
-    interleaved rounds; the pool is left at every core, as it was."""
+    interleaved rounds, a len(ids)-token prompt and `new_tokens` new ones; the pool is left at every core, as it
+    was."""
     from executorch.extension.pybindings import portable_lib
 
     from models import llama_cpp
@@ -79,9 +82,9 @@ def measure(label: str, types: str, pte: str, gguf: str, ids: list[int], rounds:
     for r in range(rounds):
         found = {}
         for threads in thread_counts() if r % 2 == 0 else reversed(thread_counts()):
-            found[threads] = {"project": time_program(pte, ids, threads),
+            found[threads] = {"project": time_program(pte, ids, threads, new_tokens),
                               "llama.cpp": {key: value[0] for key, value in llama_cpp.bench(
-                                  gguf, threads, PROMPT_TOKENS, NEW_TOKENS, 1, isa).items() if key != "peak_rss_mib"}}
+                                  gguf, threads, len(ids), new_tokens, 1, isa).items() if key != "peak_rss_mib"}}
         per_round.append(found)
     portable_lib._unsafe_reset_threadpool(thread_counts()[-1])
     print(f"{label}: " + ", ".join(f"{t} threads {r['project']['decode']:.1f} vs {r['llama.cpp']['decode']:.1f}"

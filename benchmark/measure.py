@@ -18,10 +18,12 @@ def execution_times(runner: str, pte: str, executions: int) -> list[float]:
     return times[min(10, len(times) // 10):]  # drop warm-up executions
 
 
-def memcpy_times(binary: str, nbytes: int, repetitions: int, read_only: bool = False) -> list[float]:
-    """The median time (us) of a memcpy of nbytes on every thread of ExecuTorch's pool; read_only: of reading them."""
-    proc = subprocess.run([binary, str(nbytes), str(repetitions), *(["read"] if read_only else [])],
-                          capture_output=True, text=True, check=True)
+def memcpy_times(binary: str, nbytes: int, repetitions: int, read_only: bool = False,
+                 threads: int | None = None) -> list[float]:
+    """The median time (us) of a memcpy of nbytes on every thread of ExecuTorch's pool; read_only: of reading them
+    (on `threads` of them: 1, the calling thread alone)."""
+    extra = (["read"] + ([str(threads)] if threads else [])) if read_only else []
+    proc = subprocess.run([binary, str(nbytes), str(repetitions), *extra], capture_output=True, text=True, check=True)
     return [float(re.search(r"median ([\d.]+) us", proc.stdout).group(1))]
 
 

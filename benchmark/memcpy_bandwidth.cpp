@@ -3,7 +3,9 @@
 // only reads the bytes (a sum of them), the ceiling of a kernel that streams weights and writes little (a decode step),
 // from memory on 2 MiB pages where the system gives them, as the runner and the Python runtime hold a large program's
 // weights (runner/file_segment_loader.h): on 4 KiB pages one core read 241 MiB at 16 GB/s, on 2 MiB pages at 30.
-//   memcpy_bandwidth BYTES REPETITIONS [read]   ->   "memcpy|read <bytes> bytes, <threads> threads: median <us> us"
+//   memcpy_bandwidth BYTES REPETITIONS [read [THREADS]]
+//     ->   "memcpy|read <bytes> bytes, <threads> threads: median <us> us"   (THREADS: the read on that many of the
+//     pool's threads, 1 on the calling thread; the pool's size by default)
 #include <executorch/runtime/kernel/thread_parallel_interface.h>
 #include <executorch/runtime/platform/runtime.h>
 
@@ -43,9 +45,9 @@ uint64_t sum_words(const uint64_t* words, int64_t count) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const bool read_only = argc == 4 && std::string(argv[3]) == "read";
+  const bool read_only = (argc == 4 || argc == 5) && std::string(argv[3]) == "read";
   if (argc != 3 && !read_only) {
-    std::fprintf(stderr, "usage: memcpy_bandwidth BYTES REPETITIONS [read]\n");
+    std::fprintf(stderr, "usage: memcpy_bandwidth BYTES REPETITIONS [read [THREADS]]\n");
     return 2;
   }
   executorch::runtime::runtime_init();
@@ -68,7 +70,11 @@ int main(int argc, char** argv) {
   std::memset(src + bytes, 0, padded - static_cast<size_t>(bytes));
   std::memset(dst, 0, padded);
 
-  const int64_t threads = executorch::extension::get_thread_count();
+  const int64_t threads = argc == 5 ? std::atoll(argv[4]) : executorch::extension::get_thread_count();
+  if (threads <= 0) {
+    std::fprintf(stderr, "error: THREADS must be positive\n");
+    return 2;
+  }
   // One contiguous slice per thread; reading, whole 64-byte lines (the padding is zeros past BYTES).
   const int64_t units = read_only ? static_cast<int64_t>(padded / 64) : bytes;
   const int64_t grain = (units + threads - 1) / threads;

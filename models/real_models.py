@@ -323,10 +323,10 @@ def check_gguf_footprint(pte: str, checkpoint, runner: str, model: RealModel = S
 
     file_bytes, pte_bytes = os.path.getsize(model.path()), os.path.getsize(pte)
     ids = prompt_ids(checkpoint.tokenizer, *model.prompts[0])
-    peaks = {model.max_seq_len: _runner_peak_bytes(runner, pte, ids)}
+    peaks = {model.max_seq_len: runner_peak_bytes(runner, pte, ids)}
     if model.max_seq_len != GGUF_MEMORY_POSITIONS:
         smaller, _ = export_cached(copy.deepcopy(checkpoint), "gguf", GGUF_MEMORY_POSITIONS, default_cache_dir())
-        peaks[GGUF_MEMORY_POSITIONS] = _runner_peak_bytes(runner, smaller, ids)
+        peaks[GGUF_MEMORY_POSITIONS] = runner_peak_bytes(runner, smaller, ids)
     size, memory = pte_bytes / file_bytes, peaks[GGUF_MEMORY_POSITIONS] / file_bytes
     line = (f"  {os.path.basename(pte)} {pte_bytes / 2 ** 20:.1f} MiB for the {file_bytes / 2 ** 20:.1f} MiB file "
             f"({100 * (size - 1):+.1f}%); the runner's peak resident memory decoding {NEW_TOKENS} tokens: " +
@@ -338,7 +338,7 @@ def check_gguf_footprint(pte: str, checkpoint, runner: str, model: RealModel = S
     return [line]
 
 
-def _runner_peak_bytes(runner: str, pte: str, ids: list[int]) -> int:
+def runner_peak_bytes(runner: str, pte: str, ids: list[int]) -> int:
     """The runner's own peak resident memory decoding NEW_TOKENS tokens after `ids` (logits not kept)."""
     import subprocess
     import tempfile

@@ -1,0 +1,236 @@
+"""Benchmark: GGUF files at the sizes people run, exported on their own tensors and decoded beside llama.cpp. For
+SmolLM2 135M (Q4_1, as shipped), Gemma 3 270M (Q4_K_M, as downloaded) and the 1B- and 8B-shaped files
+models/scale_models.py makes (Q4_K_M; --kinds adds Q8_0):
+
+- the export, `python -m my_ops.hf export --quantize gguf` in a process of its own: wall time and peak resident
+  memory (tools/own_peak_rss.py), beside the file's size and the time llama-quantize took to write the file;
+- the .pte's size; the runner's peak resident memory decoding NEW_TOKENS tokens after the prompt;
+- the time to the first token in ExecuTorch's Python runtime (the program's load and the prompt's first prefill);
+- prefill and decode at 1 thread and every core beside `llama-bench` on the same file (benchmark/bench_presets.py's
+  measure: interleaved rounds, ratios within a round);
+- the program's next-token distributions against llama.cpp's on the same file and tokens (llama-perplexity's
+  --kl-divergence-base): mean KL divergence and the share of positions with the same most likely token;
+- each side's decode as a share of the machine's read bound: the bytes a step reads (every tensor but an untied
+  token embedding, of which a step reads one row) over the read rate of that many bytes at that thread count
+  (benchmark/memcpy_bandwidth.cpp).
+
+    python benchmark/bench_scale.py --build_dir cmake-out/all_ops --memcpy PATH [--models 135m,270m,1b,8b]
+                                    [--kinds Q4_K_M,Q8_0] [--rounds 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [REPO_ROOT, os.path.dirname(os.path.abspath(__file__))]
+
+from bench_presets import measure, thread_counts  # noqa: E402  (benchmark/bench_presets.py)
+from measure import memcpy_times, spread  # noqa: E402  (benchmark/measure.py)
+
+MODELS = ("135m", "270m", "1b", "8b")
+MAX_SEQ_LEN = 512
+KL_CTX, KL_CHUNKS = 256, 2  # llama-perplexity's chunks for the distributions compared: 254 positions scored
+# Tokens a measurement runs: the 8B program decodes a few tokens a second here, so its rounds are shorter.
+TOKENS = {"135m": (128, 64), "270m": (128, 64), "1b": (128, 64), "8b": (32, 16)}  # (prompt, new)
+
+
+def model_file(name: str, kind: str) -> str:
+    from models import real_models, scale_models
+
+    if name == "135m":
+        return real_models.SMOLLM2.path()
+    if name == "270m":
+        return real_models.GEMMA3.path()
+    return scale_models.model_file(name, kind)
+
+
+def own_peak(command: list[str], **kwargs) -> tuple[float, float]:
+    """(seconds, peak resident GiB) of `command` in a process of its own."""
+    from models.llama_cpp import OWN_PEAK_RSS
+
+    with tempfile.NamedTemporaryFile("r") as peak:
+        start = time.perf_counter()
+        proc = subprocess.run([sys.executable, OWN_PEAK_RSS, peak.name, *command], capture_output=True, text=True,
+                              **kwargs)
+        seconds = time.perf_counter() - start
+        if proc.returncode != 0:
+            raise RuntimeError(f"{' '.join(command[:4])} ... failed:\n{(proc.stdout + proc.stderr)[-3000:]}")
+        return seconds, int(peak.read()) / 2 ** 20
+
+
+def export(path: str, build_dir: str, output: str) -> dict:
+    seconds, peak = own_peak([sys.executable, "-m", "my_ops.hf", "export", "--model", path, "--quantize", "gguf",
+                              "--max_seq_len", str(MAX_SEQ_LEN), "--build_dir", build_dir, "--output", output],
+                             cwd=REPO_ROOT)
+    return {"export_s": seconds, "export_peak_gib": peak, "pte": os.path.join(output, "model.pte")}
+
+
+def step_bytes(path: str) -> int:
+    """The bytes of the file's tensors a decode step reads: all but a token embedding the output projection does not
+    share (a step reads one of its rows)."""
+    from my_ops.hf.gguf_file import check
+
+    tensors = check(path).tensors
+    untied = any(t.name == "output.weight" for t in tensors)
+    return sum(t.nbytes for t in tensors if not (untied and t.name == "token_embd.weight"))
+
+
+def read_rates(memcpy: str, nbytes: int, rounds: int) -> dict[int, float]:
+    """{threads: bytes/s} of reading `nbytes` on that many of the pool's threads (medians of `rounds`)."""
+    return {t: nbytes / (statistics.median(memcpy_times(memcpy, nbytes, 5, read_only=True, threads=t)[0]
+                                           for _ in range(rounds)) * 1e-6) for t in thread_counts()}
+
+
+def prompt_ids(path: str, count: int) -> list[int]:
+    """The first `count` tokens of the text as llama.cpp tokenizes it for the file (no BOS)."""
+    from models import llama_cpp
+    from models.real_models import TEXT
+    from my_ops.hf.gguf_file import check
+
+    with open(TEXT, encoding="utf-8") as f:
+        ids = llama_cpp.tokenize(path, f.read(), parse_special=False)
+    metadata = check(path).metadata
+    if metadata.get("tokenizer.ggml.add_bos_token") and ids[:1] == [metadata.get("tokenizer.ggml.bos_token_id")]:
+        ids = ids[1:]
+    return ids[:count]
+
+
+def agreement(pte: str, path: str, threads: int, work_dir: str) -> dict:
+    """The program's next-token distributions against llama.cpp's on the same file and tokens: llama-perplexity's
+    saved distributions (--kl-divergence-base: KL_CTX-token chunks of the text, KL_CHUNKS of them, BOS first where the
+    model adds one), the program stepped through each chunk (its first half in one call, then a token at a time);
+    mean KL divergence of the program's from llama.cpp's, as llama-perplexity --kl-divergence computes it, and the
+    share of positions whose most likely token is the same. The reading of llama.cpp's file is checked against its
+    own figure: the perplexity its saved distributions give is the one it printed."""
+    import numpy as np
+
+    from flow.runtime import load_method_checked
+    from models import llama_cpp
+    from models.real_models import TEXT
+    from my_ops.hf.gguf_file import check
+
+    saved_file = os.path.join(work_dir, "llama_cpp_logits.bin")
+    printed = llama_cpp.save_logits(path, TEXT, KL_CTX, KL_CHUNKS, threads, saved_file)
+    saved = llama_cpp.SavedLogits(saved_file)
+    metadata = check(path).metadata
+    bos = metadata.get("tokenizer.ggml.bos_token_id") if metadata.get("tokenizer.ggml.add_bos_token") else None
+    method = load_method_checked(pte)
+    kl = nll = nll_base = 0.0
+    same = count = 0
+    first = saved.ctx // 2
+    for chunk in range(saved.chunks):
+        tokens = saved.tokens[chunk].tolist()
+        if bos is not None:
+            tokens[0] = bos
+        method.execute([torch.tensor([tokens[:first]]), torch.tensor([0])])  # the first half only conditions
+        for position in range(first, saved.ctx - 1):
+            logits = method.execute([torch.tensor([[tokens[position]]]), torch.tensor([position])])[0]
+            ours = torch.log_softmax(logits.reshape(-1).double(), 0).numpy()
+            base = saved.log_probs(chunk, position)
+            kept = base > -16  # llama-perplexity's sum leaves out what it stored as below e^-16
+            kl += float(np.sum(np.exp(base[kept]) * (base[kept] - ours[kept])))
+            same += int(np.argmax(ours) == np.argmax(base))
+            nll -= ours[tokens[position + 1]]
+            nll_base -= base[tokens[position + 1]]
+            count += 1
+    base_ppl = float(np.exp(nll_base / count))
+    if abs(base_ppl / printed - 1) > 1e-3:
+        raise RuntimeError(f"{saved_file}: its distributions give perplexity {base_ppl:.4f}, llama-perplexity printed "
+                           f"{printed:.4f}: the file is not read as llama.cpp wrote it")
+    return {"kl": kl / count, "same_top": same / count, "positions": count, "ppl": float(np.exp(nll / count)),
+            "llama_cpp_ppl": printed}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--build_dir", required=True, help="a build with every op (AOT library, kernels, runner)")
+    parser.add_argument("--memcpy", required=True, help="benchmark/memcpy_bandwidth's binary")
+    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--kinds", default="Q4_K_M", help="the made files' llama-quantize presets (1b, 8b)")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--output_dir", default=os.path.join(REPO_ROOT, "cmake-out", "scale"))
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    from flow.runtime import load_kernel_library
+    from models.decoding import register_ops
+    from models.real_models import runner_peak_bytes
+    from models.scale_models import quantize_seconds
+    from models import llama_cpp
+
+    register_ops(args.build_dir)
+    load_kernel_library(os.path.join(args.build_dir, "libcustom_ops_lib.so"))
+    runner = os.path.join(args.build_dir, "custom_ops_executor_runner")
+    rows = []
+    for name in args.models.split(","):
+        for kind in (args.kinds.split(",") if name in ("1b", "8b") else ["as shipped"]):
+            path = model_file(name, kind)
+            prompt_tokens, new_tokens = TOKENS[name]
+            ids = prompt_ids(path, prompt_tokens)
+            row = {"model": name, "kind": kind if name in ("1b", "8b") else os.path.basename(path),
+                   "file_gib": os.path.getsize(path) / 2 ** 30, "quantize_s": quantize_seconds(path)}
+            row.update(export(path, args.build_dir, os.path.join(args.output_dir, f"{name}-{kind}")))
+            row["pte_gib"] = os.path.getsize(row["pte"]) / 2 ** 30
+            row["runner_peak_gib"] = runner_peak_bytes(runner, row["pte"], ids[:8]) / 2 ** 30
+            row["speed"] = measure(f"{name} {kind}", kind, row["pte"], path, ids, args.rounds, new_tokens=new_tokens)
+            row["agreement"] = agreement(row["pte"], path, thread_counts()[-1], os.path.dirname(row["pte"]))
+            row["step_bytes"] = step_bytes(path)
+            row["read"] = read_rates(args.memcpy, row["step_bytes"], args.rounds)
+            print(f"{name} {kind}: exported in {row['export_s']:.1f} s, peak {row['export_peak_gib']:.2f} GiB; "
+                  f".pte {row['pte_gib']:.2f} GiB; runner peak {row['runner_peak_gib']:.2f} GiB; KL "
+                  f"{row['agreement']['kl']:.5f}, same top token {row['agreement']['same_top']:.1%}", flush=True)
+            rows.append(row)
+    print(f"\nGGUF files at their sizes (export --quantize gguf; the Python runtime beside llama-bench on the same "
+          f"file, medians of {args.rounds} interleaved rounds, min-max of each ratio; {os.cpu_count()} cores)\n")
+    print("\n".join(report(rows)))
+    return 0
+
+
+def report(rows: list[dict]) -> list[str]:
+    counts = thread_counts()
+    lines = ["| model | file GiB | export s (llama-quantize s) | export peak GiB (x file) | .pte GiB | runner peak GiB "
+             "(x file) | first token s | KL vs llama.cpp | same top token | PPL project / llama.cpp |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for row in rows:
+        first = [rd[counts[-1]]["project"]["first_token_ms"] / 1e3 for rd in row["speed"]["rounds"]]
+        quantize = f" ({row['quantize_s']:.0f})" if row["quantize_s"] else ""
+        lines.append(f"| {row['model']} {row['kind']} | {row['file_gib']:.2f} | {row['export_s']:.0f}{quantize} | "
+                     f"{row['export_peak_gib']:.2f} ({row['export_peak_gib'] / row['file_gib']:.2f}x) | "
+                     f"{row['pte_gib']:.2f} | {row['runner_peak_gib']:.2f} "
+                     f"({row['runner_peak_gib'] / row['file_gib']:.2f}x) | {statistics.median(first):.2f} | "
+                     f"{row['agreement']['kl']:.4f} | {row['agreement']['same_top']:.1%} | "
+                     f"{row['agreement']['ppl']:.2f} / {row['agreement']['llama_cpp_ppl']:.2f} |")
+    header = ["model"]
+    for t in counts:
+        header += [f"decode {t}t project (read bound share)", "llama.cpp (share)", "ratio"]
+    for t in counts:
+        header += [f"prefill {t}t ratio"]
+    lines += ["", "| " + " | ".join(header) + " |", "| --- |" + " ---: |" * (len(header) - 1)]
+    for row in rows:
+        rounds = row["speed"]["rounds"]
+        cells = [f"{row['model']} {row['kind']}"]
+        for t in counts:
+            ours = [rd[t]["project"]["decode"] for rd in rounds]
+            theirs = [rd[t]["llama.cpp"]["decode"] for rd in rounds]
+            bound = row["read"][t] / row["step_bytes"]  # steps a second if a step only read its bytes
+            ratios = [a / b for a, b in zip(ours, theirs)]
+            cells += [f"{statistics.median(ours):.2f} ({statistics.median(ours) / bound:.0%})",
+                      f"{statistics.median(theirs):.2f} ({statistics.median(theirs) / bound:.0%})",
+                      f"{statistics.median(ratios):.2f}x ({spread(ratios)})"]
+        for t in counts:
+            ratios = [rd[t]["project"]["prefill"] / rd[t]["llama.cpp"]["prefill"] for rd in rounds]
+            cells.append(f"{statistics.median(ratios):.2f}x ({spread(ratios)})")
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+if __name__ == "__main__":
+    sys.exit(main())
