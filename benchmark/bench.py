@@ -73,8 +73,8 @@ def bench_scale(args: list[str]) -> None:
     """GGUF files at 135M to 8B parameters (the 1B and 8B ones made once into ~/.cache/my_ops/scale)."""
     cmake_build(ALL_OPS, quiet=True)
     cmake_build(BENCH_BUILD, "-DCUSTOM_OPS_BUILD_BENCHMARK=ON", quiet=True)  # memcpy_bandwidth
-    run(PYTHON, bench_script("scale"), "--build_dir", ALL_OPS, "--memcpy", os.path.join(BENCH_BUILD, "memcpy_bandwidth"),
-        *args)
+    memcpy = os.path.join(BENCH_BUILD, "memcpy_bandwidth")
+    run(PYTHON, bench_script("scale"), "--build_dir", ALL_OPS, "--memcpy", memcpy, *args)
 
 
 def bench_aoti(args: list[str]) -> None:

@@ -164,7 +164,6 @@ def main() -> int:
     from models.decoding import register_ops
     from models.real_models import runner_peak_bytes
     from models.scale_models import quantize_seconds
-    from models import llama_cpp
 
     register_ops(args.build_dir)
     load_kernel_library(os.path.join(args.build_dir, "libcustom_ops_lib.so"))
