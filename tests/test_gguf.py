@@ -291,6 +291,7 @@ def test_a_model_built_without_weights_takes_the_files_tensors_and_exports_the_s
 
     from my_ops.hf import export_program
     from my_ops.hf.checkpoint import _model_on_file_tensors
+    from my_ops.hf.disk_weights import tag_of
 
     model = mixed_llama()
     overrides = {name: kind for name in gguf_names(model) for part, kind in MIXED.items() if f"{part}." in name}
@@ -314,7 +315,43 @@ def test_a_model_built_without_weights_takes_the_files_tensors_and_exports_the_s
             assert not value.is_meta and torch.equal(value, original.detach()), name
     assert len(attached) == sum(hasattr(m, "gguf_blocks") for m in modules.values())
     expected = export_program(copy.deepcopy(model), max_seq_len=32, quantize="gguf").buffer
-    assert export_program(on_file, max_seq_len=32, quantize="gguf").buffer == expected
+    assert export_program(copy.deepcopy(on_file), max_seq_len=32, quantize="gguf").buffer == expected
+    # the packed weights waiting on disk while the program is emitted (my_ops/hf/disk_weights.py): the same bytes
+    weights = tmp_path / "weights"
+    weights.mkdir()
+    program = export_program(on_file, max_seq_len=32, quantize="gguf", weights_dir=str(weights))
+    held = sorted(weights.iterdir())
+    assert len(held) == 14  # 2 layers x (q/k/v in 3 formats, output, gate/up in 2, down) + the tied table, once
+    with open(tmp_path / "held.pte", "wb") as f:
+        program.write_to_file(f)
+    assert (tmp_path / "held.pte").read_bytes() == expected
+    table = next(m for m in on_file.modules() if hasattr(m, "table")).table
+    assert tag_of(table) is not None  # the model keeps placeholders
+    # the file's tensors sent to disk as they are packed (load(weights_dir=...)), joined there by the swap
+    on_disk = _model_on_file_tensors(copy.deepcopy(model.config), path, str(weights))
+    blocks = [m.gguf_blocks[0] for m in on_disk.modules() if hasattr(m, "gguf_blocks")]
+    assert blocks and all(tag_of(b) is not None for b in blocks)
+    program = export_program(on_disk, max_seq_len=32, quantize="gguf", weights_dir=str(weights))
+    with open(tmp_path / "on_disk.pte", "wb") as f:
+        program.write_to_file(f)
+    assert (tmp_path / "on_disk.pte").read_bytes() == expected
+
+
+def test_a_weight_placeholder_that_does_not_reach_the_program_is_refused(gguf_module, tmp_path):
+    # A placeholder an export pass turned into another constant would leave its bytes in the program: refused.
+    from my_ops.hf import export_program
+    from my_ops.hf.disk_weights import DiskWeights
+    from my_ops.hf.quantize import Linear
+
+    model = tiny_llama()
+    write_model_gguf(model, tmp_path / "tiny.gguf")
+    gguf_module.attach_blocks(model, str(tmp_path / "tiny.gguf"))
+    program = export_program(model, max_seq_len=32, quantize="gguf")
+    disk = DiskWeights(str(tmp_path))
+    disk.hold_model(torch.nn.ModuleList([Linear(torch.ones(64, 128, dtype=torch.uint8), "Q8_0", None, "test")]))
+    assert len(disk.expected) == 1  # a placeholder the program (exported apart) does not hold
+    with pytest.raises(RuntimeError, match="1 of 1 weights did not reach the program as they were"):
+        disk.fill(program)
 
 
 def modules_of(model) -> dict:

@@ -91,10 +91,11 @@ def test_every_block_tensor_of_the_shipped_file_is_the_weight_transformers_loads
         assert np.array_equal(weights.view(np.uint32), module.weight.detach().numpy().view(np.uint32)), name
 
 
-def test_the_files_own_tensors_make_the_same_program_without_a_float32_model(real, programs):
+def test_the_files_own_tensors_make_the_same_program_without_a_float32_model(real, programs, tmp_path):
     # load(dequantize=False), what `python -m my_ops.hf export|generate --quantize gguf` runs: the model built without
-    # weights and given the file's tensors, its matrices never float32, exports the program the float32 model with
-    # the blocks attached gave, byte for byte; the file's metadata reads as transformers' own reader reads it.
+    # weights and given the file's tensors, its matrices never float32 (with weights_dir, as `export` runs it, never
+    # in memory: on disk as they are packed), exports the program the float32 model with the blocks attached gave,
+    # byte for byte; the file's metadata reads as transformers' own reader reads it.
     from my_ops.hf.checkpoint import load
     from my_ops.hf.gguf_file import check, transformers_reading
     from my_ops.hf.to_program import export_checkpoint
@@ -108,6 +109,11 @@ def test_the_files_own_tensors_make_the_same_program_without_a_float32_model(rea
     with open(programs["gguf"], "rb") as f:
         expected = f.read()
     assert export_checkpoint(on_file, max_seq_len=real.SMOLLM2.max_seq_len, quantize="gguf").buffer == expected
+    on_disk = load(path, layers=real.TESTED_LAYERS, dequantize=False, weights_dir=str(tmp_path))
+    program = export_checkpoint(on_disk, max_seq_len=real.SMOLLM2.max_seq_len, quantize="gguf")
+    with open(tmp_path / "on_disk.pte", "wb") as f:
+        program.write_to_file(f)
+    assert (tmp_path / "on_disk.pte").read_bytes() == expected
 
 
 def test_the_gguf_program_is_near_the_float32_model_of_the_same_file(real, programs, checkpoint, combined_build,

@@ -24,6 +24,7 @@ embedding my_ops' block-format ops (quantize.py); a PATH is a model folder or a 
     fuse            the export pass that puts the fused ops (rope, silu_mul, gelu_mul, add_rms_norm, the attention and
                     the whole decoder layer) where a model computes their patterns
     to_program      torch.export, the pass and EXIR lowering: the ExecuTorch program
+    disk_weights    a file's packed tensors kept on disk while their program is emitted (the export holds them once)
     session         what a process needs: the ops for PyTorch, their kernels for ExecuTorch, the program cache
     text            sampling, generation and perplexity (llama-perplexity's protocol), the libraries kept quiet
     __main__        python -m my_ops.hf generate | export | perplexity

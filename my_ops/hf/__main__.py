@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
 
 from . import session
 
@@ -114,9 +115,14 @@ def _run(args) -> int:
         session.say(f"Loading {os.path.basename(gguf)} as a float32 model: "
                     f"{checkpoints.float32_bytes(gguf, args.layers) / 2 ** 30:.1f} GiB of memory"
                     + ("" if quantize == "gguf" else " (--quantize gguf exports the file's own tensors without it)"))
-    checkpoint = checkpoints.load(args.model, layers=args.layers, dequantize=not on_file_tensors)
     if args.command == "export":
-        return _export(args, checkpoint, quantize)
+        os.makedirs(args.output, exist_ok=True)
+        # a file's own tensors wait on disk beside the output as they are packed, the export holding them once
+        with tempfile.TemporaryDirectory(dir=args.output, prefix=".weights-") as weights:
+            checkpoint = checkpoints.load(args.model, layers=args.layers, dequantize=not on_file_tensors,
+                                          weights_dir=weights if on_file_tensors else None)
+            return _export(args, checkpoint, quantize)
+    checkpoint = checkpoints.load(args.model, layers=args.layers, dequantize=not on_file_tensors)
     library = args.kernel_library or (os.path.join(args.build_dir, session.KERNEL_LIBRARY) if args.build_dir else None)
     if library is None:
         raise FileNotFoundError(f"no kernel library: {session.build_hint()} pass --build_dir or --kernel_library")
@@ -128,11 +134,11 @@ def _run(args) -> int:
 def _export(args, checkpoint, quantize) -> int:
     from .to_program import export_checkpoint
 
-    os.makedirs(args.output, exist_ok=True)
-    program = export_checkpoint(checkpoint, max_seq_len=args.max_seq_len, quantize=quantize)
     pte = os.path.join(args.output, "model.pte")
+    program = export_checkpoint(checkpoint, max_seq_len=args.max_seq_len, quantize=quantize)
     with open(pte, "wb") as f:
         program.write_to_file(f)
+    del program
     from .checkpoint import save_tokenizer
 
     print(f"Wrote {pte} ({os.path.getsize(pte) / 2 ** 20:.1f} MiB) and {save_tokenizer(checkpoint.tokenizer, args.output)}")

@@ -44,6 +44,7 @@ class Checkpoint:
     add_bos: bool = False  # whether the model's text starts with its BOS token (a GGUF file's add_bos_token)
     layers: int | None = None  # the first N blocks only (load(layers=N)); None: all of the file's
     dequantized: bool = True  # the model in float32; False: the GGUF file's own tensors only (load(dequantize=False))
+    weights_dir: str | None = None  # where those tensors wait on disk, the model holding placeholders (load's)
 
     def files(self) -> list[str]:
         """The files the model is made from (what a cached export is keyed by)."""
@@ -72,10 +73,12 @@ def gguf_file(path: str) -> str | None:
     return found[0] if len(found) == 1 and not os.path.isfile(os.path.join(path, "config.json")) else None
 
 
-def load(path: str, layers: int | None = None, *, dequantize: bool = True) -> Checkpoint:
+def load(path: str, layers: int | None = None, *, dequantize: bool = True, weights_dir: str | None = None) -> Checkpoint:
     """The model and tokenizer at `path` (a folder transformers' from_pretrained reads, or a .gguf file); with
     `layers`, the model's first `layers` blocks only; dequantize=False: a .gguf file's model on the file's own tensors,
-    no float32 copy of its matrices (for quantize="gguf")."""
+    no float32 copy of its matrices (for quantize="gguf"); and with weights_dir, those tensors wait on disk there as
+    they are packed, for the export to take (my_ops/hf/disk_weights.py: the model holds placeholders, for export only;
+    the folder must outlive the program's writing)."""
     from transformers.utils import logging
 
     logging.disable_progress_bar()
@@ -88,8 +91,10 @@ def load(path: str, layers: int | None = None, *, dequantize: bool = True) -> Ch
     if not dequantize and not gguf:
         raise UnsupportedModelError(f"{path}: dequantize=False builds a model on a GGUF file's own tensors; a model "
                                     "folder's weights load in float32 (dequantize=True)")
-    checkpoint = _load_gguf(gguf, layers, dequantize) if gguf else _load_folder(path, layers)
-    checkpoint.layers, checkpoint.dequantized = layers, dequantize
+    if weights_dir is not None and dequantize:
+        raise UnsupportedModelError("weights_dir keeps a GGUF file's own tensors on disk: it goes with dequantize=False")
+    checkpoint = _load_gguf(gguf, layers, dequantize, weights_dir) if gguf else _load_folder(path, layers)
+    checkpoint.layers, checkpoint.dequantized, checkpoint.weights_dir = layers, dequantize, weights_dir
     checkpoint.model.eval()
     return checkpoint
 
@@ -127,7 +132,7 @@ def gguf_config(parsed: dict, overrides: dict | None = None):
     return AutoConfig.for_model(values.pop("model_type"), **values)
 
 
-def _load_gguf(path: str, layers: int | None, dequantize: bool) -> Checkpoint:
+def _load_gguf(path: str, layers: int | None, dequantize: bool, weights_dir: str | None = None) -> Checkpoint:
     from transformers import AutoModelForCausalLM
 
     from .gguf_tokenizer import from_file
@@ -145,14 +150,15 @@ def _load_gguf(path: str, layers: int | None, dequantize: bool) -> Checkpoint:
             model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=os.path.basename(path), config=config,
                                                          dtype=torch.float32)
     else:
-        model = _model_on_file_tensors(config, path)
+        model = _model_on_file_tensors(config, path, weights_dir)
     tokenizer, add_bos = from_file(path, header, parsed)
     return Checkpoint(model, tokenizer, path, _stop_ids(vocabulary.get("eos_token_id"), tokenizer), add_bos)
 
 
-def _model_on_file_tensors(config, path: str) -> torch.nn.Module:
+def _model_on_file_tensors(config, path: str, weights_dir: str | None = None) -> torch.nn.Module:
     """transformers' model of `config` built as from_pretrained builds it before it loads weights (parameters on the
-    meta device, nothing initialized; buffers such as the rotary tables computed), then given the file's tensors."""
+    meta device, nothing initialized; buffers such as the rotary tables computed), then given the file's tensors (the
+    packed ones waiting in weights_dir, when given)."""
     from transformers import AutoModelForCausalLM
     from transformers.integrations.accelerate import init_empty_weights
     from transformers.modeling_utils import no_init_weights
@@ -162,7 +168,12 @@ def _model_on_file_tensors(config, path: str) -> torch.nn.Module:
     with no_init_weights(), init_empty_weights():
         model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     model.tie_weights()  # from_pretrained ties them once loaded: a tied output projection is the embedding's table
-    load_file_weights(model, path)
+    if weights_dir is None:
+        load_file_weights(model, path)
+    else:
+        from .disk_weights import DiskWeights
+
+        load_file_weights(model, path, DiskWeights(weights_dir))
     return model
 
 

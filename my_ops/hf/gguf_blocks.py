@@ -206,12 +206,13 @@ class _Plan:
             return rope_row_order(int(np.prod(tensor.shape[1:])), heads)
         return None
 
-    def attach(self, file: _FileBytes) -> dict[str, str]:
+    def attach(self, file: _FileBytes, hold=None) -> dict[str, str]:
         attached = {}
         for tensor in self.tensors:
             if (module := self.blocks.get(tensor.name)) is not None:
                 kind = _type_name(tensor)
-                module.gguf_blocks = (packed_rows(file.rows(tensor), kind, self.row_order(tensor)), kind)
+                packed = packed_rows(file.rows(tensor), kind, self.row_order(tensor))
+                module.gguf_blocks = (packed if hold is None else hold(packed), kind)
                 file.release(tensor)
                 attached[tensor.name] = kind
         return attached
@@ -227,19 +228,20 @@ def attach_blocks(model, path: str) -> dict[str, str]:
     return plan.attach(_FileBytes(plan.header))
 
 
-def load_file_weights(model, path: str) -> dict[str, str]:
+def load_file_weights(model, path: str, disk=None) -> dict[str, str]:
     """A model built without its weights (its parameters on the meta device: my_ops.hf.checkpoint.load(path,
     dequantize=False)) given the GGUF file's tensors: the block and 16-bit matrices attached as attach_blocks does,
     their float32 parameters left unallocated; every other tensor (the norms, what the file keeps in float32)
     as transformers' loader makes it, float32. The file is read by a map, a tensor at a time: the process holds the
-    packed tensors, never a float32 copy of them. Returns what attach_blocks returns; raises UnsupportedTensorError
-    for a parameter the file has no tensor for."""
+    packed tensors, never a float32 copy of them; with `disk` (my_ops.hf.disk_weights.DiskWeights), not even those:
+    each goes to a file as it is packed, the model holding a placeholder. Returns what attach_blocks returns; raises
+    UnsupportedTensorError for a parameter the file has no tensor for."""
     import gguf
     import torch
 
     plan = _Plan(model, path)
     file = _FileBytes(plan.header)
-    attached = plan.attach(file)
+    attached = plan.attach(file, None if disk is None else disk.hold)
     processor = plan.processor(config=plan.config.to_dict())
     given = {}  # the placeholder (meta) tensor -> the file's values
     state = model.state_dict(keep_vars=True)

@@ -208,9 +208,12 @@ def put_linears_on_ops(model: torch.nn.Module, precision: str | None) -> torch.n
 def join_rows(weights: list[torch.Tensor], fmt: str) -> torch.Tensor | None:
     """Packed weights of one format, stacked by rows, as the one packed weight of all their rows; None where the layout
     cannot be joined: a part but the last whose rows are not whole groups of 16 (a group's rows lie together)."""
+    from .disk_weights import join
+
     if fmt not in FLOAT_TYPES and fmt != "F32" and any(w.shape[0] % 16 for w in weights[:-1]):
         return None
-    return torch.cat(weights)
+    on_disk = join(weights)  # placeholders of weights waiting on disk (my_ops/hf/disk_weights.py) join there
+    return on_disk if on_disk is not None else torch.cat(weights)
 
 
 def _file_blocks(module: torch.nn.Module):

@@ -127,7 +127,7 @@ def versions() -> str:
 # The sources an export runs (the loading, a GGUF file's blocks, the swap, the packing, the export itself); the command
 # line, the tokenizer and perplexity code can change without making the programs again.
 EXPORT_SOURCES = ("__init__.py", "hf/__init__.py", "hf/checkpoint.py", "hf/gguf_file.py", "hf/gguf_blocks.py",
-                  "hf/swap.py", "hf/quantize.py", "hf/fuse.py", "hf/to_program.py")
+                  "hf/swap.py", "hf/quantize.py", "hf/fuse.py", "hf/to_program.py", "hf/disk_weights.py")
 # Reached from checkpoint.py, but what they make is no part of a program (a checkpoint's tokenizer).
 NOT_IN_PROGRAMS = ("hf/gguf_tokenizer.py",)
 
@@ -176,9 +176,12 @@ def export_cached(checkpoint, quantize: str | None, max_seq_len: int, cache_dir:
     def make(path: str) -> None:
         if on_export is not None:
             on_export()
-        program = export_checkpoint(checkpoint, max_seq_len=max_seq_len, quantize=quantize)
-        with open(path, "wb") as f:
-            program.write_to_file(f)
+        # a checkpoint on a file's own tensors: they wait on disk while the program is emitted (held once, not twice)
+        with tempfile.TemporaryDirectory(dir=os.path.dirname(path), prefix=".weights-") as weights:
+            program = export_checkpoint(checkpoint, max_seq_len=max_seq_len, quantize=quantize,
+                                        weights_dir=None if checkpoint.dequantized else weights)
+            with open(path, "wb") as f:
+                program.write_to_file(f)
 
     # A model cut to its first layers is a program of its own name: the cache keeps the newest of each name.
     cut = f"_{checkpoint.layers}layers" if checkpoint.layers is not None else ""

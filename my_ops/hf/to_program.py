@@ -49,17 +49,26 @@ def prepare(model: torch.nn.Module, *, max_seq_len: int = 256, quantize: str | N
 
 
 def export_program(model: torch.nn.Module, *, max_seq_len: int = 256, quantize: str | None = None,
-                   keep_unknown_norms: bool = False, fusions=None):
+                   keep_unknown_norms: bool = False, fusions=None, weights_dir: str | None = None):
     """Swaps the project's ops into `model` (in place), exports it and returns the ExecuTorch program (an
     ExecutorchProgramManager: .buffer, .write_to_file). quantize: None (float32), "8da8w", "8da4w" or "gguf" (the
     blocks my_ops.gguf.attach_blocks put on the model). fusions: the export pass's fused ops (fuse.py's FUSIONS:
     "rope", "swiglu", "geglu", "add_norm", ...); None puts in each one whose pattern the model computes and warns naming
     the others, a list requires each (refused by name where the model lacks it), () puts in none. Checks that every custom op of the
-    precision reached the program's own kernels."""
+    precision reached the program's own kernels. weights_dir: the packed weights wait in files there while the program
+    is emitted, and the program takes them from there when it is written (my_ops/hf/disk_weights.py: the export holds
+    them once, not twice); the folder must outlive the writing, and the model is left with placeholders, for this
+    export only."""
     from executorch.exir import EdgeCompileConfig, ExecutorchBackendConfig, to_edge
     from executorch.exir.passes import MemoryPlanningPass
 
     decoder = prepare(model, max_seq_len=max_seq_len, quantize=quantize, keep_unknown_norms=keep_unknown_norms)
+    disk = None
+    if weights_dir is not None:
+        from .disk_weights import DiskWeights
+
+        disk = DiskWeights(weights_dir)
+        disk.hold_model(decoder)
     inputs, dynamic_shapes = decoder.example_inputs(), decoder.dynamic_shapes()
     exported = torch.export.export(decoder, inputs, dynamic_shapes=dynamic_shapes, strict=True)
     fused = fuse(exported, fusions)
@@ -92,13 +101,15 @@ def export_program(model: torch.nn.Module, *, max_seq_len: int = 256, quantize: 
                                      constant_tensor_alignment=64)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Mutation on a buffer in the model is detected")
-        return edge.to_executorch(config)
+        program = edge.to_executorch(config)
+    return program if disk is None else disk.fill(program)
 
 
-def export_checkpoint(checkpoint, *, max_seq_len: int = 256, quantize: str | None = None):
+def export_checkpoint(checkpoint, *, max_seq_len: int = 256, quantize: str | None = None,
+                      weights_dir: str | None = None):
     """export_program of a loaded checkpoint (my_ops.hf.checkpoint.load); quantize="gguf" first attaches the blocks of
     the GGUF file it was loaded from (a model folder has none: refused), unless it was loaded on them
-    (dequantize=False), which takes quantize="gguf" alone."""
+    (dequantize=False), which takes quantize="gguf" alone. weights_dir: as export_program's."""
     if not checkpoint.dequantized:
         if quantize != "gguf":
             raise UnsupportedModelError(f"quantize={quantize!r} quantizes the float32 model, and this checkpoint holds "
@@ -112,7 +123,8 @@ def export_checkpoint(checkpoint, *, max_seq_len: int = 256, quantize: str | Non
             raise UnsupportedModelError(f"{checkpoint.path}: --quantize gguf runs a GGUF file's own blocks; give a "
                                         ".gguf file, or choose none, 8da8w or 8da4w for a model folder")
         attach_blocks(checkpoint.model, path)
-    return export_program(checkpoint.model, max_seq_len=max_seq_len, quantize=quantize)
+    return export_program(checkpoint.model, max_seq_len=max_seq_len, quantize=quantize,
+                          weights_dir=weights_dir or checkpoint.weights_dir)
 
 
 def _ops_outside_delegates(graph) -> set[str]:

@@ -1,0 +1,117 @@
+"""A GGUF file's packed tensors kept on disk while their program is exported, so the export holds the weights once.
+ExecuTorch's emitter copies every constant into the program as bytes (exir/emit/_emitter.py); a model holding its
+weights in memory then peaks at twice their size (8B parameters in Q4_K_M: 2 x 4.9 GB). Here each packed tensor is
+written to a file of its own as it is packed, and the model holds a placeholder of its shape instead: memory never
+written (the kernel maps zero pages, which cost nothing), but for a tag in its first bytes that makes each placeholder
+distinct (the emitter merges equal constants). The written program then takes each file's bytes where its
+placeholder's bytes stand: the serialized program (a Cord, exir/_serialize/_cord.py) holds the emitter's bytes of each
+constant as one piece, which becomes the file (ExecuTorch's FileBackedData, streamed when the program is written).
+
+A GGUF file's tensors can go to disk as they are packed (my_ops.hf.checkpoint.load(weights_dir=...)): the model then
+never holds them, and parts the swap joins (q, k and v; gate and up) are joined on disk too. A placeholder that does
+not reach the program as itself (an export pass computing a new constant from it) is found missing and refused: the
+program would hold the placeholder's bytes. The model is for exporting only: its matrices' values are on disk.
+"""
+
+from __future__ import annotations
+
+import itertools
+import mmap
+import os
+import shutil
+
+import torch
+
+TAG = b"\x00my_ops placeholder\x00"  # then the weight's number in this process, 8 bytes
+TAGGED = len(TAG) + 8
+SMALLEST = 4096  # bytes: smaller tensors stay in memory (a page: a tag needs room, a smaller one saves nothing)
+_FILES: dict[bytes, str] = {}  # every placeholder's tag -> the file holding its weight's bytes
+_NUMBERS = itertools.count()
+
+
+def tag_of(tensor: torch.Tensor) -> bytes | None:
+    """The tag of a placeholder this module made, None for any other tensor."""
+    if not tensor.is_contiguous() or tensor.numel() * tensor.element_size() < TAGGED:
+        return None
+    tag = bytes(tensor.view(-1).view(torch.uint8)[:TAGGED].tolist())
+    return tag if tag in _FILES else None
+
+
+def _placeholder(shape, dtype: torch.dtype, path: str) -> torch.Tensor:
+    nbytes = os.path.getsize(path)
+    tag = TAG + next(_NUMBERS).to_bytes(8, "little")
+    # private and anonymous: a page is the kernel's zero page until written (a shared one would be allocated on its
+    # first read, as shared memory)
+    memory = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    memory[:TAGGED] = tag
+    _FILES[tag] = path
+    return torch.frombuffer(memory, dtype=torch.uint8).view(dtype).reshape(shape)
+
+
+def join(parts: list[torch.Tensor]) -> torch.Tensor | None:
+    """torch.cat(parts) of placeholders, made on disk: a placeholder whose file is their files one after another; None
+    unless every part is a placeholder."""
+    tags = [tag_of(p) for p in parts]
+    if any(t is None for t in tags):
+        return None
+    path = f"{_FILES[tags[0]]}.joined{next(_NUMBERS)}"
+    with open(path, "wb") as out:
+        for tag in tags:
+            with open(_FILES[tag], "rb") as part:
+                shutil.copyfileobj(part, out, 1 << 23)
+    return _placeholder((sum(p.shape[0] for p in parts), *parts[0].shape[1:]), parts[0].dtype, path)
+
+
+class DiskWeights:
+    """Packed tensors written into `directory` (which must outlive the program's writing), placeholders given out."""
+
+    def __init__(self, directory: str):
+        self.directory = directory
+        self.expected: set[bytes] = set()  # the placeholders the model held when it was exported
+
+    def hold(self, tensor: torch.Tensor) -> torch.Tensor:
+        """A placeholder of `tensor`'s shape and dtype, `tensor` itself written to a file (a small one, or a
+        placeholder already: itself)."""
+        if tensor.numel() * tensor.element_size() < SMALLEST or tag_of(tensor) is not None:
+            return tensor
+        path = os.path.join(self.directory, f"weight{next(_NUMBERS)}.bin")
+        tensor.detach().contiguous().view(torch.uint8).numpy().tofile(path)
+        return _placeholder(tensor.shape, tensor.dtype, path)
+
+    def hold_model(self, model: torch.nn.Module) -> None:
+        """Every packed weight of the model's block-op layers (my_ops.hf.quantize's Linear and Embedding) replaced by
+        its placeholder, a table two layers share (a tied embedding) by one. A float32 layer's Parameter stays: it is
+        the original layer's, which other modules may share."""
+        from .quantize import Embedding, Linear
+
+        held: dict[int, torch.Tensor] = {}
+        for module in model.modules():
+            name = "weight" if isinstance(module, Linear) else "table" if isinstance(module, Embedding) else None
+            tensor = None if name is None else module._buffers.get(name)
+            if tensor is not None:
+                if id(tensor) not in held:
+                    held[id(tensor)] = self.hold(tensor)
+                module._buffers[name] = held[id(tensor)]
+        self.expected = {t for t in map(tag_of, held.values()) if t is not None}
+
+    def fill(self, program):
+        """`program` (an ExecutorchProgramManager exported from the model hold_model made placeholders of) with each
+        placeholder's bytes taken from its file when it is written; returns it. Raises RuntimeError when a
+        placeholder is not in the program as itself."""
+        from executorch.exir._serialize._cord import FileBackedData
+
+        pieces = program._pte_data._buffers  # the serialized program (a Cord), piece by piece
+        found = set()
+        for index, piece in enumerate(pieces):
+            if isinstance(piece, bytes) and len(piece) >= TAGGED and piece.startswith(TAG):
+                tag = piece[:TAGGED]
+                if tag not in self.expected or tag in found or os.path.getsize(_FILES[tag]) != len(piece):
+                    raise RuntimeError(f"the program holds a weight placeholder {tag!r} it should not: an export pass "
+                                       "copied or changed a weight; export with the weights in memory")
+                pieces[index] = FileBackedData(_FILES[tag])
+                found.add(tag)
+        if missing := len(self.expected - found):
+            raise RuntimeError(f"{missing} of {len(self.expected)} weights did not reach the program as they were (an "
+                               "export pass computed new constants from them); export with the weights in memory")
+        program._buffer = None  # the program's bytes, if asked for, are made again from the pieces
+        return program
