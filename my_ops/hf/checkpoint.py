@@ -73,7 +73,8 @@ def gguf_file(path: str) -> str | None:
     return found[0] if len(found) == 1 and not os.path.isfile(os.path.join(path, "config.json")) else None
 
 
-def load(path: str, layers: int | None = None, *, dequantize: bool = True, weights_dir: str | None = None) -> Checkpoint:
+def load(path: str, layers: int | None = None, *, dequantize: bool = True,
+         weights_dir: str | None = None) -> Checkpoint:
     """The model and tokenizer at `path` (a folder transformers' from_pretrained reads, or a .gguf file); with
     `layers`, the model's first `layers` blocks only; dequantize=False: a .gguf file's model on the file's own tensors,
     no float32 copy of its matrices (for quantize="gguf"); and with weights_dir, those tensors wait on disk there as
@@ -92,7 +93,8 @@ def load(path: str, layers: int | None = None, *, dequantize: bool = True, weigh
         raise UnsupportedModelError(f"{path}: dequantize=False builds a model on a GGUF file's own tensors; a model "
                                     "folder's weights load in float32 (dequantize=True)")
     if weights_dir is not None and dequantize:
-        raise UnsupportedModelError("weights_dir keeps a GGUF file's own tensors on disk: it goes with dequantize=False")
+        raise UnsupportedModelError("weights_dir keeps a GGUF file's own tensors on disk: it goes with "
+                                    "dequantize=False")
     checkpoint = _load_gguf(gguf, layers, dequantize, weights_dir) if gguf else _load_folder(path, layers)
     checkpoint.layers, checkpoint.dequantized, checkpoint.weights_dir = layers, dequantize, weights_dir
     checkpoint.model.eval()
