@@ -109,8 +109,10 @@ def agreement(pte: str, path: str, threads: int, work_dir: str) -> dict:
     saved distributions (--kl-divergence-base: KL_CTX-token chunks of the text, KL_CHUNKS of them, BOS first where the
     model adds one), the program stepped through each chunk (its first half in one call, then a token at a time);
     mean KL divergence of the program's from llama.cpp's, as llama-perplexity --kl-divergence computes it, and the
-    share of positions whose most likely token is the same. The reading of llama.cpp's file is checked against its
-    own figure: the perplexity its saved distributions give is the one it printed."""
+    share of positions whose most likely token is the same. The reading of llama.cpp's file is checked against
+    llama.cpp's own: its tokens are llama-tokenize's of the text, and every distribution read sums to one within
+    what its storage moves (each token it stored as at or below e^-16 of its top reads as that floor: the vocabulary's
+    size times e^-16 at most)."""
     import numpy as np
 
     from flow.runtime import load_method_checked
@@ -121,10 +123,15 @@ def agreement(pte: str, path: str, threads: int, work_dir: str) -> dict:
     saved_file = os.path.join(work_dir, "llama_cpp_logits.bin")
     printed = llama_cpp.save_logits(path, TEXT, KL_CTX, KL_CHUNKS, threads, saved_file)
     saved = llama_cpp.SavedLogits(saved_file)
+    with open(TEXT, encoding="utf-8") as f:
+        tokenized = llama_cpp.tokenize(path, f.read(), parse_special=False)[:saved.chunks * saved.ctx]
+    if saved.tokens.reshape(-1).tolist() != tokenized:
+        raise RuntimeError(f"{saved_file}: its tokens are not llama-tokenize's of the text: the file is not read as "
+                           "llama.cpp wrote it")
     metadata = check(path).metadata
     bos = metadata.get("tokenizer.ggml.bos_token_id") if metadata.get("tokenizer.ggml.add_bos_token") else None
     method = load_method_checked(pte)
-    kl = nll = nll_base = 0.0
+    kl = nll = 0.0
     same = count = 0
     first = saved.ctx // 2
     for chunk in range(saved.chunks):
@@ -136,16 +143,14 @@ def agreement(pte: str, path: str, threads: int, work_dir: str) -> dict:
             logits = method.execute([torch.tensor([[tokens[position]]]), torch.tensor([position])])[0]
             ours = torch.log_softmax(logits.reshape(-1).double(), 0).numpy()
             base = saved.log_probs(chunk, position)
+            if abs(float(np.exp(base).sum()) - 1) > saved.vocab * np.exp(-16) + 1e-3:
+                raise RuntimeError(f"{saved_file}: chunk {chunk} position {position}'s distribution sums to "
+                                   f"{float(np.exp(base).sum()):.4f}: the file is not read as llama.cpp wrote it")
             kept = base > -16  # llama-perplexity's sum leaves out what it stored as below e^-16
             kl += float(np.sum(np.exp(base[kept]) * (base[kept] - ours[kept])))
             same += int(np.argmax(ours) == np.argmax(base))
             nll -= ours[tokens[position + 1]]
-            nll_base -= base[tokens[position + 1]]
             count += 1
-    base_ppl = float(np.exp(nll_base / count))
-    if abs(base_ppl / printed - 1) > 1e-3:
-        raise RuntimeError(f"{saved_file}: its distributions give perplexity {base_ppl:.4f}, llama-perplexity printed "
-                           f"{printed:.4f}: the file is not read as llama.cpp wrote it")
     return {"kl": kl / count, "same_top": same / count, "positions": count, "ppl": float(np.exp(nll / count)),
             "llama_cpp_ppl": printed}
 
