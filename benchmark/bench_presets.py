@@ -94,8 +94,6 @@ def measure(label: str, types: str, pte: str, gguf: str, ids: list[int], rounds:
 
 def rows(presets: list[str], rounds: int, isa: str = "native") -> list[dict]:
     """Per file: its programs' and llama-bench's tokens/s at each thread count, every round."""
-    import copy
-
     from models import gguf_presets as files, real_models as real
     from my_ops.hf.checkpoint import load
     from my_ops.hf.session import default_cache_dir, export_cached
@@ -103,11 +101,11 @@ def rows(presets: list[str], rounds: int, isa: str = "native") -> list[dict]:
     measured = []
     for preset in presets:
         path = files.preset_file(preset)
-        checkpoint = load(path)
+        checkpoint = load(path, dequantize=False)  # the file's own tensors: no float32 model
         with open(real.TEXT, encoding="utf-8") as f:
             ids = list(checkpoint.tokenizer.encode(f.read(), add_special_tokens=False))[:PROMPT_TOKENS]
         max_seq_len = real.MODELS.get(preset, real.SMOLLM2).max_seq_len  # a preset is SmolLM2's file
-        pte, _ = export_cached(copy.deepcopy(checkpoint), "gguf", max_seq_len, default_cache_dir())
+        pte, _ = export_cached(checkpoint, "gguf", max_seq_len, default_cache_dir())
         del checkpoint
         measured.append(measure(preset, files.tensor_types(path), pte, path, ids, rounds, isa))
     return measured

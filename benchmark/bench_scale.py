@@ -110,9 +110,10 @@ def agreement(pte: str, path: str, threads: int, work_dir: str) -> dict:
     model adds one), the program stepped through each chunk (its first half in one call, then a token at a time);
     mean KL divergence of the program's from llama.cpp's, as llama-perplexity --kl-divergence computes it, and the
     share of positions whose most likely token is the same. The reading of llama.cpp's file is checked against
-    llama.cpp's own: its tokens are llama-tokenize's of the text, and every distribution read sums to one within
-    what its storage moves (each token it stored as at or below e^-16 of its top reads as that floor: the vocabulary's
-    size times e^-16 at most)."""
+    llama.cpp's own: its tokens are llama-tokenize's of the text, every distribution read sums to one within what its
+    storage moves (each token it stored as at or below e^-16 of its top reads as that floor: the vocabulary's size
+    times e^-16 at most), and the perplexity its distributions give the text's tokens is the one llama-perplexity
+    --kl-divergence reads from the same file ("Mean PPL(base)")."""
     import numpy as np
 
     from flow.runtime import load_method_checked
@@ -131,7 +132,7 @@ def agreement(pte: str, path: str, threads: int, work_dir: str) -> dict:
     metadata = check(path).metadata
     bos = metadata.get("tokenizer.ggml.bos_token_id") if metadata.get("tokenizer.ggml.add_bos_token") else None
     method = load_method_checked(pte)
-    kl = nll = 0.0
+    kl = nll = nll_base = 0.0
     same = count = 0
     first = saved.ctx // 2
     for chunk in range(saved.chunks):
@@ -150,7 +151,12 @@ def agreement(pte: str, path: str, threads: int, work_dir: str) -> dict:
             kl += float(np.sum(np.exp(base[kept]) * (base[kept] - ours[kept])))
             same += int(np.argmax(ours) == np.argmax(base))
             nll -= ours[tokens[position + 1]]
+            nll_base -= base[tokens[position + 1]]
             count += 1
+    read_back = llama_cpp.saved_perplexity(path, TEXT, KL_CTX, KL_CHUNKS, threads, saved_file)
+    if abs(float(np.exp(nll_base / count)) / read_back - 1) > 1e-4:
+        raise RuntimeError(f"{saved_file}: its distributions give the text perplexity {np.exp(nll_base / count):.6f}, "
+                           f"llama-perplexity reads {read_back:.6f} from it: the file is not read as llama.cpp wrote it")
     return {"kl": kl / count, "same_top": same / count, "positions": count, "ppl": float(np.exp(nll / count)),
             "llama_cpp_ppl": printed}
 

@@ -176,6 +176,19 @@ def save_logits(model_file: str, text_file: str, ctx: int, chunks: int, threads:
     return float(found.group(1))
 
 
+def saved_perplexity(model_file: str, text_file: str, ctx: int, chunks: int, threads: int, saved_file: str) -> float:
+    """The perplexity llama-perplexity --kl-divergence computes from a file save_logits wrote (its "Mean PPL(base)":
+    the saved distributions' own, read back by llama.cpp)."""
+    command = [tools()["llama-perplexity"], "-m", model_file, "-f", text_file, "-c", str(ctx), "-b", str(ctx), "-t",
+               str(threads), "--chunks", str(chunks), "--kl-divergence-base", saved_file, "--kl-divergence"]
+    proc = subprocess.run(command, capture_output=True, text=True)
+    found = re.search(r"Mean PPL\(base\)\s*:\s*([0-9.]+)", proc.stdout + proc.stderr)
+    if proc.returncode != 0 or not found:
+        raise RuntimeError(f"llama-perplexity --kl-divergence failed on {model_file}:\n"
+                           f"{(proc.stdout + proc.stderr)[-2000:]}")
+    return float(found.group(1))
+
+
 class SavedLogits:
     """A file llama-perplexity --kl-divergence-base wrote (tools/perplexity/perplexity.cpp): b"_logits_", int32 n_ctx,
     n_vocab, n_chunk, the chunks' tokens (int32 [n_chunk, n_ctx]), then for each chunk and each scored position (n_ctx
