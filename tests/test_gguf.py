@@ -341,14 +341,14 @@ def test_a_weight_placeholder_that_does_not_reach_the_program_is_refused(gguf_mo
     # A placeholder an export pass turned into another constant would leave its bytes in the program: refused.
     from my_ops.hf import export_program
     from my_ops.hf.disk_weights import DiskWeights
-    from my_ops.hf.quantize import Linear
+    from my_ops.hf.quantize import Linear, packed_buffers
 
     model = tiny_llama()
     write_model_gguf(model, tmp_path / "tiny.gguf")
     gguf_module.attach_blocks(model, str(tmp_path / "tiny.gguf"))
     program = export_program(model, max_seq_len=32, quantize="gguf")
     disk = DiskWeights(str(tmp_path))
-    disk.hold_model(torch.nn.ModuleList([Linear(torch.ones(64, 128, dtype=torch.uint8), "Q8_0", None, "test")]))
+    disk.hold_buffers(packed_buffers(Linear(torch.ones(64, 128, dtype=torch.uint8), "Q8_0", None, "test")))
     assert len(disk.expected) == 1  # a placeholder the program (exported apart) does not hold
     with pytest.raises(RuntimeError, match="1 of 1 weights did not reach the program as they were"):
         disk.fill(program)
@@ -374,7 +374,8 @@ def test_a_parameter_the_file_lacks_is_refused_by_name(gguf_module, tmp_path):
 def test_packed_parts_join_where_the_layout_lets_them(gguf_module):
     # Packed weights stacked by rows are the packing of the stacked rows when every part but the last holds whole
     # groups of 16 rows; otherwise the layer keeps its parts (None).
-    from my_ops.hf.quantize import join_rows, pack
+    from my_ops.hf.disk_weights import join_rows
+    from my_ops.hf.quantize import pack
 
     generator = torch.Generator().manual_seed(0)
     parts = [torch.randn(rows, 64, generator=generator) for rows in (16, 17)]

@@ -62,6 +62,18 @@ def join(parts: list[torch.Tensor]) -> torch.Tensor | None:
     return _placeholder((sum(p.shape[0] for p in parts), *parts[0].shape[1:]), parts[0].dtype, path)
 
 
+def join_rows(weights: list[torch.Tensor], fmt: str) -> torch.Tensor | None:
+    """Packed weights of one format, stacked by rows, as the one packed weight of all their rows (joined on disk where
+    they are placeholders); None where the layout cannot be joined: a part but the last whose rows are not whole
+    groups of the kernels' 16 (a group's rows lie together)."""
+    from ..block_layouts import GROUP, ROW_DTYPES
+
+    if fmt not in ROW_DTYPES and any(w.shape[0] % GROUP for w in weights[:-1]):
+        return None
+    on_disk = join(weights)
+    return on_disk if on_disk is not None else torch.cat(weights)
+
+
 class DiskWeights:
     """Packed tensors written into `directory` (which must outlive the program's writing), placeholders given out."""
 
@@ -78,24 +90,19 @@ class DiskWeights:
         tensor.detach().contiguous().view(torch.uint8).numpy().tofile(path)
         return _placeholder(tensor.shape, tensor.dtype, path)
 
-    def hold_model(self, model: torch.nn.Module) -> None:
-        """Every packed weight of the model's block-op layers (my_ops.hf.quantize's Linear and Embedding) replaced by
-        its placeholder, a table two layers share (a tied embedding) by one. A float32 layer's Parameter stays: it is
-        the original layer's, which other modules may share."""
-        from .quantize import Embedding, Linear
-
+    def hold_buffers(self, buffers: list[tuple[torch.nn.Module, str]]) -> None:
+        """Each (module, buffer name)'s tensor replaced by its placeholder, a tensor several share (a tied table) by
+        one; what the program must then hold (fill's check)."""
         held: dict[int, torch.Tensor] = {}
-        for module in model.modules():
-            name = "weight" if isinstance(module, Linear) else "table" if isinstance(module, Embedding) else None
-            tensor = None if name is None else module._buffers.get(name)
-            if tensor is not None:
-                if id(tensor) not in held:
-                    held[id(tensor)] = self.hold(tensor)
-                module._buffers[name] = held[id(tensor)]
+        for module, name in buffers:
+            tensor = module._buffers[name]
+            if id(tensor) not in held:
+                held[id(tensor)] = self.hold(tensor)
+            module._buffers[name] = held[id(tensor)]
         self.expected = {t for t in map(tag_of, held.values()) if t is not None}
 
     def fill(self, program):
-        """`program` (an ExecutorchProgramManager exported from the model hold_model made placeholders of) with each
+        """`program` (an ExecutorchProgramManager exported from the model hold_buffers made placeholders in) with each
         placeholder's bytes taken from its file when it is written; returns it. Raises RuntimeError when a
         placeholder is not in the program as itself."""
         from executorch.exir._serialize._cord import FileBackedData

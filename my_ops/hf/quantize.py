@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from .gguf_blocks import FLOAT_TYPES, LAYOUTS
+from ..block_layouts import LAYOUTS  # ops/blocks/block_layouts.py
 from .swap import UnsupportedModelError
 
 GROUP = 32  # weights per block: llama.cpp's block size
@@ -175,6 +175,17 @@ class Embedding(torch.nn.Module):
         return f"{self.fmt}, {list(self.table.shape)}" + ("" if self.scale is None else f", scale={float(self.scale)}")
 
 
+def packed_buffers(model: torch.nn.Module) -> list[tuple[torch.nn.Module, str]]:
+    """(module, buffer name) of every packed weight the block-op layers hold: a Linear's weight that is no Parameter
+    (a float32 layer's is the original layer's, which others may share), an Embedding's table."""
+    found = []
+    for module in model.modules():
+        name = "weight" if isinstance(module, Linear) else "table" if isinstance(module, Embedding) else None
+        if name is not None and module._buffers.get(name) is not None:
+            found.append((module, name))
+    return found
+
+
 def _replace(model: torch.nn.Module, name: str, module: torch.nn.Module) -> None:
     parent, _, child = name.rpartition(".")
     setattr(model.get_submodule(parent), child, module)
@@ -203,17 +214,6 @@ def put_linears_on_ops(model: torch.nn.Module, precision: str | None) -> torch.n
         raise UnsupportedModelError(f"{precision} packs weights in blocks of {GROUP} inputs; these layers have "
                                     f"other widths: {', '.join(narrow)}; export them in float32 (quantize=None)")
     return _put_on_ops(model, lambda module: (pack(module.weight.detach(), fmt), fmt))
-
-
-def join_rows(weights: list[torch.Tensor], fmt: str) -> torch.Tensor | None:
-    """Packed weights of one format, stacked by rows, as the one packed weight of all their rows; None where the layout
-    cannot be joined: a part but the last whose rows are not whole groups of 16 (a group's rows lie together)."""
-    from .disk_weights import join
-
-    if fmt not in FLOAT_TYPES and fmt != "F32" and any(w.shape[0] % 16 for w in weights[:-1]):
-        return None
-    on_disk = join(weights)  # placeholders of weights waiting on disk (my_ops/hf/disk_weights.py) join there
-    return on_disk if on_disk is not None else torch.cat(weights)
 
 
 def _file_blocks(module: torch.nn.Module):

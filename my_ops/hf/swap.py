@@ -76,7 +76,7 @@ def sdpa_with_cache_attention(module, query, key, value, attention_mask, scaling
 def _fused_linear(*linears: torch.nn.Linear) -> torch.nn.Linear:
     """One linear layer computing `linears` side by side (their weights, and biases, concatenated). A model loaded
     without float32 weights (my_ops.hf.checkpoint.load(dequantize=False)) keeps them unallocated here too."""
-    from .quantize import join_rows
+    from .disk_weights import join_rows
 
     empty = any(m.weight.is_meta for m in linears)
     fused = torch.nn.Linear(linears[0].in_features, sum(m.out_features for m in linears),

@@ -12,7 +12,7 @@ import warnings
 import torch
 
 from .fuse import FUSIONS, fuse
-from .quantize import FORMATS, ops_in, ops_of, put_linears_on_ops
+from .quantize import FORMATS, ops_in, ops_of, packed_buffers, put_linears_on_ops
 from .swap import OPS, ExportableDecoder, UnsupportedModelError, swap_ops
 
 # None is float32; "gguf": a GGUF file's own blocks (my_ops.gguf attaches them; export_checkpoint does it for you)
@@ -68,7 +68,7 @@ def export_program(model: torch.nn.Module, *, max_seq_len: int = 256, quantize: 
         from .disk_weights import DiskWeights
 
         disk = DiskWeights(weights_dir)
-        disk.hold_model(decoder)
+        disk.hold_buffers(packed_buffers(decoder))
     inputs, dynamic_shapes = decoder.example_inputs(), decoder.dynamic_shapes()
     exported = torch.export.export(decoder, inputs, dynamic_shapes=dynamic_shapes, strict=True)
     fused = fuse(exported, fusions)
