@@ -170,12 +170,9 @@ def _model_on_file_tensors(config, path: str, weights_dir: str | None = None) ->
     with no_init_weights(), init_empty_weights():
         model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     model.tie_weights()  # from_pretrained ties them once loaded: a tied output projection is the embedding's table
-    if weights_dir is None:
-        load_file_weights(model, path)
-    else:
-        from .disk_weights import DiskWeights
+    from .disk_weights import DiskWeights
 
-        load_file_weights(model, path, DiskWeights(weights_dir))
+    load_file_weights(model, path, None if weights_dir is None else DiskWeights(weights_dir))
     return model
 
 
