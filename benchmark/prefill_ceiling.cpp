@@ -110,7 +110,7 @@ CUSTOM_OPS_AVX512_VNNI double int8_macs_avx512(int64_t steps, float* sink) {
 
 using PeakLoop = double (*)(int64_t, float*);  // runs `steps` steps, returns the multiply-adds done
 
-constexpr const char* kPathNames[] = {"baseline", "avx2", "avx512", "dotprod"};  // by blocks::Isa
+constexpr const char* kPathNames[] = {"baseline", "avx2", "avx512", "dotprod", "i8mm"};  // by blocks::Isa
 
 // The peak loop of the instructions format f's kernels run on this CPU (the cap applied): FMA for the row formats,
 // the 8-bit step for the block formats; null where none is written here (the portable loop, ARM64).

@@ -11,6 +11,8 @@ from typing import Sequence
 
 import torch
 
+from flow.runtime import COUNT_PATHS, PATH_COUNTERS
+
 
 class RunnerError(RuntimeError):
     """The runner exited non-zero; the message holds its error line and log."""
@@ -26,6 +28,19 @@ def tensor_to_file(t: torch.Tensor, path: str) -> None:
     """Writes t's elements in its own memory order (the runner reads raw bytes in the program's dim order)."""
     with open(path, "wb") as f:
         f.write(t.permute(dim_order(t)).contiguous().view(torch.uint8).numpy().tobytes())
+
+
+def printed_path_counts(stderr: str) -> dict[str, int]:
+    """The path counters a runner started with COUNT_PATHS printed (runner/program_runner.h's print_path_counts)."""
+    lines = [line for line in stderr.splitlines() if line.startswith("path counts:")]
+    if not lines:
+        raise RunnerError("the runner printed no path counts: its kernel library has no counters, or it was not "
+                          f"started with {COUNT_PATHS}")
+    values = [int(v) for v in lines[-1].removeprefix("path counts:").split()]
+    if len(values) < len(PATH_COUNTERS):
+        raise RunnerError(f"the runner printed {len(values)} path counts, fewer than flow.runtime's "
+                          f"{len(PATH_COUNTERS)}: a runner built before the counters were added")
+    return dict(zip(PATH_COUNTERS, values))
 
 
 def _printed_outputs(stdout: str) -> list[tuple[list[int], list[int] | None]]:
@@ -46,11 +61,15 @@ def run_pte(
     extra_args: Sequence[str] = (),
     emulator: Sequence[str] = (),
     later_inputs: Sequence[Sequence[torch.Tensor]] = (),
+    path_counts: dict[str, int] | None = None,
 ) -> list[torch.Tensor]:
     """Runs the program's forward on `inputs` (num_executions times; the outputs are the last execution's) and returns
     its outputs read back with the dtypes of `expected_like`.
 
     later_inputs: the inputs of executions 2, 3, ... for a program with state (the runner takes the groups in turn).
+
+    path_counts: a dict the kernels' path counters (flow.runtime.PATH_COUNTERS) are put in, counted over the runner's
+    whole run.
 
     pass_shapes=True sends each input's shape (--input_shapes), which programs with dynamic dimensions need.
     emulator: a command that runs the runner, for one built for another architecture (e.g. qemu-aarch64 -L ...).
@@ -61,7 +80,7 @@ def run_pte(
                f"--outputs={','.join(out_files)}", f"--num_executions={num_executions}"]
         if pass_shapes:
             cmd.append("--input_shapes=" + ",".join("x".join(map(str, t.shape)) for t in inputs))
-        return run_and_read_outputs([*cmd, *extra_args], out_files, expected_like)
+        return run_and_read_outputs([*cmd, *extra_args], out_files, expected_like, path_counts)
 
 
 def input_flags(directory: str, groups: Sequence[Sequence[torch.Tensor]]) -> list[str]:
@@ -75,13 +94,16 @@ def input_flags(directory: str, groups: Sequence[Sequence[torch.Tensor]]) -> lis
     return flags
 
 
-def run_and_read_outputs(cmd: Sequence[str], out_files: Sequence[str],
-                         expected_like: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+def run_and_read_outputs(cmd: Sequence[str], out_files: Sequence[str], expected_like: Sequence[torch.Tensor],
+                         path_counts: dict[str, int] | None = None) -> list[torch.Tensor]:
     """Runs a runner command that writes its outputs to `out_files` and prints their shapes; reads them back with the
-    dtypes of `expected_like`."""
-    proc = subprocess.run(list(cmd), capture_output=True, text=True, timeout=300)
+    dtypes of `expected_like` (and, given a dict, the path counters into it)."""
+    env = None if path_counts is None else dict(os.environ, **COUNT_PATHS)
+    proc = subprocess.run(list(cmd), capture_output=True, text=True, timeout=300, env=env)
     if proc.returncode != 0:
         raise RunnerError(f"runner exited {proc.returncode}:\n{proc.stderr}{proc.stdout}")
+    if path_counts is not None:
+        path_counts.update(printed_path_counts(proc.stderr))
     outputs = []
     for path, like, (shape, order) in zip(out_files, expected_like, _printed_outputs(proc.stdout)):
         with open(path, "rb") as f:

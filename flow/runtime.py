@@ -48,12 +48,12 @@ COUNT_PATHS = {"CUSTOM_OPS_COUNT_PATHS": "1"}
 # The counters of elementwise_loop.h's Path enum, in its order: baseline to half_arithmetic name where the vector work
 # ran, pool_handoffs the ranges handed to the thread pool's workers (kernel_contract.h's parallel_for), then per user
 # of the pool the thread-time its hand-offs held it and the time its tasks worked, in nanoseconds, then the outputs of
-# the row formats' panels and of the block formats' ARM64 dot-product tiles.
+# the row formats' panels and of the block formats' ARM64 dot-product tiles (sdot, smmla).
 PATH_COUNTERS = ["serial", "parallel_tasks", "streamed_blocks", "unaligned_heads",
                  "baseline", "avx2", "avx512", "half_arithmetic", "pool_handoffs",
                  "linear_pool_ns", "linear_work_ns", "attention_pool_ns", "attention_work_ns", "other_pool_ns",
                  "other_work_ns", "layer_pool_ns", "layer_work_ns", "row_panel_outputs",
-                 "dot_product"]
+                 "dot_product", "matrix_multiply"]
 POOL_USERS = ("linear", "attention", "other", "layer")
 
 

@@ -1,5 +1,6 @@
 // A format's kernels, one per ISA, as the op's out kernels find them by name (ops/blocks/formats.h): the portable loop
-// (block_layout.h), the AVX2 tiles, the AVX-512 VNNI tiles and ARM64's dot-product tiles, picked at run time.
+// (block_layout.h), the AVX2 tiles, the AVX-512 VNNI tiles and ARM64's dot-product tiles (sdot, or smmla with sdot),
+// picked at run time.
 #pragma once
 
 #include "block_layout.h"
@@ -11,7 +12,7 @@ namespace custom {
 namespace native {
 namespace blocks {
 
-enum class Isa { kBaseline, kAvx2, kAvx512, kDotProd };
+enum class Isa { kBaseline, kAvx2, kAvx512, kDotProd, kI8mm };
 enum class Storage { kBytes, kFloat32, kFloat16, kBFloat16 };  // the weight tensor's dtype
 
 using Units = void (*)(const Task&, int64_t first, int64_t end);
@@ -23,7 +24,7 @@ struct FormatKernels {
   int64_t weights_per_block, block_bytes;  // a row of k weights: k / weights_per_block * block_bytes bytes
   bool quantizes_activations;              // per block of weights_per_block; row formats multiply in float
   bool avx512_needs_vnni;
-  Units units[4];  // by Isa: units [first, end) of the weight (groups of 16 rows, or rows) against every token
+  Units units[5];  // by Isa: units [first, end) of the weight (groups of 16 rows, or rows) against every token
   Embed embed;
 };
 
@@ -45,9 +46,15 @@ CUSTOM_OPS_AVX512_VNNI void units_avx512(const Task& task, int64_t first, int64_
 #endif
 
 #ifdef CUSTOM_OPS_BLOCKS_DOTPROD_DISPATCH
+// Flattened: everything they call is inlined, compiled for their target (block_tiles_dotprod.h says why).
 template <class F>
-CUSTOM_OPS_DOTPROD void units_dotprod(const Task& task, int64_t first, int64_t end) {
-  in_token_runs<GroupTilesDotProd<F>, 2>(task, first, end);
+CUSTOM_OPS_DOTPROD __attribute__((flatten)) void units_dotprod(const Task& task, int64_t first, int64_t end) {
+  in_token_runs<GroupTilesArm64<F, false>, 2>(task, first, end);
+}
+
+template <class F>
+CUSTOM_OPS_I8MM __attribute__((flatten)) void units_i8mm(const Task& task, int64_t first, int64_t end) {
+  in_token_runs<GroupTilesArm64<F, true>, 4>(task, first, end);
 }
 #endif
 
@@ -67,6 +74,9 @@ constexpr Units vector_units(Isa isa) {
   if (isa == Isa::kDotProd) {
     return units_dotprod<F>;
   }
+  if (isa == Isa::kI8mm) {
+    return units_i8mm<F>;
+  }
 #endif
   return units_baseline<F>;
 }
@@ -75,7 +85,7 @@ template <class F>
 constexpr FormatKernels kernels_of() {
   return {F::kName, Storage::kBytes, F::kWeights, block_bytes<F>(), true, true,
           {units_baseline<F>, vector_units<F>(Isa::kAvx2), vector_units<F>(Isa::kAvx512),
-           vector_units<F>(Isa::kDotProd)},
+           vector_units<F>(Isa::kDotProd), vector_units<F>(Isa::kI8mm)},
           embed_blocks<F>};
 }
 
@@ -122,7 +132,8 @@ constexpr Units vector_rows(Isa isa) {
 template <class E>
 constexpr FormatKernels row_kernels_of(const char* name, Storage storage) {
   return {name, storage, 1, sizeof(E), false, false,
-          {rows_baseline<E>, vector_rows<E>(Isa::kAvx2), vector_rows<E>(Isa::kAvx512), vector_rows<E>(Isa::kDotProd)},
+          {rows_baseline<E>, vector_rows<E>(Isa::kAvx2), vector_rows<E>(Isa::kAvx512), vector_rows<E>(Isa::kDotProd),
+           vector_rows<E>(Isa::kI8mm)},
           embed_rows<E>};
 }
 

@@ -1,10 +1,15 @@
-// The block formats' ARM64 tiles for CPUs with the dot-product instructions (FEAT_DotProd, ARMv8.2-A and later:
-// Cortex-A55/A76 on, Apple, Neoverse; the kernel's HWCAP says so): a group's 16 rows as four quarters of 4, one row per
-// 32-bit lane, and each quad of codes multiplied by `sdot` against four activations picked by lane from 16 loaded once
-// (the layout is block_layout.h's). Codes are signed bytes here: those under 8 bits are non-negative as they are, Q8_0's
-// are made signed (code - 128). The integer sums are the AVX-512 tiles', and the float arithmetic per lane is theirs in
-// their order (AArch64's fmla is fused like vfmadd), so the same bits. Only these functions are compiled for
-// armv8.2-a+dotprod: the library runs on any ARMv8-A.
+// The block formats' ARM64 tiles for CPUs with the integer dot-product instructions: a group's 16 rows as four
+// quarters of 4, one row per 32-bit lane (the layout is block_layout.h's). Two ways to make a sub-block's integer sums:
+// `sdot` (FEAT_DotProd, ARMv8.2-A and later: Cortex-A55/A76 on, Apple, Neoverse) multiplies each quad of codes against
+// four activations picked by lane from 16 loaded once; `smmla` (FEAT_I8MM, ARMv8.6-A: Neoverse V1/N2, Cortex-X2 on,
+// Apple M2) multiplies two rows' 8 codes by two tokens' 8 activations at once, twice the products an instruction, for
+// pairs of tokens (prefill). The kernel's HWCAP says which the CPU has. Codes are signed bytes here: those under 8 bits
+// are non-negative as they are, Q8_0's are made signed (code - 128). The integer sums are the AVX-512 tiles', and the
+// float arithmetic per lane is theirs in their order (AArch64's fmla is fused like vfmadd), so the same bits.
+//
+// Only the outermost function of each way has its target (armv8.2-a+dotprod, +i8mm) and is flattened: the group's
+// code below is shared, has no target of its own, and is inlined into both (GCC refuses to inline a function with a
+// target into one without it, even when that one is inlined in turn). The library runs on any ARMv8-A.
 #pragma once
 
 #include "block_layout.h"
@@ -21,14 +26,14 @@ constexpr int kQuarter = 4;  // rows a 128-bit vector holds
 // `bytes` bytes a row of the quarter's rows from a run of R rows (a short group's missing rows read as zero, never
 // past the tensor).
 template <bool kFull, class V>
-CUSTOM_OPS_DOTPROD CUSTOM_OPS_INLINE V load_quarter(const uint8_t* p, int64_t first, int valid, int bytes) {
+CUSTOM_OPS_INLINE V load_quarter(const uint8_t* p, int64_t first, int valid, int bytes) {
   V v{};
   std::memcpy(&v, p + first * bytes, static_cast<size_t>(kFull ? kQuarter : valid) * bytes);
   return v;
 }
 
 template <class F, bool kFull>
-CUSTOM_OPS_DOTPROD CUSTOM_OPS_INLINE void quarter_record(const uint8_t* record, int64_t R, int64_t first, int valid,
+CUSTOM_OPS_INLINE void quarter_record(const uint8_t* record, int64_t R, int64_t first, int valid,
                                                          Words4* words, Reals4* halves) {
   int offset = 0, w = 0, f = 0;
   CUSTOM_OPS_UNROLL
@@ -51,11 +56,100 @@ constexpr bool dotprod_signed_codes() {
   return chunks<F>() == 8;
 }
 
-// The integer sums of one quarter and block against T tokens from t0, as block_sums_avx512 makes them.
-template <class F, int T, bool kFull>
-CUSTOM_OPS_DOTPROD CUSTOM_OPS_INLINE void quarter_block_sums(const Task& task, const uint8_t* block, int64_t R,
-                                                             int64_t first_row, int valid, const Words4* words,
-                                                             int64_t b, int64_t t0, int32x4_t* dots, int32x4_t* mins) {
+// Quad q's codes of the quarter's rows as signed bytes, a row's four in each 32-bit lane.
+template <class F>
+CUSTOM_OPS_INLINE int8x16_t signed_quad(const Words4* chunk, int q) {
+  Words4 code;
+  quad_codes<F>(chunk, q, code);
+  uint8x16_t bytes;
+  std::memcpy(&bytes, &code, sizeof(bytes));
+  if constexpr (dotprod_signed_codes<F>()) {
+    bytes = veorq_u8(bytes, vdupq_n_u8(0x80));  // code - 128, as int8
+  }
+  return vreinterpretq_s8_u8(bytes);
+}
+
+// Sub-block dots: dot[t] += each of the quarter's rows times token t0 + t's activations over the sub-block's kQuads
+// quads from `quad` (chunk: the quarter's chunks of the piece; x_at: the first of the sub-block's activations).
+struct SdotDots {
+  template <class F, int T>
+  CUSTOM_OPS_DOTPROD static inline void run(const Words4* chunk, int quad, const Activations& a, int64_t t0,
+                                            int64_t x_at, int32x4_t* dot) {
+    constexpr int kQuads = F::kSub / 4;
+    CUSTOM_OPS_UNROLL
+    for (int q = 0; q < kQuads; q += 4) {  // 16 activations a load, four quads
+      int8x16_t x[T];
+      CUSTOM_OPS_UNROLL
+      for (int t = 0; t < T; ++t) {
+        x[t] = vld1q_s8(a.row(t0 + t) + x_at + 4 * q);
+      }
+      CUSTOM_OPS_UNROLL
+      for (int j = 0; j < 4; ++j) {
+        const int8x16_t w = signed_quad<F>(chunk, quad + q + j);
+        CUSTOM_OPS_UNROLL
+        for (int t = 0; t < T; ++t) {
+          switch (j) {  // the lane is an immediate
+            case 0: dot[t] = vdotq_laneq_s32(dot[t], w, x[t], 0); break;
+            case 1: dot[t] = vdotq_laneq_s32(dot[t], w, x[t], 1); break;
+            case 2: dot[t] = vdotq_laneq_s32(dot[t], w, x[t], 2); break;
+            default: dot[t] = vdotq_laneq_s32(dot[t], w, x[t], 3); break;
+          }
+        }
+      }
+    }
+  }
+};
+
+// The same sums by smmla, T a multiple of 2: two quads of the quarter's rows 0-1 (and 2-3) as a 2x8 matrix times two
+// tokens' 8 activations, into lanes (row r, token t), (r, t + 1), (r + 1, t), (r + 1, t + 1); unzipped to a row a
+// lane per token at the end.
+struct SmmlaDots {
+  template <class F, int T>
+  CUSTOM_OPS_I8MM static inline void run(const Words4* chunk, int quad, const Activations& a, int64_t t0,
+                                         int64_t x_at, int32x4_t* dot) {
+    static_assert(T % 2 == 0, "smmla multiplies tokens in pairs");
+    constexpr int kQuads = F::kSub / 4, kPairs = T / 2;
+    int32x4_t pair[kPairs][2];  // [token pair][rows 0-1, rows 2-3]
+    CUSTOM_OPS_UNROLL
+    for (int p = 0; p < kPairs; ++p) {
+      pair[p][0] = pair[p][1] = vdupq_n_s32(0);
+    }
+    CUSTOM_OPS_UNROLL
+    for (int q = 0; q < kQuads; q += 4) {  // 16 activations a load, four quads
+      int64x2_t x[T];
+      CUSTOM_OPS_UNROLL
+      for (int t = 0; t < T; ++t) {
+        x[t] = vreinterpretq_s64_s8(vld1q_s8(a.row(t0 + t) + x_at + 4 * q));
+      }
+      CUSTOM_OPS_UNROLL
+      for (int j = 0; j < 4; j += 2) {
+        const uint32x4_t first = vreinterpretq_u32_s8(signed_quad<F>(chunk, quad + q + j));
+        const uint32x4_t second = vreinterpretq_u32_s8(signed_quad<F>(chunk, quad + q + j + 1));
+        const int8x16_t rows[2] = {vreinterpretq_s8_u32(vzip1q_u32(first, second)),   // rows 0, 1: 8 codes each
+                                   vreinterpretq_s8_u32(vzip2q_u32(first, second))};  // rows 2, 3
+        CUSTOM_OPS_UNROLL
+        for (int p = 0; p < kPairs; ++p) {
+          const int8x16_t tokens = vreinterpretq_s8_s64(j == 0 ? vzip1q_s64(x[2 * p], x[2 * p + 1])
+                                                               : vzip2q_s64(x[2 * p], x[2 * p + 1]));
+          pair[p][0] = vmmlaq_s32(pair[p][0], rows[0], tokens);
+          pair[p][1] = vmmlaq_s32(pair[p][1], rows[1], tokens);
+        }
+      }
+    }
+    CUSTOM_OPS_UNROLL
+    for (int p = 0; p < kPairs; ++p) {
+      dot[2 * p] = vaddq_s32(dot[2 * p], vuzp1q_s32(pair[p][0], pair[p][1]));
+      dot[2 * p + 1] = vaddq_s32(dot[2 * p + 1], vuzp2q_s32(pair[p][0], pair[p][1]));
+    }
+  }
+};
+
+// The integer sums of one quarter and block against T tokens from t0, as block_sums_avx512 makes them (Dots: SdotDots
+// or SmmlaDots).
+template <class F, int T, bool kFull, class Dots>
+CUSTOM_OPS_INLINE void quarter_block_sums(const Task& task, const uint8_t* block, int64_t R, int64_t first_row,
+                                          int valid, const Words4* words, int64_t b, int64_t t0, int32x4_t* dots,
+                                          int32x4_t* mins) {
   constexpr int kPieces = F::kWeights / kBlock, kChunks = chunks<F>(), kQuads = F::kSub / 4;
   const Activations& a = *task.a;
   CUSTOM_OPS_UNROLL
@@ -85,34 +179,7 @@ CUSTOM_OPS_DOTPROD CUSTOM_OPS_INLINE void quarter_block_sums(const Task& task, c
       for (int t = 0; t < T; ++t) {
         dot[t] = vdupq_n_s32(dotprod_signed_codes<F>() ? 0 : -F::kOffset * a.sum(t0 + t, first, F::kSub));
       }
-      CUSTOM_OPS_UNROLL
-      for (int q = 0; q < kQuads; q += 4) {  // 16 activations a load, four quads
-        int8x16_t x[T];
-        CUSTOM_OPS_UNROLL
-        for (int t = 0; t < T; ++t) {
-          x[t] = vld1q_s8(a.row(t0 + t) + first + 4 * q);
-        }
-        CUSTOM_OPS_UNROLL
-        for (int j = 0; j < 4; ++j) {
-          Words4 code;
-          quad_codes<F>(chunk, h * kQuads + q + j, code);
-          uint8x16_t bytes;
-          std::memcpy(&bytes, &code, sizeof(bytes));
-          if constexpr (dotprod_signed_codes<F>()) {
-            bytes = veorq_u8(bytes, vdupq_n_u8(0x80));  // code - 128, as int8
-          }
-          const int8x16_t w = vreinterpretq_s8_u8(bytes);
-          CUSTOM_OPS_UNROLL
-          for (int t = 0; t < T; ++t) {
-            switch (j) {  // the lane is an immediate
-              case 0: dot[t] = vdotq_laneq_s32(dot[t], w, x[t], 0); break;
-              case 1: dot[t] = vdotq_laneq_s32(dot[t], w, x[t], 1); break;
-              case 2: dot[t] = vdotq_laneq_s32(dot[t], w, x[t], 2); break;
-              default: dot[t] = vdotq_laneq_s32(dot[t], w, x[t], 3); break;
-            }
-          }
-        }
-      }
+      Dots::template run<F, T>(chunk, h * kQuads, a, t0, first, dot);
       int32x4_t scale_lanes, min_lanes;
       std::memcpy(&scale_lanes, &sub_scale, sizeof(scale_lanes));
       std::memcpy(&min_lanes, &sub_min, sizeof(min_lanes));
@@ -133,8 +200,8 @@ CUSTOM_OPS_DOTPROD CUSTOM_OPS_INLINE void quarter_block_sums(const Task& task, c
 
 // Group g (R rows; kFull: R = 16) against T tokens from t0, block after block, each block's quarters one after the
 // other: per lane the float arithmetic of group_avx512, in its order.
-template <class F, int T, bool kFull>
-CUSTOM_OPS_DOTPROD CUSTOM_OPS_INLINE void group_dotprod(const Task& task, const Packed<F>& w, int64_t g, int64_t t0) {
+template <class F, int T, bool kFull, class Dots>
+CUSTOM_OPS_INLINE void group_arm64(const Task& task, const Packed<F>& w, int64_t g, int64_t t0) {
   const Activations& a = *task.a;
   const int64_t R = kFull ? kGroup : w.rows(g);
   const int quarters = static_cast<int>((R + kQuarter - 1) / kQuarter);
@@ -164,7 +231,7 @@ CUSTOM_OPS_DOTPROD CUSTOM_OPS_INLINE void group_dotprod(const Task& task, const 
       std::memcpy(&scale, &scale_lanes, sizeof(scale));
       std::memcpy(&min, &min_lanes, sizeof(min));
       int32x4_t dots[T], mins[T];
-      quarter_block_sums<F, T, kFull>(task, block, R, first, valid, words, b, t0, dots, mins);
+      quarter_block_sums<F, T, kFull, Dots>(task, block, R, first, valid, words, b, t0, dots, mins);
       CUSTOM_OPS_UNROLL
       for (int t = 0; t < T; ++t) {
         const float dx = a.scale(t0 + t, b);
@@ -194,16 +261,19 @@ CUSTOM_OPS_DOTPROD CUSTOM_OPS_INLINE void group_dotprod(const Task& task, const 
   }
 }
 
-template <class F>
-struct GroupTilesDotProd {
+// The group tiles of format F for T tokens from t0, over groups [first, end): sdot alone, or (kMatrix) smmla for
+// pairs of tokens and sdot for a last one.
+template <class F, bool kMatrix>
+struct GroupTilesArm64 {
   template <int T>
-  CUSTOM_OPS_DOTPROD static void run(const Task& task, int64_t t0, int64_t first, int64_t end) {
+  static CUSTOM_OPS_INLINE void run(const Task& task, int64_t t0, int64_t first, int64_t end) {
+    using Dots = std::conditional_t<kMatrix && T % 2 == 0, SmmlaDots, SdotDots>;
     const Packed<F> w{static_cast<const uint8_t*>(task.weight), task.n, task.k / F::kWeights};
     for (int64_t g = first; g < end; ++g) {
       if (w.rows(g) == kGroup) {
-        group_dotprod<F, T, true>(task, w, g, t0);
+        group_arm64<F, T, true, Dots>(task, w, g, t0);
       } else {
-        group_dotprod<F, T, false>(task, w, g, t0);
+        group_arm64<F, T, false, Dots>(task, w, g, t0);
       }
     }
   }

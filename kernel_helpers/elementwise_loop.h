@@ -130,7 +130,8 @@ enum Path : int {
   kLayerPoolNanos,
   kLayerWorkNanos,
   kRowPanelOutputs,        // outputs of the row formats' prefill kernel (activations in panels): block_formats.h
-  kDotProductElements,     // outputs of the block formats' ARM64 dot-product tiles (block_tiles_dotprod.h)
+  kDotProductElements,     // outputs of the block formats' ARM64 dot-product tiles (block_tiles_dotprod.h): sdot,
+  kMatrixMultiplyElements, // and smmla
   kPathCount
 };
 
@@ -479,8 +480,8 @@ bool apply_unary(const T* in, T* out, int64_t numel, ParallelFor&& parallel_for)
 // The debug query behind the counters above: copies min(n, kPathCount) counts into `counts`, in the order of the Path
 // enum (serial calls, parallel tasks, streamed blocks, unaligned heads, then elements per loop: baseline, AVX2,
 // AVX-512, half arithmetic, then hand-offs to the pool and the pool's thread-time and work per user, the row panels'
-// outputs, the dot-product tiles'), and returns 1, or 0 when CUSTOM_OPS_COUNT_PATHS=1 was not set (nothing was
-// counted).
+// outputs, the dot-product tiles' by sdot and by smmla), and returns 1, or 0 when CUSTOM_OPS_COUNT_PATHS=1 was not
+// set (nothing was counted).
 // Exported from every library that runs the loop, so tests can read it with ctypes.
 extern "C" __attribute__((used, visibility("default"))) inline int custom_ops_elementwise_stats(
     uint64_t* counts, int n) {

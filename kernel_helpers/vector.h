@@ -25,6 +25,9 @@
 #if defined(__aarch64__) && defined(__linux__)
 #include <asm/hwcap.h>
 #include <sys/auxv.h>
+#ifndef HWCAP2_I8MM  // kernel headers before Linux 5.10
+#define HWCAP2_I8MM (1 << 13)
+#endif
 #endif
 
 // ---- Targets: one function compiled for one ISA, run only where the CPU has it ------------------------------------
@@ -36,6 +39,7 @@
 #endif
 #if defined(__aarch64__)
 #define CUSTOM_OPS_DOTPROD __attribute__((target("arch=armv8.2-a+dotprod")))
+#define CUSTOM_OPS_I8MM __attribute__((target("arch=armv8.2-a+dotprod+i8mm")))
 #define CUSTOM_OPS_HALF_ARITHMETIC __attribute__((target("arch=armv8.2-a+fp16")))
 #endif
 
@@ -121,10 +125,17 @@ inline Isa detected_isa() {
 #endif
 
 #if defined(__aarch64__) && defined(__linux__)
-// FEAT_DotProd (sdot/udot, ARMv8.2-A) and FEAT_FP16 (half-precision arithmetic), as the kernel's HWCAP reports them;
-// CUSTOM_OPS_ISA=baseline turns both off.
+// FEAT_DotProd (sdot/udot, ARMv8.2-A), FEAT_I8MM and FEAT_FP16 (half-precision arithmetic), as the kernel's HWCAP
+// reports them; CUSTOM_OPS_ISA=baseline turns them off.
 inline bool cpu_has_dot_product() {
   static const bool has = (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0 && !isa_capped_to_baseline();
+  return has;
+}
+
+// FEAT_I8MM (smmla: a 2x8 by 8x2 matrix product of bytes, ARMv8.6-A; Neoverse V1/N2, Cortex-X2/A710 on, Apple M2),
+// on top of the dot product.
+inline bool cpu_has_i8mm() {
+  static const bool has = (getauxval(AT_HWCAP2) & HWCAP2_I8MM) != 0 && cpu_has_dot_product();
   return has;
 }
 

@@ -57,6 +57,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "error: cannot read model file '%s'\n", options.program.c_str());
     return 1;
   }
-  return custom_ops_runner::run_program(
+  const int status = custom_ops_runner::run_program(
       std::make_unique<custom_ops_runner::FileSegmentLoader>(std::move(*loader)), options.program, options);
+  custom_ops_runner::print_path_counts();
+  return status;
 }

@@ -554,6 +554,22 @@ std::optional<std::string> write_output(const std::string& path, const EValue& v
 
 } // namespace
 
+// The kernel library's path counters (kernel_helpers/elementwise_loop.h), absent from a library without them.
+extern "C" __attribute__((weak)) int custom_ops_elementwise_stats(uint64_t* counts, int n);
+
+void print_path_counts() {
+  constexpr int kAtMost = 64;  // more than the enum holds: the rest stay zero, and the reader takes its own count
+  uint64_t counts[kAtMost] = {};
+  if (&custom_ops_elementwise_stats == nullptr || custom_ops_elementwise_stats(counts, kAtMost) != 1) {
+    return;
+  }
+  std::fputs("path counts:", stderr);
+  for (const uint64_t count : counts) {
+    std::fprintf(stderr, " %llu", static_cast<unsigned long long>(count));
+  }
+  std::fputc('\n', stderr);
+}
+
 void print_registered() {
   std::set<std::string> lines;
   for (const auto& kernel : executorch::runtime::get_registered_kernels()) {

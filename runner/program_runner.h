@@ -45,6 +45,11 @@ int run_program(
 // "backend XnnpackBackend"), sorted: what a program may use (flow/program.py's missing_from() reads this).
 void print_registered();
 
+// With CUSTOM_OPS_COUNT_PATHS=1 the kernels count which code did their work (kernel_helpers/elementwise_loop.h): prints
+// "path counts:" and the counts in that enum's order on stderr (flow/runner.py reads them; a runner under an emulator
+// has no other way to say). Nothing otherwise, or when the kernel library has no counters.
+void print_path_counts();
+
 // Installs the ExecuTorch log hook (keeps the details the final error line repeats) and turns ExecuTorch's own
 // aborts, and uncaught exceptions, into an `error:` line naming the program instead of a signal.
 void install_runtime_hooks(bool turn_aborts_into_errors, bool print_log = true);

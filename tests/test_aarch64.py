@@ -1,9 +1,11 @@
 """ARM64: `bash test_custom_ops.sh aarch64` cross-compiles the runtime side with cmake/aarch64-linux-gnu.toolchain.cmake
 against the aarch64 executorch wheel and runs it under qemu-aarch64. Here: that mode end to end, every dtype and
 dynamic shapes bit for bit on an ARMv8.0 CPU (Cortex-A53: NEON, no half-precision arithmetic) and on QEMU's `max` CPU
-(FEAT_FP16, FEAT_DotProd), and the proof that the half-precision path and the block formats' dot-product tiles run on
-the second and never on the first."""
+(FEAT_FP16, FEAT_DotProd, FEAT_I8MM), and the proof that the half-precision path and the block formats' dot-product
+tiles run where the CPU has them and never elsewhere: sdot on the Neoverse N1 (FEAT_DotProd, no FEAT_I8MM), smmla with
+sdot on `max`, neither on the Cortex-A53."""
 
+import functools
 import os
 import re
 import subprocess
@@ -65,11 +67,17 @@ def test_every_dtype_and_dynamic_shapes_bit_exact_under_emulation(aarch64_build,
     assert problems == []
 
 
-def half_arithmetic_encodings(library: str) -> set[str]:
-    """The encodings of the library's `fmul vN.8h` (half-precision vector multiply, FEAT_FP16) instructions."""
-    disassembly = subprocess.run(["aarch64-linux-gnu-objdump", "-d", library], capture_output=True, text=True,
-                                 check=True).stdout
-    return set(re.findall(r"^\s*[0-9a-f]+:\s+([0-9a-f]{8})\s+fmul\s+v\d+\.8h", disassembly, re.M))
+@functools.cache
+def disassembly(library: str) -> str:
+    return subprocess.run(["aarch64-linux-gnu-objdump", "-d", library], capture_output=True, text=True,
+                          check=True).stdout
+
+
+def encodings_of(library: str, instruction: str) -> set[str]:
+    """The encodings of the library's instructions that match `instruction` (a regular expression from the mnemonic
+    on): `fmul\s+v\d+\.8h` (half-precision vector multiply, FEAT_FP16), `sdot\s` (signed 8-bit dot product,
+    FEAT_DotProd), `smmla\s` (signed 8-bit matrix multiply, FEAT_I8MM)."""
+    return set(re.findall(rf"^\s*[0-9a-f]+:\s+([0-9a-f]{{8}})\s+{instruction}", disassembly(library), re.M))
 
 
 def translated_encodings(log) -> set[str]:
@@ -83,7 +91,7 @@ def test_half_arithmetic_runs_only_where_the_cpu_has_it(aarch64_build, dynamic_p
                                                         expect_half_arithmetic):
     # QEMU logs every instruction it translates (-d in_asm): the FP16 multiply appears exactly when HWCAP says the CPU
     # has it. On the Cortex-A53 it would be SIGILL, so this also checks the runtime test.
-    encodings = half_arithmetic_encodings(aarch64_build.kernel_lib)
+    encodings = encodings_of(aarch64_build.kernel_lib, r"fmul\s+v\d+\.8h")
     assert encodings, "the kernel library has no half-precision vector multiply (the FP16 path was not compiled)"
     x = full_range((1, 1, 16, 16), torch.float16)
     log = tmp_path / "in_asm.log"
@@ -94,11 +102,15 @@ def test_half_arithmetic_runs_only_where_the_cpu_has_it(aarch64_build, dynamic_p
     assert ran == expect_half_arithmetic, f"{cpu}: half-precision multiply {'ran' if ran else 'did not run'}"
 
 
-def dot_product_encodings(library: str) -> set[str]:
-    """The encodings of the library's `sdot` (signed 8-bit dot product, FEAT_DotProd) instructions."""
-    disassembly = subprocess.run(["aarch64-linux-gnu-objdump", "-d", library], capture_output=True, text=True,
-                                 check=True).stdout
-    return set(re.findall(r"^\s*[0-9a-f]+:\s+([0-9a-f]{8})\s+sdot\s", disassembly, re.M))
+# The integer products each CPU runs in the block formats' tiles, by the kernel's HWCAP: none (the portable loop), sdot,
+# or smmla for pairs of tokens and sdot for an odd last one.
+PRODUCTS = {"cortex-a53": set(), "neoverse-n1": {"sdot"}, "max": {"sdot", "smmla"}}
+
+
+def products_run(library: str, log) -> set[str]:
+    """Which of sdot and smmla QEMU translated (its `-d in_asm` log) from the library."""
+    translated = translated_encodings(log)
+    return {mnemonic for mnemonic in ("sdot", "smmla") if encodings_of(library, rf"{mnemonic}\s") & translated}
 
 
 # Every block format's linear layer in one program. Three tokens: a run of two and one; 40 rows: two whole groups and
@@ -133,28 +145,33 @@ def block_formats_program(aot_ops, tmp_path_factory):
     return pte, x, host, reference
 
 
-@pytest.mark.parametrize("cpu,dot_product", [("cortex-a53", False), ("max", True)])
+@pytest.mark.parametrize("cpu", PRODUCTS)
 def test_every_block_format_takes_the_dot_product_tiles_where_the_cpu_has_them(aarch64_build, block_formats_program,
-                                                                              tmp_path, cpu, dot_product):
-    # Within the reference's tolerance on both CPUs; on `max` the dot-product tiles' bits are the host's x86 tiles'
+                                                                              tmp_path, cpu):
+    # Within the reference's tolerance on every CPU; with sdot or smmla the tiles' bits are the host's x86 tiles'
     # (AVX2 or AVX-512: the same integer sums, the same float arithmetic per lane in the same order). QEMU logs every
-    # instruction it translates: `sdot` appears exactly where HWCAP says the CPU has it (on the Cortex-A53 it would be
+    # instruction it translates: each product appears exactly where HWCAP says the CPU has it (elsewhere it would be
     # SIGILL).
     from test_block_formats import BLOCK_FORMATS, TOLERANCE
     from test_kernel_paths import expected_isa
 
     pte, x, host, reference = block_formats_program
-    encodings = dot_product_encodings(aarch64_build.kernel_lib)
-    assert encodings, "the kernel library has no sdot (the dot-product tiles were not compiled)"
-    log = tmp_path / "in_asm.log"
-    actual = run_pte(aarch64_build.runner, pte, [x], host, emulator=[*qemu(cpu), "-d", "in_asm", "-D", str(log)])
+    for mnemonic in ("sdot", "smmla"):
+        assert encodings_of(aarch64_build.kernel_lib, rf"{mnemonic}\s"), f"the kernel library has no {mnemonic}"
+    log, counts = tmp_path / "in_asm.log", {}
+    actual = run_pte(aarch64_build.runner, pte, [x], host, emulator=[*qemu(cpu), "-d", "in_asm", "-D", str(log)],
+                     path_counts=counts)
     for fmt, a, r in zip(BLOCK_FORMATS, actual, reference):
         torch.testing.assert_close(a, r, **TOLERANCE, msg=f"{fmt} on {cpu}")
-    if dot_product and expected_isa(None) != "baseline":
+    if PRODUCTS[cpu] and expected_isa(None) != "baseline":
         differ = [fmt for fmt, a, h in zip(BLOCK_FORMATS, actual, host) if bit_difference(a, h) is not None]
-        assert differ == [], f"the dot-product tiles' bits differ from the host's vector tiles in {differ}"
-    ran = bool(encodings & translated_encodings(log))
-    assert ran == dot_product, f"{cpu}: sdot {'ran' if ran else 'did not run'}"
+        assert differ == [], f"{cpu}: the dot-product tiles' bits differ from the host's vector tiles in {differ}"
+    assert products_run(aarch64_build.kernel_lib, log) == PRODUCTS[cpu], cpu
+    # The path counters: smmla takes the tokens in pairs and leaves the odd last one to sdot.
+    by_smmla = BLOCK_TOKENS // 2 * 2 if "smmla" in PRODUCTS[cpu] else 0
+    by_sdot = BLOCK_TOKENS - by_smmla if "sdot" in PRODUCTS[cpu] else 0
+    outputs = BLOCK_OUTPUTS * len(BLOCK_FORMATS)
+    assert (counts["matrix_multiply"], counts["dot_product"]) == (by_smmla * outputs, by_sdot * outputs), counts
 
 
 # A whole decoder layer in block formats (tests/test_fused_ops.py's LayerOps), as one my_ops::decoder_layer and as
@@ -185,21 +202,20 @@ def layer_programs(aot_ops, python_ops, tmp_path_factory):
     return programs, steps, host(*steps[1])
 
 
-@pytest.mark.parametrize("cpu,dot_product", [("cortex-a53", False), ("max", True)])
+@pytest.mark.parametrize("cpu", PRODUCTS)
 def test_the_decoder_layer_takes_the_dot_product_tiles_and_gives_the_bits_of_the_ops_it_replaces(
-        aarch64_build, layer_programs, tmp_path, cpu, dot_product):
+        aarch64_build, layer_programs, tmp_path, cpu):
     # The fused op's projections run the same tiles as linear_blocks', so the layer equals the unfused program bit for
-    # bit on ARM64 too (each CPU's own code), near the host's; sdot appears in QEMU's translation log where HWCAP says
-    # the CPU has it.
+    # bit on ARM64 too (each CPU's own code), near the host's; sdot and smmla appear in QEMU's translation log where
+    # HWCAP says the CPU has them.
     programs, steps, host = layer_programs
-    encodings = dot_product_encodings(aarch64_build.kernel_lib)
     outputs, ran = {}, {}
     for fused, pte in programs.items():
         log = tmp_path / f"in_asm_{fused}.log"
         (outputs[fused],) = run_pte(aarch64_build.runner, pte, list(steps[0]), [host], num_executions=2,
                                     later_inputs=[list(steps[1])],
                                     emulator=[*qemu(cpu), "-d", "in_asm", "-D", str(log)])
-        ran[fused] = bool(encodings & translated_encodings(log))
+        ran[fused] = products_run(aarch64_build.kernel_lib, log)
     assert bit_difference(outputs[True], outputs[False]) is None, f"{cpu}: the layer's bits differ from its ops'"
     torch.testing.assert_close(outputs[True], host, atol=0.05, rtol=0.05)
-    assert ran == {True: dot_product, False: dot_product}, f"{cpu}: sdot ran in {ran}"
+    assert ran == {True: PRODUCTS[cpu], False: PRODUCTS[cpu]}, f"{cpu}: products run {ran}"

@@ -71,9 +71,10 @@ def test_the_isa_dispatcher_checks_every_feature_a_variant_is_compiled_for():
     checked |= set(re.findall(r"(?<!bool )cpu_supports_(\w+)\(\)", source))  # calls of the CPUID readers
     # AArch64: a variant runs only where the kernel's HWCAP has its feature's bits, and where its caller asks.
     for reader, bits, target in (("cpu_has_half_arithmetic", {"FPHP", "ASIMDHP"}, "arch=armv8.2-a+fp16"),
-                                 ("cpu_has_dot_product", {"ASIMDDP"}, "arch=armv8.2-a+dotprod")):
+                                 ("cpu_has_dot_product", {"ASIMDDP"}, "arch=armv8.2-a+dotprod"),
+                                 ("cpu_has_i8mm", {"I8MM"}, "arch=armv8.2-a+dotprod+i8mm")):
         body = source.split(f"inline bool {reader}()")[1].split("}")[0]
-        if bits <= set(re.findall(r"\bHWCAP_(\w+)\b", body)) and f"simd::{reader}()" in callers:
+        if bits <= set(re.findall(r"\bHWCAP2?_(\w+)\b", body)) and f"simd::{reader}()" in callers:
             checked.add(target)
     assert compiled_for, "no target attributes found"
     assert compiled_for <= checked, f"compiled for but never checked at run time: {sorted(compiled_for - checked)}"

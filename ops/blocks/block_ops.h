@@ -139,6 +139,9 @@ void output_sizes(const Tensor& lead, bool drop_last, int64_t last, Sizes& sizes
 // sanitized build has the portable loop alone (kernel_helpers/block_formats.h).
 inline Isa isa_of(const FormatKernels& f) {
 #ifdef CUSTOM_OPS_BLOCKS_DOTPROD_DISPATCH
+  if (f.quantizes_activations && simd::cpu_has_i8mm()) {
+    return Isa::kI8mm;
+  }
   if (f.quantizes_activations && simd::cpu_has_dot_product()) {
     return Isa::kDotProd;
   }
@@ -239,13 +242,21 @@ struct LinearTasks {
     return count < 2 || static_cast<double>(task.tokens) * static_cast<double>(task.n) *
                                 static_cast<double>(task.k) < kSerialWork;
   }
-  // The path counters: the outputs, by the ISA whose code computed them.
+  // The path counters: the outputs, by the ISA whose code computed them (the smmla tiles take tokens in pairs,
+  // in_token_runs leaves an odd last one to sdot).
   void count_outputs() const {
+    const int64_t outputs = task.tokens * task.n;
+    if (isa == Isa::kI8mm) {
+      const int64_t by_sdot = task.tokens % 2 * task.n;
+      elementwise::count(elementwise::kMatrixMultiplyElements, static_cast<uint64_t>(outputs - by_sdot));
+      elementwise::count(elementwise::kDotProductElements, static_cast<uint64_t>(by_sdot));
+      return;
+    }
     elementwise::count(isa == Isa::kAvx512     ? elementwise::kAvx512Elements
                        : isa == Isa::kAvx2     ? elementwise::kAvx2Elements
                        : isa == Isa::kDotProd  ? elementwise::kDotProductElements
                                                : elementwise::kBaselineElements,
-                       static_cast<uint64_t>(task.tokens * task.n));
+                       static_cast<uint64_t>(outputs));
   }
 };
 
