@@ -40,7 +40,7 @@
 #                                             bench hf: my_ops.hf vs optimum-executorch on the same checkpoints
 #                                             bench real: SmolLM2-135M vs optimum-executorch and llama.cpp, and
 #                                             bench presets: the GGUF presets vs llama.cpp at 1 and all threads
-#                                             (real, presets: --isa avx2 runs both sides' AVX2 code)
+#                                             (real, presets, scale: --isa avx2 runs both sides' AVX2 code)
 #                                             bench aoti: the decoder in ExecuTorch vs AOTInductor (speed, memory,
 #                                             size, start)
 #                                             bench ceiling: the CPU's multiply-add peak beside linear_blocks' prefill

@@ -15,7 +15,7 @@ models/scale_models.py makes (Q4_K_M; --kinds adds Q8_0):
   (benchmark/memcpy_bandwidth.cpp).
 
     python benchmark/bench_scale.py --build_dir cmake-out/all_ops --memcpy PATH [--models 135m,270m,1b,8b]
-                                    [--kinds Q4_K_M,Q8_0] [--rounds 2]
+                                    [--kinds Q4_K_M,Q8_0] [--rounds 2] [--isa avx2]
 """
 
 from __future__ import annotations
@@ -23,9 +23,7 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 
 import torch
@@ -33,7 +31,7 @@ import torch
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [REPO_ROOT, os.path.dirname(os.path.abspath(__file__))]
 
-from bench_presets import measure, thread_counts  # noqa: E402  (benchmark/bench_presets.py)
+from bench_presets import add_isa_argument, isa_line, measure, thread_counts, use_isa  # noqa: E402
 from measure import memcpy_times, spread  # noqa: E402  (benchmark/measure.py)
 
 MODELS = ("135m", "270m", "1b", "8b")
@@ -55,16 +53,14 @@ def model_file(name: str, kind: str) -> str:
 
 def own_peak(command: list[str], **kwargs) -> tuple[float, float]:
     """(seconds, peak resident GiB) of `command` in a process of its own."""
-    from models.llama_cpp import OWN_PEAK_RSS
+    from models.llama_cpp import run_own_peak
 
-    with tempfile.NamedTemporaryFile("r") as peak:
-        start = time.perf_counter()
-        proc = subprocess.run([sys.executable, OWN_PEAK_RSS, peak.name, *command], capture_output=True, text=True,
-                              **kwargs)
-        seconds = time.perf_counter() - start
-        if proc.returncode != 0:
-            raise RuntimeError(f"{' '.join(command[:4])} ... failed:\n{(proc.stdout + proc.stderr)[-3000:]}")
-        return seconds, int(peak.read()) / 2 ** 20
+    start = time.perf_counter()
+    proc, peak = run_own_peak(command, capture_output=True, text=True, **kwargs)
+    seconds = time.perf_counter() - start
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(command[:4])} ... failed:\n{(proc.stdout + proc.stderr)[-3000:]}")
+    return seconds, peak / 2 ** 30
 
 
 def export(path: str, build_dir: str, output: str) -> dict:
@@ -169,7 +165,9 @@ def main() -> int:
     parser.add_argument("--kinds", default="Q4_K_M", help="the made files' llama-quantize presets (1b, 8b)")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--output_dir", default=os.path.join(REPO_ROOT, "cmake-out", "scale"))
+    add_isa_argument(parser)
     args = parser.parse_args()
+    use_isa(args.isa)
     torch.set_num_threads(1)
     from flow.runtime import load_kernel_library
     from models.decoding import register_ops
@@ -190,7 +188,8 @@ def main() -> int:
             row.update(export(path, args.build_dir, os.path.join(args.output_dir, f"{name}-{kind}")))
             row["pte_gib"] = os.path.getsize(row["pte"]) / 2 ** 30
             row["runner_peak_gib"] = runner_peak_bytes(runner, row["pte"], ids[:8]) / 2 ** 30
-            row["speed"] = measure(f"{name} {kind}", kind, row["pte"], path, ids, args.rounds, new_tokens=new_tokens)
+            row["speed"] = measure(f"{name} {kind}", kind, row["pte"], path, ids, args.rounds, args.isa,
+                                   new_tokens=new_tokens)
             row["agreement"] = agreement(row["pte"], path, thread_counts()[-1], os.path.dirname(row["pte"]))
             row["step_bytes"] = step_bytes(path)
             row["read"] = read_rates(args.memcpy, row["step_bytes"], args.rounds)
@@ -199,7 +198,8 @@ def main() -> int:
                   f"{row['agreement']['kl']:.5f}, same top token {row['agreement']['same_top']:.1%}", flush=True)
             rows.append(row)
     print(f"\nGGUF files at their sizes (export --quantize gguf; the Python runtime beside llama-bench on the same "
-          f"file, medians of {args.rounds} interleaved rounds, min-max of each ratio; {os.cpu_count()} cores)\n")
+          f"file, medians of {args.rounds} interleaved rounds, min-max of each ratio; {os.cpu_count()} cores)\n"
+          f"{isa_line(args.isa)}\n")
     print("\n".join(report(rows)))
     return 0
 

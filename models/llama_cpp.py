@@ -21,6 +21,7 @@ import re
 import subprocess
 import sys
 import tarfile
+import tempfile
 import urllib.parse
 import urllib.request
 
@@ -143,21 +144,26 @@ def tokenize(model_file: str, text: str, parse_special: bool = True) -> list[int
     return json.loads(found[0])
 
 
+def run_own_peak(command: list[str], **run_kwargs) -> tuple[subprocess.CompletedProcess, int]:
+    """Runs `command` (subprocess.run with `run_kwargs`) as the child of tools/own_peak_rss.py: the completed process
+    and the command's own peak resident memory in bytes, not this process's (0 if it never started)."""
+    with tempfile.NamedTemporaryFile("r") as peak:
+        proc = subprocess.run([sys.executable, OWN_PEAK_RSS, peak.name, *command], **run_kwargs)
+        kib = peak.read()
+    return proc, int(kib) * 1024 if kib else 0
+
+
 def bench(model_file: str, threads: int, prompt_tokens: int, new_tokens: int, repetitions: int,
           isa: str = "native") -> dict:
     """llama-bench (built for `isa`, a key of BUILDS) on `model_file` at `threads`: {"prefill": (mean, sd), "decode":
-    (mean, sd)} in tokens/s, and its peak resident memory in MiB (ru_maxrss of a child started through
-    tools/own_peak_rss.py)."""
-    import tempfile
-
-    with tempfile.NamedTemporaryFile("r") as rss:
-        llama_bench = tools(isa, ("llama-bench",))["llama-bench"]
-        proc = subprocess.run([sys.executable, OWN_PEAK_RSS, rss.name, llama_bench, "-m", model_file, "-t",
-                               str(threads), "-p", str(prompt_tokens), "-n", str(new_tokens), "-r", str(repetitions),
-                               "-o", "json"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        if proc.returncode != 0:
-            raise RuntimeError(f"llama-bench failed on {model_file}")
-        row = {"peak_rss_mib": int(rss.read()) / 1024}
+    (mean, sd)} in tokens/s, and its own peak resident memory in MiB."""
+    llama_bench = tools(isa, ("llama-bench",))["llama-bench"]
+    proc, peak = run_own_peak([llama_bench, "-m", model_file, "-t", str(threads), "-p", str(prompt_tokens), "-n",
+                               str(new_tokens), "-r", str(repetitions), "-o", "json"],
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"llama-bench failed on {model_file}")
+    row = {"peak_rss_mib": peak / 2 ** 20}
     for test in json.loads(proc.stdout):
         row["prefill" if test["n_prompt"] else "decode"] = (test["avg_ts"], test["stddev_ts"])
     return row

@@ -340,16 +340,11 @@ def check_gguf_footprint(pte: str, checkpoint, runner: str, model: RealModel = S
 
 def runner_peak_bytes(runner: str, pte: str, ids: list[int]) -> int:
     """The runner's own peak resident memory decoding NEW_TOKENS tokens after `ids` (logits not kept)."""
-    import subprocess
-    import tempfile
+    from models.llama_cpp import run_own_peak
 
-    from models.llama_cpp import OWN_PEAK_RSS
-
-    with tempfile.NamedTemporaryFile("r") as peak:
-        subprocess.run([sys.executable, OWN_PEAK_RSS, peak.name, runner, f"--model_path={pte}",
-                        f"--prompt={','.join(map(str, ids))}", f"--new_tokens={NEW_TOKENS}"], check=True,
-                       capture_output=True, timeout=600)
-        return int(peak.read()) * 1024
+    _, peak = run_own_peak([runner, f"--model_path={pte}", f"--prompt={','.join(map(str, ids))}",
+                            f"--new_tokens={NEW_TOKENS}"], check=True, capture_output=True, timeout=600)
+    return peak
 
 
 def check_llm_runner(pte: str, checkpoint, tokenizer_dir: str, model: RealModel = SMOLLM2) -> list[str]:
