@@ -33,8 +33,8 @@ CUSTOM_OPS_INLINE V load_quarter(const uint8_t* p, int64_t first, int valid, int
 }
 
 template <class F, bool kFull>
-CUSTOM_OPS_INLINE void quarter_record(const uint8_t* record, int64_t R, int64_t first, int valid,
-                                                         Words4* words, Reals4* halves) {
+CUSTOM_OPS_INLINE void quarter_record(const uint8_t* record, int64_t R, int64_t first, int valid, Words4* words,
+                                      Reals4* halves) {
   int offset = 0, w = 0, f = 0;
   CUSTOM_OPS_UNROLL
   for (int size : F::kFields) {
