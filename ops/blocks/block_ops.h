@@ -135,8 +135,9 @@ void output_sizes(const Tensor& lead, bool drop_last, int64_t last, Sizes& sizes
 
 // ---- The linear layer, split across the pool -------------------------------------------------------------------------
 // The code path a format runs on this CPU (capped by CUSTOM_OPS_ISA): the block formats' AVX-512 code needs VNNI too;
-// on ARM64 the block formats take the dot-product tiles where the CPU has them (row formats: the portable loop); a
-// sanitized build has the portable loop alone (kernel_helpers/block_formats.h).
+// on ARM64 the block formats take the smmla tiles where the CPU has the 8-bit matrix multiply, else the sdot tiles
+// where it has the dot product (row formats: the portable loop); a sanitized build has the portable loop alone
+// (kernel_helpers/block_formats.h).
 inline Isa isa_of(const FormatKernels& f) {
 #ifdef CUSTOM_OPS_BLOCKS_DOTPROD_DISPATCH
   if (f.quantizes_activations && simd::cpu_has_i8mm()) {
