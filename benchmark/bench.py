@@ -83,7 +83,7 @@ def bench_aoti(args: list[str]) -> None:
 
 
 def bench_ceiling(args: list[str]) -> None:
-    """The multiply-add peak beside linear_blocks' prefill: [TOKENS] [ROUNDS]."""
+    """The multiply-add peak beside linear_blocks' prefill: [TOKENS] [ROUNDS] [FORMAT,...]."""
     cmake_build(BENCH_BUILD, "-DCUSTOM_OPS_BUILD_BENCHMARK=ON", quiet=True)
     run(os.path.join(BENCH_BUILD, "prefill_ceiling"), *args)
 

@@ -3,7 +3,8 @@
 // block formats' inner step, or AVX-512's vpdpbusd), beside linear_blocks' own prefill (activations prepared, then the
 // units) at the same ISA, on one thread and on every thread of ExecuTorch's pool. A kernel near its peak gains little
 // from tuning; a goal past the peak needs another ISA. CUSTOM_OPS_ISA caps both, as it caps the kernels.
-//   prefill_ceiling [TOKENS] [ROUNDS]   ->   one line per measurement, GMAC/s per thread (medians and min-max)
+//   prefill_ceiling [TOKENS] [ROUNDS] [FORMAT,...]   ->   one line per measurement, GMAC/s per thread (medians and
+//   min-max); the formats by default F32, Q8_0 and Q4_1
 #include <executorch/runtime/kernel/thread_parallel_interface.h>
 #include <executorch/runtime/platform/runtime.h>
 
@@ -246,29 +247,44 @@ int main(int argc, char** argv) {
   executorch::runtime::runtime_init();
   const int64_t tokens = argc > 1 ? std::atoll(argv[1]) : 128;
   const int rounds = argc > 2 ? std::atoi(argv[2]) : 5;
-  if (tokens <= 0 || rounds <= 0) {
-    std::fprintf(stderr, "usage: prefill_ceiling [TOKENS > 0] [ROUNDS > 0]\n");
+  std::vector<std::string> names;
+  for (std::string list = argc > 3 ? argv[3] : "F32,Q8_0,Q4_1", name; !list.empty();) {
+    const size_t comma = list.find(',');
+    name = list.substr(0, comma);
+    list = comma == std::string::npos ? "" : list.substr(comma + 1);
+    if (blocks::find_format(name) == nullptr) {
+      std::fprintf(stderr, "prefill_ceiling: no format named '%s' (ops/blocks/formats.h lists them)\n", name.c_str());
+      return 2;
+    }
+    names.push_back(name);
+  }
+  if (tokens <= 0 || rounds <= 0 || names.empty()) {
+    std::fprintf(stderr, "usage: prefill_ceiling [TOKENS > 0] [ROUNDS > 0] [FORMAT,...]\n");
     return 2;
   }
   const int64_t all = executorch::extension::get_thread_count();
-  std::printf("%lld tokens against SmolLM2-135M's projections (576 -> 1536 -> 576, 576 -> 576)\n",
+  // SmolLM2-135M's projections; a format whose blocks do not divide 576 (the K-quants' 256) takes Llama 3.2 1B's.
+  const std::vector<Shape> small{{576, 1536}, {1536, 576}, {576, 576}}, large{{2048, 8192}, {8192, 2048}, {2048, 2048}};
+  const auto shapes_of = [&](const blocks::FormatKernels& f) { return 576 % f.weights_per_block == 0 ? small : large; };
+  std::printf("%lld tokens against SmolLM2-135M's projections (576 -> 1536 -> 576, 576 -> 576), or Llama 3.2 1B's "
+              "(2048 -> 8192 -> 2048, 2048 -> 2048) for the K-quants\n",
               static_cast<long long>(tokens));
-  const std::vector<Shape> shapes{{576, 1536}, {1536, 576}, {576, 576}};
   for (const int64_t threads : {int64_t{1}, all}) {
-    for (const char* name : {"F32", "Q8_0", "Q4_1"}) {
+    for (const std::string& name : names) {
       const blocks::FormatKernels& f = *blocks::find_format(name);
       const std::string path = kPathNames[static_cast<int>(blocks::isa_of(f))];
       const PeakLoop loop = peak_loop(f);
       double ceiling = 0;
-      // Q4_1's codes are unsigned (no sign step, several quads summed in 16 bits): a step of its own, no ceiling here.
-      if (loop != nullptr && std::string(name) != "Q4_1") {
+      // Narrower codes than 8 bits are unsigned (no sign step, several quads summed in 16 bits): a step of their own,
+      // no ceiling here.
+      if (loop != nullptr && (!f.quantizes_activations || name == "Q8_0")) {
         const Spread p = peak(loop, threads, rounds);
         ceiling = p.median;
         print(("peak " + path + (f.quantizes_activations ? " 8-bit multiply-add" : " float FMA")).c_str(), threads,
               p, 0);
       }
-      print(("linear_blocks " + std::string(name) + " (" + path + ")").c_str(), threads,
-            linear_rate(f, tokens, shapes, threads == 1, rounds), ceiling);
+      print(("linear_blocks " + name + " (" + path + ")").c_str(), threads,
+            linear_rate(f, tokens, shapes_of(f), threads == 1, rounds), ceiling);
     }
     if (all == 1) {
       break;

@@ -36,7 +36,7 @@ void units_baseline(const Task& task, int64_t first, int64_t end) {
 #if defined(CUSTOM_OPS_X86_DISPATCH) && !defined(CUSTOM_OPS_BLOCKS_PORTABLE_ONLY)
 template <class F>
 CUSTOM_OPS_AVX2 void units_avx2(const Task& task, int64_t first, int64_t end) {
-  in_token_runs<GroupTilesAvx2<F>, max_tokens_avx2<F>()>(task, first, end);
+  in_token_runs<GroupTilesAvx2<F>, kMaxTokensAvx2>(task, first, end);
 }
 
 template <class F>

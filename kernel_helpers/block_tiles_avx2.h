@@ -139,7 +139,10 @@ constexpr int quads_in_16_bits() {
 }
 
 // The integer sums of one half group and block against T tokens from t0, as block_sums_avx512 makes them (per token,
-// the sub-block dots times their sub-scales, and the sub-mins times the sub-blocks' sums of x).
+// the sub-block dots times their sub-scales, and the sub-mins times the sub-blocks' sums of x). A sub-scale multiplies
+// the 16-bit pairs inside vpmaddwd (the row's scale in both halves of its lane), so a token's sub-block dot needs no
+// register of its own; a format with an offset subtracts scale * offset * sum(x) once per sub-block. The integers are
+// the same, added in another order (exact: wrapping 32-bit addition is associative).
 template <class F, int T, bool kFull>
 CUSTOM_OPS_AVX2 CUSTOM_OPS_INLINE void half_block_sums(const Task& task, const uint8_t* block, int64_t R,
                                                        const HalfLanes& lanes, const Words8* words, int64_t b,
@@ -147,7 +150,6 @@ CUSTOM_OPS_AVX2 CUSTOM_OPS_INLINE void half_block_sums(const Task& task, const u
   constexpr int kPieces = F::kWeights / kBlock, kChunks = chunks<F>(), kQuads = F::kSub / 4;
   constexpr int kIn16 = quads_in_16_bits<F>();
   const Activations& a = *task.a;
-  const __m256i ones = _mm256_set1_epi16(1);
   CUSTOM_OPS_UNROLL
   for (int t = 0; t < T; ++t) {
     dots[t] = mins[t] = _mm256_setzero_si256();
@@ -170,12 +172,20 @@ CUSTOM_OPS_AVX2 CUSTOM_OPS_INLINE void half_block_sums(const Task& task, const u
       if constexpr (F::kSubScales) {
         F::sub(words, s, sub_scale, sub_min);
       }
-      __m256i dot[T], pairs[T];
-      CUSTOM_OPS_UNROLL
-      for (int t = 0; t < T; ++t) {
-        dot[t] = signed_codes<F>() ? _mm256_setzero_si256()
-                                   : _mm256_set1_epi32(-F::kOffset * a.sum(t0 + t, first, F::kSub));
+      // vpmaddwd's multiplier: the sub-scale (|scale| < 2^15) in both 16-bit halves of each row's lane, or ones.
+      const __m256i scale_pairs = _mm256_or_si256(_mm256_and_si256(reinterpret_cast<__m256i>(sub_scale),
+                                                                   _mm256_set1_epi32(0xFFFF)),
+                                                  _mm256_slli_epi32(reinterpret_cast<__m256i>(sub_scale), 16));
+      if constexpr (!signed_codes<F>() && F::kOffset != 0) {
+        CUSTOM_OPS_UNROLL
+        for (int t = 0; t < T; ++t) {
+          const __m256i offset_sum = _mm256_set1_epi32(-F::kOffset * a.sum(t0 + t, first, F::kSub));
+          dots[t] = _mm256_add_epi32(dots[t], F::kSubScales ? _mm256_mullo_epi32(reinterpret_cast<__m256i>(sub_scale),
+                                                                                 offset_sum)
+                                                            : offset_sum);
+        }
       }
+      __m256i pairs[T];
       CUSTOM_OPS_UNROLL
       for (int q = 0; q < kQuads; ++q) {
         Words8 code;
@@ -191,20 +201,15 @@ CUSTOM_OPS_AVX2 CUSTOM_OPS_INLINE void half_block_sums(const Task& task, const u
                                               : _mm256_maddubs_epi16(w, x);
           pairs[t] = q % kIn16 == 0 ? p : _mm256_add_epi16(pairs[t], p);
           if (q % kIn16 == kIn16 - 1 || q == kQuads - 1) {
-            dot[t] = _mm256_add_epi32(dot[t], _mm256_madd_epi16(pairs[t], ones));
+            dots[t] = _mm256_add_epi32(dots[t], _mm256_madd_epi16(pairs[t], scale_pairs));
           }
         }
       }
-      CUSTOM_OPS_UNROLL
-      for (int t = 0; t < T; ++t) {
-        if constexpr (F::kSubScales) {
-          dots[t] = _mm256_add_epi32(dots[t], _mm256_mullo_epi32(dot[t], reinterpret_cast<__m256i>(sub_scale)));
-          if constexpr (F::kHasMin) {
-            mins[t] = _mm256_add_epi32(mins[t], _mm256_mullo_epi32(reinterpret_cast<__m256i>(sub_min),
-                                                                   _mm256_set1_epi32(a.sum(t0 + t, first, F::kSub))));
-          }
-        } else {
-          dots[t] = _mm256_add_epi32(dots[t], dot[t]);
+      if constexpr (F::kSubScales && F::kHasMin) {
+        CUSTOM_OPS_UNROLL
+        for (int t = 0; t < T; ++t) {
+          mins[t] = _mm256_add_epi32(mins[t], _mm256_mullo_epi32(reinterpret_cast<__m256i>(sub_min),
+                                                                 _mm256_set1_epi32(a.sum(t0 + t, first, F::kSub))));
         }
       }
     }
@@ -287,11 +292,9 @@ struct GroupTilesAvx2 {
   }
 };
 
-// Tokens at a time: the accumulators of a token (float, dots, mins, its dot and 16-bit pairs) in 16 registers.
-template <class F>
-constexpr int max_tokens_avx2() {
-  return F::kSubScales ? 2 : 4;
-}
+// Tokens at a time, every format: with the sub-scales inside vpmaddwd a token's inner loop holds its dots and its
+// 16-bit pairs; its float sums and sub-min sums, touched once a block or sub-block, may live in L1.
+constexpr int kMaxTokensAvx2 = 4;
 
 // ---- Row formats ----
 // 8 weights of a row as floats.
