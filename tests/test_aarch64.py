@@ -113,9 +113,9 @@ def products_run(library: str, log) -> set[str]:
     return {mnemonic for mnemonic in ("sdot", "smmla") if encodings_of(library, rf"{mnemonic}\s") & translated}
 
 
-# Every block format's linear layer in one program. Three tokens: a run of two and one; 40 rows: two whole groups and
-# one of 8 (two of its four quarters).
-BLOCK_TOKENS, BLOCK_OUTPUTS, BLOCK_INPUTS = 3, 40, 512
+# Every block format's linear layer in one program. Seven tokens: runs of four, two and one (each tile width of the
+# host's and ARM64's tiles); 40 rows: two whole groups and one of 8 (two of its four quarters).
+BLOCK_TOKENS, BLOCK_OUTPUTS, BLOCK_INPUTS = 7, 40, 512
 BLOCK_EXECUTIONS = 2  # the outputs are the last execution's; the counters count both
 
 
