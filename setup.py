@@ -30,7 +30,8 @@ from flow import declarations  # noqa: E402
 CMAKE_BUILD_DIR = os.path.join(HERE, "build", "aot_library")
 # The modules the package carries a copy of (my_ops.<module>) beside the op modules: the ops' shared Python side, the
 # block formats' layouts and the file cache; each imports only the standard library and torch.
-SHARED_MODULES = ["flow/file_cache.py", "flow/torch_compat.py", "flow/vmap_rules.py", "ops/blocks/block_layouts.py"]
+SHARED_MODULES = ["flow/file_cache.py", "flow/torch_compat.py", "flow/vmap_rules.py", "ops/blocks/block_layouts.py",
+                  "ops/rope_sdpa_with_cache/cache_positions.py"]
 
 
 def cpp_ops():

@@ -1,13 +1,13 @@
 """The ops of this project as a Python package: `import my_ops` makes every op declared in custom_ops.bzl known to
 PyTorch, so models calling them export to ExecuTorch programs.
 
-The wheel (setup.py, `bash test_custom_ops.sh wheel`) carries the C++ AOT ops compiled into one library (_C*.so: the
-C++ registrations, their kernels in ATen mode, and the schemas and CPU registration codegen writes for their out
-variants), copies of the modules that register the Python ops (custom_ops_1.py, and ops/<name>/<name>.py flat as
-my_ops.<name>) and of the Python side they and my_ops.hf share (flow/torch_compat.py, flow/vmap_rules.py,
-flow/file_cache.py, ops/blocks/block_layouts.py), and _declared.py, the op list it was built with. Everything is
-imported relative to this package. An editable install (`pip install -e .`) has no copies: it loads the checkout's files under
-the same my_ops.<module> names.
+The wheel (setup.py, `bash test_custom_ops.sh wheel`) carries the C++ AOT ops compiled into one library (_C*.so: the C++
+registrations, their kernels in ATen mode, and the schemas and CPU registration codegen writes for their out variants),
+copies of the modules that register the Python ops (custom_ops_1.py, and ops/<name>/<name>.py flat as my_ops.<name>) and
+of the Python side they and my_ops.hf share (flow/torch_compat.py, flow/vmap_rules.py, flow/file_cache.py,
+ops/blocks/block_layouts.py, ops/rope_sdpa_with_cache/cache_positions.py), and _declared.py, the op list it was built
+with. Everything is imported relative to this package. An editable install (`pip install -e .`) has no copies: it loads
+the checkout's files under the same my_ops.<module> names.
 
 Registration happens once per process: when a CMake-built AOT library or the repository's custom_ops_1 came first,
 their ops are used and nothing is registered twice.
@@ -43,11 +43,12 @@ def _from_checkout(name: str, relative_path: str):
 
 if _EDITABLE:
     block_layouts = _from_checkout("block_layouts", "ops/blocks/block_layouts.py")
+    cache_positions = _from_checkout("cache_positions", "ops/rope_sdpa_with_cache/cache_positions.py")
     file_cache = _from_checkout("file_cache", "flow/file_cache.py")
     torch_compat = _from_checkout("torch_compat", "flow/torch_compat.py")
     vmap_rules = _from_checkout("vmap_rules", "flow/vmap_rules.py")
 else:
-    from . import block_layouts, file_cache, torch_compat, vmap_rules  # noqa: F401  (my_ops.hf's)
+    from . import block_layouts, cache_positions, file_cache, torch_compat, vmap_rules  # noqa: F401  (shared)
 
 
 def _declared_ops() -> list[dict]:

@@ -38,8 +38,8 @@ def site(wheel, tmp_path_factory):
 DECLARED = declarations.load()  # every op the package registers, in declaration order
 # The package's modules, from the declarations: its own, the shared Python side, and each Python op's module (flat);
 # what `import my_ops` imports. The wheel also carries my_ops.gguf and the package my_ops.hf, imported on demand.
-PACKAGE_MODULES = sorted({"my_ops", "my_ops._declared", "my_ops.block_layouts", "my_ops.file_cache", "my_ops.torch_compat",
-                          "my_ops.vmap_rules",
+PACKAGE_MODULES = sorted({"my_ops", "my_ops._declared", "my_ops.block_layouts", "my_ops.cache_positions",
+                          "my_ops.file_cache", "my_ops.torch_compat", "my_ops.vmap_rules",
                           *(f"my_ops.{op.wheel_module}" for op in DECLARED.values() if op.wheel_module)})
 HF_MODULES = sorted(os.path.basename(p)[:-3] for p in glob.glob(os.path.join(REPO_ROOT, "my_ops", "hf", "*.py")))
 

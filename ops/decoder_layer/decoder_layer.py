@@ -14,8 +14,8 @@ program ran the layer's nine ops and handed the thread pool five ranges, it runs
 (decoder_layer_out.cpp); my_ops.hf's export pass (fuse.py) puts it there. PyTorch's kernel calls those ops in turn, so
 eager gives the runtime's bits.
 
-Importing this module registers the op and does nothing else (it imports only torch and the block formats' layouts,
-ops/blocks/block_layouts.py).
+Importing this module registers the op and does nothing else (it imports only torch, the block formats' layouts,
+ops/blocks/block_layouts.py, and the new positions' checks it shares with rope_sdpa_with_cache, cache_positions.py).
 """
 
 from __future__ import annotations
@@ -24,10 +24,12 @@ import math
 
 import torch
 
-if __package__ == "my_ops":  # the wheel, or an editable install: the layouts are carried beside this module
+if __package__ == "my_ops":  # the wheel, or an editable install: the shared modules are carried beside this one
     from .block_layouts import LAYOUTS, ROW_DTYPES
-else:  # the repository, where ops/blocks/ holds them
+    from .cache_positions import check_positions
+else:  # the repository, where ops/blocks/ and ops/rope_sdpa_with_cache/ hold them
     from ops.blocks.block_layouts import LAYOUTS, ROW_DTYPES
+    from ops.rope_sdpa_with_cache.cache_positions import check_positions
 
 OP = "my_ops::decoder_layer"
 ROW_FORMATS = {name: getattr(torch, dtype) for name, dtype in ROW_DTYPES.items()}
@@ -106,19 +108,7 @@ def _check(op: str, hidden, input_norm, qkv_weight, qkv_format, cos, sin, key_ca
                          "many of up's: an even, non-zero number")
     _check_projection(op, down_weight, down_format, "down_weight", gate_up_weight.shape[0] // 2, model,
                       "half of gate_up's outputs")
-    for name, t in (("cos", cos), ("sin", sin)):
-        torch._check(t.dim() == 3 and t.shape[0] in (1, batch) and t.shape[1] == length and t.shape[2] == head_dim,
-                     lambda: f"{op}: {name} {list(t.shape)} must be [1 or {batch}, {length}, {head_dim}]: a row per "
-                             "new position, shared by the heads")
-    torch._check(cos.shape == sin.shape,
-                 lambda: f"{op}: cos {list(cos.shape)} and sin {list(sin.shape)} differ; give both the same shape")
-    torch._check(start_pos >= 0 and start_pos + length <= positions,
-                 lambda: f"{op}: {length} positions at start_pos {start_pos} need cache positions up to "
-                         f"{start_pos + length} but the cache holds {positions}"
-                         f"{' (start_pos is negative)' if start_pos < 0 else ''}; start_pos + length must be within "
-                         "[0, positions]")
-    torch._check(scale is None or math.isfinite(scale),
-                 lambda: f"{op}: scale {scale} is not finite; pass a finite scale or None for 1/sqrt(head_dim)")
+    check_positions(op, cos, sin, batch, length, head_dim, positions, start_pos, scale)
     torch._check(math.isfinite(eps) and eps >= 0, lambda: f"{op}: eps {eps} must be finite and not negative")
 
 

@@ -4,14 +4,15 @@ layer's attention from its fused q/k/v projection in one op:
   rope_sdpa_with_cache(Tensor qkv, Tensor cos, Tensor sin, Tensor(a!) key_cache, Tensor(b!) value_cache,
                        SymInt start_pos, float? scale=None, int window=0) -> Tensor
 
-qkv [B, T, (H + 2 H_kv) D] holds each new position's H query heads, then H_kv key heads, then H_kv value heads; cos
-and sin [B or 1, T, D] their rotary embedding. q and k are rotated (my_ops::rope's rotate-half form), k and v written
-into the caches [B, S, H_kv, D] at positions start_pos.., and the rotated q attends over them causally (within the
-last `window` positions when window > 0), as my_ops::sdpa_with_cache does; the result is [B, T, H, D]. Where a program ran a split, two ropes, two update_caches
-and sdpa_with_cache, it runs this op once (my_ops.hf's export pass, fuse.py, puts it there). The runtime kernel is
-rope_sdpa_with_cache_out.cpp.
+qkv [B, T, (H + 2 H_kv) D] holds each new position's H query heads, then H_kv key heads, then H_kv value heads; cos and
+sin [B or 1, T, D] their rotary embedding. q and k are rotated (my_ops::rope's rotate-half form), k and v written into
+the caches [B, S, H_kv, D] at positions start_pos.., and the rotated q attends over them causally (within the last
+`window` positions when window > 0), as my_ops::sdpa_with_cache does; the result is [B, T, H, D]. Where a program ran a
+split, two ropes, two update_caches and sdpa_with_cache, it runs this op once (my_ops.hf's export pass, fuse.py, puts it
+there). The runtime kernel is rope_sdpa_with_cache_out.cpp.
 
-Importing this module registers the op and does nothing else (it imports only torch).
+Importing this module registers the op and does nothing else (it imports only torch and the new positions' checks
+it shares with decoder_layer, cache_positions.py).
 """
 
 from __future__ import annotations
@@ -20,6 +21,11 @@ import math
 
 import torch
 import torch.nn.functional as F
+
+if __package__ == "my_ops":  # the wheel, or an editable install: the shared module is carried beside this one
+    from .cache_positions import check_positions
+else:  # the repository
+    from ops.rope_sdpa_with_cache.cache_positions import check_positions
 
 DTYPES = (torch.float32, torch.bfloat16)
 
@@ -60,19 +66,7 @@ def _check(op: str, qkv, cos, sin, key_cache, value_cache, start_pos, scale, win
     torch._check(width % head_dim == 0 and heads >= kv_heads and heads % kv_heads == 0,
                  lambda: f"{op}: qkv's last dimension {width} is not (heads + 2 * {kv_heads}) * {head_dim} for a "
                          f"number of query heads that is a multiple of the cache's {kv_heads} kv heads")
-    for name, t in (("cos", cos), ("sin", sin)):
-        torch._check(t.dim() == 3 and t.shape[0] in (1, batch) and t.shape[1] == length and t.shape[2] == head_dim,
-                     lambda: f"{op}: {name} {list(t.shape)} must be [1 or {batch}, {length}, {head_dim}]: a row per "
-                             "new position, shared by the heads")
-    torch._check(cos.shape == sin.shape,
-                 lambda: f"{op}: cos {list(cos.shape)} and sin {list(sin.shape)} differ; give both the same shape")
-    torch._check(start_pos >= 0 and start_pos + length <= positions,
-                 lambda: f"{op}: {length} positions at start_pos {start_pos} need cache positions up to "
-                         f"{start_pos + length} but the cache holds {positions}"
-                         f"{' (start_pos is negative)' if start_pos < 0 else ''}; start_pos + length must be within "
-                         "[0, positions]")
-    torch._check(scale is None or math.isfinite(scale),
-                 lambda: f"{op}: scale {scale} is not finite; pass a finite scale or None for 1/sqrt(head_dim)")
+    check_positions(op, cos, sin, batch, length, head_dim, positions, start_pos, scale)
     torch._check(window >= 0, lambda: f"{op}: window {window} is negative; pass the sliding window's length in "
                                       "positions, or 0 to attend to every earlier position")
 
