@@ -37,8 +37,9 @@
 #   runtime_registration  "codegen" (default): custom_ops.yaml binds the out variant, codegen registers it, selective
 #                    build decides; or "executorch_library" (ops registered from Python): the kernel source registers
 #                    it with EXECUTORCH_LIBRARY_CHECKED, no yaml entry, registered wherever its source is linked
-# The formats of my_ops::linear_blocks and embedding_blocks, one source each (ops/blocks/formats.h lists them); both
-# ops run every format, so both list them (each build compiles a shared source once).
+# The formats of my_ops::linear_blocks and embedding_blocks, one source each (their list and layouts are
+# ops/blocks/block_layouts.py's); both ops run every format, so both list them (each build compiles a shared source
+# once).
 BLOCK_FORMAT_SOURCES = [
     "ops/blocks/formats/float_rows.cpp",
     "ops/blocks/formats/q8_0.cpp",

@@ -8,10 +8,18 @@
 #   custom_ops_executor_runner<sfx>   the runner: custom ops + ExecuTorch's optimized aten kernels, the XNNPACK
 #                                     delegate and the quantized kernels (as CMake's default)
 #   argument_kinds                    (once) the value kinds ExecuTorch's own kernels unbox, for the runners' check
+#   block_layouts                     (once) the block formats' list and layouts from ops/blocks/block_layouts.py,
+#                                     which each format's traits are checked against as it compiles
 #   custom_ops_aot_lib<sfx>           ops registered from C++: their PyTorch registration, kernels in ATen mode and
 #                                     codegen's schemas (build its [shared] sub-target: libcustom_ops_aot_lib.so)
 load(":custom_ops.bzl", "CUSTOM_OPS")
-load("//codegen:codegen.bzl", "argument_kinds_header", "et_operator_library", "executorch_generated_lib")
+load(
+    "//codegen:codegen.bzl",
+    "argument_kinds_header",
+    "block_layouts_header",
+    "et_operator_library",
+    "executorch_generated_lib",
+)
 
 _RUNNER_HEADERS = [
     "runner/command_line.h",
@@ -114,7 +122,10 @@ def _out_variant(name):
     return name + "." + CUSTOM_OPS[name].get("out_overload", "out")
 
 def _kernel_headers():
-    return native.glob(["kernel_helpers/*.h", "ops/**/*.h"])
+    # A dict of include path -> source: the block formats' statement is generated from ops/blocks/block_layouts.py.
+    headers = {h: h for h in native.glob(["kernel_helpers/*.h", "ops/**/*.h"])}
+    headers["ops/blocks/block_layouts.h"] = ":block_layouts"
+    return headers
 
 def _define_example(suffix, ops):
     select = "select" + suffix
@@ -186,6 +197,7 @@ def define_common_targets():
     wheel_libraries()
     native.export_file(name = "custom_ops.yaml", visibility = ["PUBLIC"])
     argument_kinds_header(name = "argument_kinds")
+    block_layouts_header(name = "block_layouts")
     for name in CUSTOM_OPS:
         _define_example("_" + name.split("::")[1], [name])
     _define_example("", list(CUSTOM_OPS))

@@ -16,6 +16,10 @@
 #       at build time: <dir>/argument_kinds.h, the value kinds ExecuTorch's own kernels unbox, from PyTorch's schemas
 #       (flow/argument_kinds.py), for the runner's check of a program's kernel calls, and the operators those kernels
 #       register (flow/runtime_kernels.py), for its message when one is missing.
+#   generate_block_layouts_header(OUTPUT_DIR <dir>)
+#       at configure time, again whenever ops/blocks/block_layouts.py changes: <dir>/ops/blocks/block_layouts.h, the
+#       block formats' list and layouts as Python states them, which each format's traits are checked against when
+#       it compiles (ops/blocks/formats.h); <dir> joins the include path.
 
 set(CODEGEN_ENTRY_POINT "${CMAKE_CURRENT_LIST_DIR}/../codegen/run_codegen.py")
 get_filename_component(CODEGEN_ENTRY_POINT "${CODEGEN_ENTRY_POINT}" ABSOLUTE)
@@ -93,4 +97,18 @@ function(generate_argument_kinds)
             "${CUSTOM_OPS_REPO_ROOT}/flow/xnnpack_layout.py" "${CUSTOM_OPS_REPO_ROOT}/flow/runtime_kernels.py"
     COMMENT "Generating the runner's table of argument kinds in ${ARG_OUTPUT_DIR}"
     VERBATIM)
+endfunction()
+
+function(generate_block_layouts_header)
+  cmake_parse_arguments(ARG "" "OUTPUT_DIR" "" ${ARGN})
+  set(statement "${CUSTOM_OPS_REPO_ROOT}/ops/blocks/block_layouts.py")
+  execute_process(
+    COMMAND "${Python3_EXECUTABLE}" "${statement}" "${ARG_OUTPUT_DIR}/ops/blocks/block_layouts.h"
+    RESULT_VARIABLE status
+    ERROR_VARIABLE error)
+  if(NOT status EQUAL 0)
+    message(FATAL_ERROR "writing the block formats' C++ statement from ${statement} failed:\n${error}")
+  endif()
+  set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS "${statement}")
+  include_directories("${ARG_OUTPUT_DIR}")
 endfunction()

@@ -80,7 +80,7 @@ def executorch_generated_lib(
     generated = ":{}_combined[{{}}]".format(name)
 
     # A dict of include path -> source: the generated headers are included by their bare names.
-    all_headers = {header: header for header in headers}
+    all_headers = dict(headers) if type(headers) == type({}) else {header: header for header in headers}
     all_headers.update({f: generated.format(f) for f in outputs if f.endswith(".h")})
     native.cxx_library(
         name = name,
@@ -102,5 +102,16 @@ def argument_kinds_header(name, custom_ops_yaml_target = ":custom_ops.yaml", vis
         srcs = _codegen_srcs(custom_ops_yaml_target),
         out = "argument_kinds.h",
         cmd = "{} $SRCDIR/codegen/run_codegen.py argument_kinds --output $OUT".format(codegen_python()),
+        visibility = visibility,
+    )
+
+def block_layouts_header(name, visibility = ["PUBLIC"]):
+    """ops/blocks/block_layouts.h: the block formats' list and layouts as ops/blocks/block_layouts.py states them,
+    which each format's traits are checked against when it compiles (ops/blocks/formats.h)."""
+    native.genrule(
+        name = name,
+        srcs = ["ops/blocks/block_layouts.py"],
+        out = "block_layouts.h",
+        cmd = "{} $SRCDIR/ops/blocks/block_layouts.py $OUT".format(codegen_python()),
         visibility = visibility,
     )

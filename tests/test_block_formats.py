@@ -4,12 +4,15 @@ format at shapes that reach each path, on every vector ISA; the packing of my_op
 reference; bad formats, weights and indices refused by PyTorch and the runtime; a program whose weight holds too few
 bytes for its shape refused before a kernel reads it. The formats' bytes against llama.cpp's own are test_gguf.py's."""
 
+import os
 import struct
+import subprocess
+import sys
 
 import pytest
 import torch
 
-from helpers import COUNT_PATHS, run_in_fresh_python, run_runner
+from helpers import COUNT_PATHS, copy_repository, run_in_fresh_python, run_runner
 
 TOLERANCE = dict(rtol=2e-5, atol=2e-4)  # float sums in another order; the integer parts are exact
 
@@ -326,6 +329,29 @@ def test_the_kernels_know_each_format_as_block_layouts_states_it_and_as_llama_cp
     for fmt, dtype in ROW_DTYPES.items():
         assert gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[fmt]] == (1, getattr(torch, dtype).itemsize), fmt
         assert embedded_width(torch.empty(3, 5, dtype=getattr(torch, dtype), device="meta"), fmt) == 5
+
+
+def test_a_layout_that_a_formats_traits_do_not_have_stops_the_cmake_build_at_that_format(tmp_path):
+    # The C++ statement of the layouts is written from block_layouts.py when the tree is configured (CMake's
+    # generate_block_layouts_header; Buck2's block_layouts genrule, held by test_buck2_graph.py), and each format's
+    # traits are checked against it as they compile: a copy whose Q8_0 layout its traits do not have builds no Q8_0.
+    repo = copy_repository(tmp_path / "repo")
+    path = os.path.join(repo, "ops", "blocks", "block_layouts.py")
+    with open(path) as f:
+        text = f.read()
+    with open(path, "w") as f:
+        f.write(text.replace('"Q8_0": Layout(32, 32, 128,', '"Q8_0": Layout(32, 32, 127,', 1))
+    build = tmp_path / "build"
+    env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
+    for command, fails in (
+            (["cmake", "-S", repo, "-B", str(build), "-G", "Ninja", f"-DPython3_EXECUTABLE={sys.executable}",
+              "-DCUSTOM_OPS_ROOT_OPS=my_ops::linear_blocks.out", "-DCUSTOM_OPS_BUILD_AOT_LIBRARY=OFF"], False),
+            (["cmake", "--build", str(build), "--target",
+              "CMakeFiles/custom_ops_kernel_objects.dir/ops/blocks/formats/q8_0.cpp.o"], True)):
+        proc = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
+        assert (proc.returncode != 0) == fails, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "differ from its layout in ops/blocks/block_layouts.py: make the two agree" in proc.stdout
+    assert "q8_0.cpp" in proc.stdout
 
 
 BAD_WEIGHTS = [

@@ -1,6 +1,7 @@
 """The Buck2 build, checked without buck2 (tests/buck2_graph.py): it passes on the real TARGETS, fails on copies of the
-Buck2 files with one thing broken (a dependency, an attribute, a genrule command, link_whole, the dialect), and
-`bash test_custom_ops.sh buck2` either runs the flows with a buck2 on PATH or says plainly that buck2 did not run."""
+Buck2 files with one thing broken (a dependency, an attribute, a genrule command, link_whole, the dialect, a block
+format's stated layout), and `bash test_custom_ops.sh buck2` either runs the flows with a buck2 on PATH or says
+plainly that buck2 did not run."""
 
 import os
 import subprocess
@@ -73,6 +74,9 @@ MUTATIONS = {
     "a def in the build file": (
         "TARGETS", "define_common_targets()\n", "def f():\n    pass\n\ndefine_common_targets()\n", "evaluate",
         "`def` is not allowed in this dialect"),
+    "a block format's layout that its traits do not have": (
+        "ops/blocks/block_layouts.py", '"Q8_0": Layout(32, 32, 128,', '"Q8_0": Layout(32, 32, 127,', "build",
+        "differ from its layout in ops/blocks/block_layouts.py: make the two agree"),
     "a selection that differs from CMake's": (
         "targets.bzl", 'et_operator_library(name = select, ops = [_out_variant(name) for name in by_codegen])',
         'et_operator_library(name = select, ops = ["my_ops::mul3.out"])', "check",

@@ -1,8 +1,10 @@
 """How each block format of my_ops::linear_blocks and embedding_blocks stores a block: the Python side's one statement
 of it. The reference (blocks.py) unpacks by it, the packer (my_ops/hf/quantize.py) and the GGUF reader
 (my_ops/hf/gguf_blocks.py) pack by it; the wheel carries it as my_ops.block_layouts. The kernels state it in C++, once
-per format (ops/blocks/formats/<f>.cpp, listed in ops/blocks/formats.h); tests/test_block_formats.py holds the two to
-each other and to the gguf package's own table of llama.cpp's block sizes. Imports only the standard library.
+per format (ops/blocks/formats/<f>.cpp) and take this statement at build time: `python block_layouts.py OUT` writes
+the C++ header (ops/blocks/block_layouts.h in the build's generated tree) that lists the kernels' formats and that each
+format's traits are checked against when it compiles (ops/blocks/formats.h). tests/test_block_formats.py holds both to
+the gguf package's own table of llama.cpp's block sizes. Imports only the standard library.
 
 A packed weight is uint8 [n, k / weights * bytes]: rows in groups of 16 (the last group what remains); a group stores
 block after block, each block's codes 32 weights at a time as chunks of R rows x 4 bytes (per plane of b bits: b
@@ -53,3 +55,41 @@ def layout(fmt: str) -> Layout:
     if fmt not in LAYOUTS:
         raise ValueError(f"no block format {fmt!r}; the block formats are {', '.join(LAYOUTS)}")
     return LAYOUTS[fmt]
+
+
+def cpp_header() -> str:
+    """The C++ statement of FORMATS and LAYOUTS that ops/blocks/formats.h includes: the formats' list, and per block
+    format the facts its traits must equal (checked by a static_assert when the format's source compiles)."""
+    lines = ["// Generated from ops/blocks/block_layouts.py (`python block_layouts.py OUT`) by the build; do not edit.",
+             "// The kernels' formats, in the order a refusal lists them, and each block format's layout as Python",
+             "// states it: ops/blocks/formats.h checks each format's traits against it.", "#pragma once", "",
+             "#define CUSTOM_OPS_BLOCK_FORMATS(X) " + " ".join(f"X({name})" for name in FORMATS), "",
+             "namespace custom::native::blocks::stated {", "",
+             "struct Layout {",
+             "  const char* name;",
+             "  int weights, sub, offset, planes, fields;",
+             "  int plane_bits[4], plane_shifts[4], field_bytes[8];",
+             "};", ""]
+    for name, spec in LAYOUTS.items():
+        if len(spec.planes) > 4 or len(spec.fields) > 8:
+            raise ValueError(f"{name}: the C++ statement holds at most 4 planes and 8 fields")
+        bits = ", ".join(str(b) for b, _ in spec.planes)
+        shifts = ", ".join(str(s) for _, s in spec.planes)
+        fields = ", ".join(map(str, spec.fields))
+        lines.append(f'inline constexpr Layout k{name}{{"{name}", {spec.weights}, {spec.sub}, {spec.offset}, '
+                     f"{len(spec.planes)}, {len(spec.fields)}, {{{bits}}}, {{{shifts}}}, {{{fields}}}}};")
+    lines += ["", "}  // namespace custom::native::blocks::stated", ""]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":  # the build's step: python block_layouts.py OUT
+    import os
+    import sys
+
+    if len(sys.argv) != 2:
+        sys.exit("usage: python block_layouts.py OUT (the C++ header to write)")
+    text = cpp_header()
+    if not os.path.isfile(sys.argv[1]) or open(sys.argv[1]).read() != text:  # unchanged: nothing recompiles
+        os.makedirs(os.path.dirname(os.path.abspath(sys.argv[1])), exist_ok=True)
+        with open(sys.argv[1], "w") as f:
+            f.write(text)

@@ -22,6 +22,6 @@ struct Q2_K : ScaleAndNegatedMin {
 };
 }  // namespace
 
-extern const FormatKernels kFormatQ2_K = kernels_of<Q2_K>();
+extern const FormatKernels kFormatQ2_K = format_kernels<Q2_K, stated::kQ2_K>();
 
 }  // namespace custom::native::blocks

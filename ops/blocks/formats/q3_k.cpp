@@ -22,6 +22,6 @@ struct Q3_K : ScaleOnly {
 };
 }  // namespace
 
-extern const FormatKernels kFormatQ3_K = kernels_of<Q3_K>();
+extern const FormatKernels kFormatQ3_K = format_kernels<Q3_K, stated::kQ3_K>();
 
 }  // namespace custom::native::blocks

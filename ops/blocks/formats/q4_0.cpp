@@ -13,6 +13,6 @@ struct Q4_0 : ScaleOnly {
 };
 }  // namespace
 
-extern const FormatKernels kFormatQ4_0 = kernels_of<Q4_0>();
+extern const FormatKernels kFormatQ4_0 = format_kernels<Q4_0, stated::kQ4_0>();
 
 }  // namespace custom::native::blocks

@@ -13,6 +13,6 @@ struct Q4_1 : ScaleAndMin {
 };
 }  // namespace
 
-extern const FormatKernels kFormatQ4_1 = kernels_of<Q4_1>();
+extern const FormatKernels kFormatQ4_1 = format_kernels<Q4_1, stated::kQ4_1>();
 
 }  // namespace custom::native::blocks

@@ -12,6 +12,6 @@ struct Q4_K : KScales {
 };
 }  // namespace
 
-extern const FormatKernels kFormatQ4_K = kernels_of<Q4_K>();
+extern const FormatKernels kFormatQ4_K = format_kernels<Q4_K, stated::kQ4_K>();
 
 }  // namespace custom::native::blocks

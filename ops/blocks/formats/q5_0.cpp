@@ -14,6 +14,6 @@ struct Q5_0 : ScaleOnly {
 };
 }  // namespace
 
-extern const FormatKernels kFormatQ5_0 = kernels_of<Q5_0>();
+extern const FormatKernels kFormatQ5_0 = format_kernels<Q5_0, stated::kQ5_0>();
 
 }  // namespace custom::native::blocks

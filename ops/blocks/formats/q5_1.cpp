@@ -13,6 +13,6 @@ struct Q5_1 : ScaleAndMin {
 };
 }  // namespace
 
-extern const FormatKernels kFormatQ5_1 = kernels_of<Q5_1>();
+extern const FormatKernels kFormatQ5_1 = format_kernels<Q5_1, stated::kQ5_1>();
 
 }  // namespace custom::native::blocks

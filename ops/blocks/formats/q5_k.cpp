@@ -11,6 +11,6 @@ struct Q5_K : KScales {
 };
 }  // namespace
 
-extern const FormatKernels kFormatQ5_K = kernels_of<Q5_K>();
+extern const FormatKernels kFormatQ5_K = format_kernels<Q5_K, stated::kQ5_K>();
 
 }  // namespace custom::native::blocks

@@ -19,6 +19,6 @@ struct Q6_K : ScaleOnly {
 };
 }  // namespace
 
-extern const FormatKernels kFormatQ6_K = kernels_of<Q6_K>();
+extern const FormatKernels kFormatQ6_K = format_kernels<Q6_K, stated::kQ6_K>();
 
 }  // namespace custom::native::blocks

@@ -13,6 +13,6 @@ struct Q8_0 : ScaleOnly {
 };
 }  // namespace
 
-extern const FormatKernels kFormatQ8_0 = kernels_of<Q8_0>();
+extern const FormatKernels kFormatQ8_0 = format_kernels<Q8_0, stated::kQ8_0>();
 
 }  // namespace custom::native::blocks
