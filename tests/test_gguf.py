@@ -354,6 +354,27 @@ def test_a_weight_placeholder_that_does_not_reach_the_program_is_refused(gguf_mo
         disk.fill(program)
 
 
+def test_a_placeholder_is_forgotten_when_no_tensor_holds_its_memory(tmp_path):
+    # disk_weights' registry of placeholders (tag -> file) lasts as long as a tensor over a placeholder's memory does:
+    # a view keeps it, the last tensor's end removes it.
+    import gc
+
+    from my_ops.hf import disk_weights
+
+    path = tmp_path / "weight"
+    path.write_bytes(bytes(8192))
+    placeholder = disk_weights._placeholder((64, 128), torch.uint8, str(path))
+    tag = disk_weights.tag_of(placeholder)
+    assert tag is not None and disk_weights._FILES[tag] == str(path)
+    view = placeholder.view(-1)
+    del placeholder
+    gc.collect()
+    assert disk_weights.tag_of(view) == tag
+    del view
+    gc.collect()
+    assert tag not in disk_weights._FILES
+
+
 def modules_of(model) -> dict:
     return dict(model.named_modules())
 

@@ -19,13 +19,14 @@ import itertools
 import mmap
 import os
 import shutil
+import weakref
 
 import torch
 
 TAG = b"\x00my_ops placeholder\x00"  # then the weight's number in this process, 8 bytes
 TAGGED = len(TAG) + 8
 SMALLEST = 4096  # bytes: smaller tensors stay in memory (a page: a tag needs room, a smaller one saves nothing)
-_FILES: dict[bytes, str] = {}  # every placeholder's tag -> the file holding its weight's bytes
+_FILES: dict[bytes, str] = {}  # each live placeholder's tag -> the file holding its weight's bytes
 _NUMBERS = itertools.count()
 
 
@@ -45,6 +46,8 @@ def _placeholder(shape, dtype: torch.dtype, path: str) -> torch.Tensor:
     memory = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     memory[:TAGGED] = tag
     _FILES[tag] = path
+    # The memory lives as long as a tensor over it does; then its tag is forgotten (a long process exports many models).
+    weakref.finalize(memory, _FILES.pop, tag, None)
     return torch.frombuffer(memory, dtype=torch.uint8).view(dtype).reshape(shape)
 
 
