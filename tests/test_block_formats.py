@@ -354,6 +354,14 @@ def test_a_layout_that_a_formats_traits_do_not_have_stops_the_cmake_build_at_tha
     assert "q8_0.cpp" in proc.stdout
 
 
+def test_the_traits_check_tells_each_field_of_a_layout(combined_build):
+    # tests/cpp/block_layouts_stated.cpp: is_stated, the check above, fails a statement that differs from a format's
+    # traits in any one field, at compile time: the combined tree would not build otherwise; built means checked.
+    proc = subprocess.run([os.path.join(combined_build.build_dir, "block_layouts_stated")], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok: is_stated tells each field of a layout", proc.stderr
+
+
 BAD_WEIGHTS = [
     ("rows not whole blocks", lambda w: w[:, :-1], "are not whole"),
     ("a weight of another dtype", lambda w: w.float() if w.dtype == torch.uint8 else w.to(torch.int8),
