@@ -461,7 +461,12 @@ class Executor:
         flags += self._flags(attrs.get("compiler_flags", []), target) + ["-fPIC"]
         sources = [self.source(value, target.cell) for value in attrs.get("srcs", [])]
         with concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 2) as pool:
-            return list(pool.map(lambda src: self._compile_one(target, src, flags), sources))
+            compiles = [pool.submit(self._compile_one, target, src, flags) for src in sources]
+            try:
+                return [c.result() for c in compiles]
+            except GraphError:
+                pool.shutdown(cancel_futures=True)  # as a failed build stops: the compiles not yet started never do
+                raise
 
     def _content_key(self, path: str) -> str:
         """A header tree or output directory by the content of its files, any other path by the content of the file.
