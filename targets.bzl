@@ -23,6 +23,7 @@ load(
 
 _RUNNER_HEADERS = [
     "runner/command_line.h",
+    "runner/data_file.h",
     "runner/file_segment_loader.h",
     "runner/flat_reader.h",
     "runner/greedy_decoding.h",
@@ -160,6 +161,7 @@ def _define_example(suffix, ops):
         srcs = [
             "runner/custom_ops_executor_runner.cpp",
             "runner/command_line.cpp",
+            "runner/data_file.cpp",
             "runner/kernel_calls.cpp",
             "runner/program_runner.cpp",
             "runner/xnnpack_payload.cpp",

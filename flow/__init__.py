@@ -17,6 +17,7 @@ models on the ops and benchmark/ times both; nothing here imports either.
     export           torch.export -> .pte (+ .pt2 beside it)                  python -m flow.export --op NAME
     program          the one .pte reader: operators, inputs and outputs, planned memory, the untrusted-program checks
     xnnpack_layout, xnnpack_payload   XNNPACK's payload bytes described once, and checked before the backend reads them
+    data_file        a named data file (.ptd, a program's weights outside it) checked before the runtime reads it
     lazy_exir        reading and running a program without importing the exporter
     runtime          the ExecuTorch Python runtime: the kernel library, checked loading
     runner           driving the C++ runner: raw tensor files in and out

@@ -97,6 +97,7 @@ class MethodSpec:
     backends: tuple[str, ...] = ()  # the delegates' backend ids, e.g. ("XnnpackBackend",)
     delegate_problems: tuple[str, ...] = ()  # what is wrong with the delegates' entries or payloads (check 7)
     list_problem: str | None = None  # a list value whose item is of another kind (check 8)
+    external_tensors: int = 0  # tensors whose bytes are in a named data file (.ptd) the runtime must be given
 
 
 @dataclass(frozen=True)
@@ -225,6 +226,8 @@ def _read_methods(program, data: bytes, segment_base: int | None, named_data: di
             planned_buffer_sizes=tuple(plan.non_const_buffer_sizes), operators=operators, kernel_calls=calls,
             kernel_keys=tuple((args.op_index, _kernel_key(plan.values, args.args)) for args in kernel_args),
             backends=tuple(delegate.id for delegate in plan.delegates),
+            external_tensors=sum(type(v.val).__name__ == "Tensor" and v.val.extra_tensor_info is not None and
+                                 int(v.val.extra_tensor_info.location) == TENSOR_DATA_EXTERNAL for v in plan.values),
             list_problem=list_problem([type(v.val).__name__ for v in plan.values],
                                       lambda i: plan.values[i].val.items),
             delegate_problems=tuple(problem for i, delegate in enumerate(plan.delegates)

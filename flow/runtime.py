@@ -211,28 +211,64 @@ def _register_replacing_kernels(spec: MethodSpec, program_name: str) -> None:
 
 
 def load_method_checked(path: str | os.PathLike, method: str = "forward",
-                        max_memory: int = DEFAULT_MAX_MEMORY) -> CheckedMethod:
+                        max_memory: int = DEFAULT_MAX_MEMORY, data_path: str | os.PathLike | None = None) -> CheckedMethod:
     """flow.program.check() (a ValueError naming the problem), then the runtime's own load with full verification
-    (InternalConsistency) of the same bytes. The kernel library must be loaded first."""
+    (InternalConsistency) of the same bytes. data_path: the named data file (.ptd) of a program exported with its
+    weights outside it, checked as the runner checks it (flow/data_file.py) and handed over as the bytes checked. The
+    kernel library must be loaded first."""
     defer_exir_package()
-    from executorch.runtime import Runtime
-
     with open(path, "rb") as f:
         data = f.read()
     spec = check(data, method, max_memory)
+    data_arg, data_fd = _checked_data_file(spec, os.fspath(path), None if data_path is None else os.fspath(data_path))
+    try:
+        return _load_checked(data, spec, os.fspath(path), method, data_arg)
+    finally:
+        if data_fd is not None:
+            os.close(data_fd)  # the runtime holds its own mapping or descriptor
+
+
+def _load_checked(data: bytes, spec, path: str, method: str, data_path: str | None) -> CheckedMethod:
+    from executorch.runtime import Runtime
+
     registered = set(Runtime.get().operator_registry.operator_names)
     if missing := [name for name in dict.fromkeys(spec.operators) if name not in registered]:
         from flow.runtime_kernels import missing_operator_advice
 
-        raise MissingOperatorError(f"{os.path.basename(os.fspath(path))}: the program calls operator(s) that no kernel "
+        raise MissingOperatorError(f"{os.path.basename(path)}: the program calls operator(s) that no kernel "
                                    f"library loaded into this process registers: {', '.join(missing)}. "
                                    f"{missing_operator_advice(missing)}")
-    _register_replacing_kernels(spec, os.path.basename(os.fspath(path)))
+    _register_replacing_kernels(spec, os.path.basename(path))
     fd = _unnamed_file(data, os.path.dirname(os.path.abspath(path))) if len(data) > LARGE_PROGRAM_BYTES else None
     fd = _as_file(data) if fd is None else fd
     if fd is None:
-        return CheckedMethod(Runtime.get().load_program(data), method, spec)
+        return CheckedMethod(Runtime.get().load_program(data, data_path=data_path), method, spec)
     try:
-        return CheckedMethod(Runtime.get().load_program(f"/proc/self/fd/{fd}"), method, spec)
+        return CheckedMethod(Runtime.get().load_program(f"/proc/self/fd/{fd}", data_path=data_path), method, spec)
     finally:
         os.close(fd)  # the runtime holds its own mapping or descriptor
+
+
+def _checked_data_file(spec, program: str, data_path: str | None) -> tuple[str | None, int | None]:
+    """(the path the runtime reads, the descriptor to close after) of the checked bytes of the data file `data_path`
+    that the program `spec` needs ((None, None) when it needs none); ProgramError / DataFileError naming what is missing
+    or wrong, in the runner's words."""
+    from flow.data_file import check as check_data_file
+    from flow.program import ProgramError
+
+    if data_path is None:
+        if spec.external_tensors:
+            raise ProgramError(f"'{program}' keeps {spec.external_tensors} tensor(s) in a named data file outside it "
+                               "(exported with its weights in a .ptd): pass that file as data_path, the one written "
+                               "beside the program by the same export")
+        return None, None
+    if not spec.external_tensors:
+        raise ProgramError(f"data_path gives '{data_path}', but '{program}' names no data outside itself (its weights "
+                           "are inside it): drop data_path, or give the program exported with that data file")
+    with open(data_path, "rb") as f:
+        data = f.read()
+    check_data_file(data, data_path)
+    # the bytes checked, not the path again: a file changed after the check is not read
+    fd = _unnamed_file(data, os.path.dirname(os.path.abspath(data_path))) if len(data) > LARGE_PROGRAM_BYTES else None
+    fd = _as_file(data) if fd is None else fd
+    return (data_path, None) if fd is None else (f"/proc/self/fd/{fd}", fd)

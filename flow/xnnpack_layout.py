@@ -1,5 +1,6 @@
 """The one description of the bytes the delegate checks read: ExecuTorch's XNNPACK payload header, the FlatBuffers
-field slots of the XNNPACK graph and of the .pte's Program, and the limits XNNPACK's compiler relies on. The Python
+field slots of the XNNPACK graph, of the .pte's Program and of a named data file (.ptd, whose header is here too), and
+the limits XNNPACK's compiler relies on. The Python
 checker (flow/xnnpack_payload.py) reads it directly; the runner's checker (runner/xnnpack_payload.cpp) includes
 runner/xnnpack_layout.h, which is generated from this table:
 
@@ -56,7 +57,27 @@ SLOTS = {
     "DataSegment": {"offset": 0, "size": 1},
     "NamedData": {"key": 0, "segment_index": 1},
     "CompileSpec": {"key": 0, "value": 1},
+    # A named data file (.ptd): extension/flat_tensor/serialize/flat_tensor.fbs (its DataSegment: DataSegment's slots)
+    "FlatTensor": {"version": 0, "segments": 1, "named_data": 2},
+    "FlatTensorNamedData": {"key": 0, "segment_index": 1, "tensor_layout": 2},
+    "TensorLayout": {"scalar_type": 0, "sizes": 1, "dim_order": 2},
 }
+
+# A named data file's header (FlatTensorHeader, extension/flat_tensor/serialize/flat_tensor_header.h): it follows the
+# flatbuffer's root offset and identifier; the flatbuffer spans the file's first flatbuffer_offset + flatbuffer_size
+# bytes, the segments follow at segment_base_offset.
+PTD_IDENTIFIER = b"FT01"
+PTD_HEADER_MAGIC = b"FH01"
+PTD_HEADER_FIELDS = {
+    "magic": (8, "4s"),
+    "header_length": (12, "I"),
+    "flatbuffer_offset": (16, "Q"),
+    "flatbuffer_size": (24, "Q"),
+    "segment_base_offset": (32, "Q"),
+    "segment_data_size": (40, "Q"),
+}
+PTD_HEADER_LENGTH = 40
+PTD_MAX_SCHEMA_VERSION = 0  # FlatTensorDataMap::kMaxSupportedSchemaVersion
 
 # Union member tags (0 is NONE).
 XVALUE_TENSOR, XVALUE_QUANTIZED = 1, 2
@@ -135,6 +156,13 @@ def cpp_header() -> str:
     for name, (offset, _) in HEADER_FIELDS.items():
         lines.append(f"constexpr size_t k{_cpp_name(name)[1:]}At = {offset};")
     lines.append("constexpr const char* kIdentifiers[] = {" + ", ".join(f'"{i.decode()}"' for i in IDENTIFIERS) + "};")
+    lines += ["// A named data file's (.ptd) identifier and header.",
+              f'constexpr char kPtdIdentifier[] = "{PTD_IDENTIFIER.decode()}";',
+              f'constexpr char kPtdHeaderMagic[] = "{PTD_HEADER_MAGIC.decode()}";']
+    for name, (offset, _) in PTD_HEADER_FIELDS.items():
+        lines.append(f"constexpr size_t kPtd{_cpp_name(name)[1:]}At = {offset};")
+    lines += [f"constexpr uint32_t kPtdHeaderLength = {PTD_HEADER_LENGTH};",
+              f"constexpr uint32_t kPtdMaxSchemaVersion = {PTD_MAX_SCHEMA_VERSION};"]
     lines.append("")
     for table, slots in SLOTS.items():
         lines.append(f"namespace {table} {{")

@@ -104,6 +104,10 @@ const std::vector<Flag>& flags() {
   static const std::vector<Flag> table = {
       {"--model_path", "FILE.pte", kExecuTorchOnly, "the program to run (required)",
        [](const std::string& v, CommandLine& o) { return store_path("--model_path", v, o.program); }},
+      {"--data_path", "FILE.ptd", kExecuTorchOnly,
+       "the named data file holding the weights of a program exported with them outside it (ExecuTorch's .ptd, "
+       "written beside the .pte by its export)",
+       [](const std::string& v, CommandLine& o) { return store_path("--data_path", v, o.data_path); }},
       {"--package", "FILE.pt2", kAotInductorOnly, "the torch._inductor package to run (required)",
        [](const std::string& v, CommandLine& o) { return store_path("--package", v, o.program); }},
       {"--list_registered", nullptr, kExecuTorchOnly,

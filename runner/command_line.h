@@ -33,6 +33,7 @@ struct CommandLine {
   bool help = false;
   bool list_registered = false;
   std::string program;  // --model_path (ExecuTorch) or --package (AOTInductor)
+  std::string data_path;  // ExecuTorch: the named data file (.ptd) holding the weights the program names
   std::string method = "forward";
   // One list per --inputs flag: execution N takes list N modulo their count (state across executions).
   std::vector<std::vector<std::string>> inputs;

@@ -57,8 +57,23 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "error: cannot read model file '%s'\n", options.program.c_str());
     return 1;
   }
+  // A named data file (--data_path) is read the same way: its weights are what a decode step streams.
+  std::unique_ptr<custom_ops_runner::FileSegmentLoader> data_loader;
+  if (!options.data_path.empty()) {
+    if (!std::ifstream(options.data_path, std::ios::binary)) {
+      std::fprintf(stderr, "error: cannot open data file '%s': %s\n", options.data_path.c_str(), std::strerror(errno));
+      return 1;
+    }
+    auto data = custom_ops_runner::FileSegmentLoader::from(options.data_path.c_str());
+    if (!data.ok()) {
+      std::fprintf(stderr, "error: cannot read data file '%s'\n", options.data_path.c_str());
+      return 1;
+    }
+    data_loader = std::make_unique<custom_ops_runner::FileSegmentLoader>(std::move(*data));
+  }
   const int status = custom_ops_runner::run_program(
-      std::make_unique<custom_ops_runner::FileSegmentLoader>(std::move(*loader)), options.program, options);
+      std::make_unique<custom_ops_runner::FileSegmentLoader>(std::move(*loader)), options.program, options,
+      std::move(data_loader));
   custom_ops_runner::print_path_counts();
   return status;
 }

@@ -113,6 +113,22 @@ std::optional<std::string> check_input_data(const uint8_t* data, size_t size) {
   return std::nullopt;
 }
 
+size_t external_tensors(const uint8_t* data, size_t size) {
+  FlatReader r(data, size);
+  size_t count = 0;
+  for (size_t plan : r.tables(r.target(0), L::Program::kExecutionPlan).value_or(std::vector<size_t>{})) {
+    for (size_t value : r.tables(plan, L::ExecutionPlan::kValues).value_or(std::vector<size_t>{})) {
+      if (!r.ok() || r.scalar<uint8_t>(value, L::EValue::kValType) != kTensorTag) {
+        continue;
+      }
+      const size_t tensor = r.child(value, L::EValue::kVal);
+      const size_t extra = tensor == 0 ? 0 : r.child(tensor, L::Tensor::kExtraTensorInfo);
+      count += extra != 0 && r.scalar<int8_t>(extra, L::ExtraTensorInfo::kLocation) == L::kTensorDataExternal;
+    }
+  }
+  return r.ok() ? count : 0;
+}
+
 std::vector<std::string> program_operators(const uint8_t* data, size_t size) {
   FlatReader r(data, size);
   std::vector<std::string> all;

@@ -28,6 +28,10 @@ std::optional<std::string> check_tensor_dtypes(const uint8_t* data, size_t size)
 // set_input would copy the caller's values over those bytes, read-only where the program is mapped from a file.
 std::optional<std::string> check_input_data(const uint8_t* data, size_t size);
 
+// How many tensor values of the program keep their bytes in a named data file (.ptd) outside it: the runtime reads
+// them from the data map it is given, and fails the method without one.
+size_t external_tensors(const uint8_t* data, size_t size);
+
 // Whether ExecuTorch's kernel libraries (the wheel's optimized and quantized kernels) register `name`, and whether
 // `name` is of one of ExecuTorch's own namespaces (aten, prims, quantized_decomposed, ...): from the same generated
 // table, for the message naming what to do about an operator no linked library registers.

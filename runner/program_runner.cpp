@@ -2,12 +2,14 @@
 // been checked (verification, then MethodMeta's checked accessors, then the memory budget).
 #include "program_runner.h"
 
+#include "data_file.h"
 #include "greedy_decoding.h"
 #include "kernel_calls.h"
 #include "xnnpack_payload.h"
 
 #include <executorch/devtools/etdump/etdump_flatcc.h>
 
+#include <executorch/extension/flat_tensor/flat_tensor_data_map.h>
 #include <executorch/extension/memory_allocator/malloc_memory_allocator.h>
 #include <executorch/extension/tensor/tensor.h>
 #include <executorch/runtime/core/exec_aten/util/scalar_type_util.h>
@@ -753,7 +755,7 @@ size_t program_data_bytes(const executorch::runtime::DataLoader& loader, size_t 
 // a segment) must be read: a copy of the constant segments beside the loaded program would double the runner's memory
 // for a model whose weights are most of its file.
 std::optional<std::string> check_program_data(const executorch::runtime::DataLoader& loader, bool delegated,
-                                              std::vector<std::string>& operators) {
+                                              std::vector<std::string>& operators, size_t& external) {
   auto size = loader.size();
   if (!size.ok()) {
     return std::nullopt;  // Program::load read it; nothing to add
@@ -766,6 +768,7 @@ std::optional<std::string> check_program_data(const executorch::runtime::DataLoa
   }
   const auto* data = static_cast<const uint8_t*>(file->data());
   operators = program_operators(data, file->size());
+  external = external_tensors(data, file->size());
   if (auto problem = check_kernel_calls(data, file->size())) {
     return "has a kernel call the runtime cannot unbox safely: " + *problem;
   }
@@ -918,12 +921,45 @@ int decode(executorch::runtime::Method& method, const MethodMeta& meta, const Ru
   return 0;
 }
 
+// The named data file (.ptd) a program exported with its weights outside it reads them from: required when the program
+// names external tensors, refused when it names none (the wrong file, or the wrong program). `loader` reads
+// `data_path` (null when none was given); the map keeps a pointer to it.
+std::optional<std::string> open_data_map(executorch::runtime::DataLoader* loader, const std::string& data_path,
+                                         const std::string& program_name, size_t external,
+                                         std::optional<executorch::extension::FlatTensorDataMap>& map) {
+  if (loader == nullptr) {
+    if (external == 0) {
+      return std::nullopt;
+    }
+    return "'" + program_name + "' keeps " + std::to_string(external) + " tensor(s) in a named data file outside "
+        "it (exported with its weights in a .ptd): pass that file with --data_path=FILE.ptd, the one written beside "
+        "the program by the same export";
+  }
+  if (external == 0) {
+    return "--data_path gives '" + data_path + "', but '" + program_name + "' names no data outside itself (its "
+        "weights are inside it): drop --data_path, or give the program exported with that data file";
+  }
+  if (auto problem = check_data_file(*loader)) {
+    return "'" + data_path + "' is not a usable ExecuTorch data file (.ptd): " + *problem +
+        ". Write it again with its program's export";
+  }
+  g_log.errors.clear();
+  auto loaded = executorch::extension::FlatTensorDataMap::load(loader);
+  if (!loaded.ok()) {
+    return "'" + data_path + "' is not a loadable ExecuTorch data file (.ptd): " + describe(loaded.error()) +
+        ". Write it again with its program's export" + logged_errors();
+  }
+  map.emplace(std::move(*loaded));
+  return std::nullopt;
+}
+
 } // namespace
 
 int run_program(
     std::unique_ptr<executorch::runtime::DataLoader> loader,
     const std::string& program_name,
-    const RunOptions& options) {
+    const RunOptions& options,
+    std::unique_ptr<executorch::runtime::DataLoader> data_loader) {
   g_program_name = program_name;
   g_quiet = options.quiet;
   g_log = LogDetails();
@@ -957,8 +993,13 @@ int run_program(
     return fail("cannot read method '" + options.method + "': " + describe(meta.error()) + logged_errors());
   }
   std::vector<std::string> operators;
-  if (auto err = check_program_data(*loader, meta->num_backends() != 0, operators)) {
+  size_t external = 0;
+  if (auto err = check_program_data(*loader, meta->num_backends() != 0, operators, external)) {
     return fail("'" + program_name + "' " + *err + ". Re-export it");
+  }
+  std::optional<executorch::extension::FlatTensorDataMap> data_map;
+  if (auto err = open_data_map(data_loader.get(), options.data_path, program_name, external, data_map)) {
+    return fail(*err);
   }
   for (const std::string& name : executorchs_in_place_of_declared(operators)) {
     std::fprintf(stderr, "warning: ExecuTorch's own kernel runs for %s: custom_ops.bzl declares a kernel in its place "
@@ -982,7 +1023,7 @@ int run_program(
   g_log.errors.clear();
   const std::vector<executorch::runtime::Kernel> kernels = method_kernel_list();
   auto method = program->load_method(options.method.c_str(), &memory_manager, profile ? &profiling.tracer : nullptr,
-                                     /*named_data_map=*/nullptr, /*backend_options=*/nullptr,
+                                     data_map ? &*data_map : nullptr, /*backend_options=*/nullptr,
                                      {kernels.data(), kernels.size()});
   // ExecuTorch 1.5 can report success for a method one of whose operators it failed to resolve (a later operator's
   // success overwrites the delayed error; e.g. a name over its 100-character buffer): executing it calls a null kernel.
@@ -1007,6 +1048,11 @@ int run_program(
         return fail(calls + ". " + why);
       }
       return fail(calls + ". " + missing_operator_advice(g_log.missing_operators));
+    }
+    if (data_map) {
+      return fail("cannot load method '" + options.method + "' with the data in '" + options.data_path + "': " +
+                  describe(method.error()) + ". The data file must be the one exported with this program (the "
+                  "same export writes both)" + logged_errors());
     }
     return fail("cannot load method '" + options.method + "': " + describe(method.error()) + logged_errors());
   }

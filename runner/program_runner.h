@@ -34,12 +34,13 @@ struct RunOptions : CommandLine {
   }
 };
 
-// Runs `options.method` of the program `loader` reads (named `program_name` in messages). Returns 0, or 1 after
-// printing one `error:` line.
+// Runs `options.method` of the program `loader` reads (named `program_name` in messages), with the named data file
+// `data_loader` reads (options.data_path; null: none). Returns 0, or 1 after printing one `error:` line.
 int run_program(
     std::unique_ptr<executorch::runtime::DataLoader> loader,
     const std::string& program_name,
-    const RunOptions& options);
+    const RunOptions& options,
+    std::unique_ptr<executorch::runtime::DataLoader> data_loader = nullptr);
 
 // Prints the operators and backends linked into this process, one per line ("operator my_ops::mul3.out",
 // "backend XnnpackBackend"), sorted: what a program may use (flow/program.py's missing_from() reads this).

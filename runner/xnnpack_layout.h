@@ -16,6 +16,17 @@ constexpr size_t kFlatbufferSizeAt = 14;
 constexpr size_t kConstantDataOffsetAt = 18;
 constexpr size_t kConstantDataSizeAt = 22;
 constexpr const char* kIdentifiers[] = {"XN00", "XN01"};
+// A named data file's (.ptd) identifier and header.
+constexpr char kPtdIdentifier[] = "FT01";
+constexpr char kPtdHeaderMagic[] = "FH01";
+constexpr size_t kPtdMagicAt = 8;
+constexpr size_t kPtdHeaderLengthAt = 12;
+constexpr size_t kPtdFlatbufferOffsetAt = 16;
+constexpr size_t kPtdFlatbufferSizeAt = 24;
+constexpr size_t kPtdSegmentBaseOffsetAt = 32;
+constexpr size_t kPtdSegmentDataSizeAt = 40;
+constexpr uint32_t kPtdHeaderLength = 40;
+constexpr uint32_t kPtdMaxSchemaVersion = 0;
 
 namespace XNNGraph {
 constexpr int kXnodes = 1;
@@ -139,6 +150,21 @@ namespace CompileSpec {
 constexpr int kKey = 0;
 constexpr int kValue = 1;
 } // namespace CompileSpec
+namespace FlatTensor {
+constexpr int kVersion = 0;
+constexpr int kSegments = 1;
+constexpr int kNamedData = 2;
+} // namespace FlatTensor
+namespace FlatTensorNamedData {
+constexpr int kKey = 0;
+constexpr int kSegmentIndex = 1;
+constexpr int kTensorLayout = 2;
+} // namespace FlatTensorNamedData
+namespace TensorLayout {
+constexpr int kScalarType = 0;
+constexpr int kSizes = 1;
+constexpr int kDimOrder = 2;
+} // namespace TensorLayout
 
 constexpr uint8_t kXValueTensor = 1, kXValueQuantized = 2;
 constexpr uint8_t kQuantPerChannel = 1, kQuantPerTensor = 2,

@@ -337,6 +337,36 @@ def test_a_model_built_without_weights_takes_the_files_tensors_and_exports_the_s
     assert (tmp_path / "on_disk.pte").read_bytes() == expected
 
 
+def test_weights_held_on_disk_reach_a_named_data_file_as_they_are(gguf_module, tmp_path):
+    # The program with its weights in model.ptd (export_program's data_file): from the file's tensors waiting on disk,
+    # the program and the data file are byte for byte those of the model holding its blocks in memory.
+    import copy
+
+    from my_ops.hf import export_program
+    from my_ops.hf.checkpoint import _model_on_file_tensors
+    from my_ops.hf.to_program import write_program
+
+    model = mixed_llama()
+    write_model_gguf(model, tmp_path / "mixed.gguf")
+    path = str(tmp_path / "mixed.gguf")
+    gguf_module.attach_blocks(model, path)
+    written = {}
+    for way in ("memory", "disk"):
+        (tmp_path / way).mkdir()
+        if way == "memory":
+            program = export_program(copy.deepcopy(model), max_seq_len=32, quantize="gguf", data_file="model")
+        else:
+            weights = tmp_path / "weights"
+            weights.mkdir()
+            on_disk = _model_on_file_tensors(copy.deepcopy(model.config), path, str(weights))
+            program = export_program(on_disk, max_seq_len=32, quantize="gguf", weights_dir=str(weights),
+                                     data_file="model")
+        written[way] = [open(f, "rb").read() for f in write_program(program, str(tmp_path / way / "model.pte"),
+                                                                      "model")]
+    assert [len(b) for b in written["disk"]] == [len(b) for b in written["memory"]]
+    assert written["disk"] == written["memory"] and len(written["disk"][1]) > 20 * len(written["disk"][0])
+
+
 def test_a_weight_placeholder_that_does_not_reach_the_program_is_refused(gguf_module, tmp_path):
     # A placeholder an export pass turned into another constant would leave its bytes in the program: refused.
     from my_ops.hf import export_program

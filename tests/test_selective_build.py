@@ -41,7 +41,7 @@ def test_an_op_registered_by_its_source_has_no_generated_registration(representa
             compiled = {os.path.basename(entry["file"]) for entry in json.load(f)}
         # (registered_by_its_sources.cpp: the marker the runner reads in place of codegen's registration)
         assert compiled == {*map(os.path.basename, op.kernel_sources), "registered_by_its_sources.cpp",
-                            "custom_ops_executor_runner.cpp", "command_line.cpp", "kernel_calls.cpp",
+                            "custom_ops_executor_runner.cpp", "command_line.cpp", "data_file.cpp", "kernel_calls.cpp",
                             "program_runner.cpp", "xnnpack_payload.cpp"}
         assert custom_ops(build.kernel_lib) == [op.out_name]
 

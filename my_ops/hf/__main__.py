@@ -2,7 +2,7 @@
 
     python -m my_ops.hf generate --model PATH --prompt "The capital of France is" [--chat] [--quantize gguf]
                                  [--max_new_tokens N] [--temperature T --top_k K --top_p P --seed S] [--verbose]
-    python -m my_ops.hf export --model PATH [--quantize 8da4w] --output DIR
+    python -m my_ops.hf export --model PATH [--quantize 8da4w] --output DIR [--ptd]
     python -m my_ops.hf perplexity --model PATH [--quantize 8da4w] [--text FILE] [--ctx N [--chunks K]]
 
 PATH is a Hugging Face model folder or a llama.cpp GGUF file (--quantize gguf: the file's own tensors in the formats
@@ -11,7 +11,8 @@ program is kept in a cache folder under a hash of the model, the precision and t
 decodes the prompt in ExecuTorch's Python runtime, prints the text as it forms and ends with the prefill time and
 decode speed; the libraries' own messages are kept out of it unless --verbose. Greedy by default; --temperature
 above 0 samples as llama.cpp does (top-k, then top-p, then the temperature; --seed repeats a text). export writes
-model.pte beside the tokenizer.json that ExecuTorch's LLM runner (TextLLMRunner) reads. perplexity scores a text (by
+model.pte beside the tokenizer.json that ExecuTorch's LLM runner (TextLLMRunner) reads (--ptd: the weights in
+model.ptd beside it, ExecuTorch's named data file; runners take it as --data_path). perplexity scores a text (by
 default the one shipped in the repository, examples/alice_chapter1.txt) with the program, beside the eager float32
 model's: over windows of --window tokens, or with --ctx by llama-perplexity's protocol (chunks of --ctx tokens, the
 second half of each scored, BOS first where the model adds one), the figure `llama-perplexity -c N` prints.
@@ -67,6 +68,9 @@ def _parser() -> argparse.ArgumentParser:
                           help="show the libraries' own messages (ExecuTorch's, torch's) around the text")
     export = command("export", "write model.pte and tokenizer.json (TextLLMRunner's inputs) into --output")
     export.add_argument("--output", required=True, help="the folder to write into")
+    export.add_argument("--ptd", action="store_true",
+                        help="the weights in model.ptd beside model.pte (ExecuTorch's named data file, read with "
+                             "the program: the runner's and TextLLMRunner's --data_path)")
     score = command("perplexity", "the perplexity of a text under the program, beside the eager float32 model's")
     score.add_argument("--text", default=DEFAULT_TEXT, help="a UTF-8 text file (default: %(default)s)")
     score.add_argument("--window", type=int, default=None, help="tokens per window (default: --max_seq_len)")
@@ -132,16 +136,16 @@ def _run(args) -> int:
 
 
 def _export(args, checkpoint, quantize) -> int:
-    from .to_program import export_checkpoint
+    from .to_program import export_checkpoint, write_program
 
-    pte = os.path.join(args.output, "model.pte")
-    program = export_checkpoint(checkpoint, max_seq_len=args.max_seq_len, quantize=quantize)
-    with open(pte, "wb") as f:
-        program.write_to_file(f)
+    data_file = "model" if args.ptd else None
+    program = export_checkpoint(checkpoint, max_seq_len=args.max_seq_len, quantize=quantize, data_file=data_file)
+    written = write_program(program, os.path.join(args.output, "model.pte"), data_file)
     del program
     from .checkpoint import save_tokenizer
 
-    print(f"Wrote {pte} ({os.path.getsize(pte) / 2 ** 20:.1f} MiB) and {save_tokenizer(checkpoint.tokenizer, args.output)}")
+    files = ", ".join(f"{path} ({os.path.getsize(path) / 2 ** 20:.1f} MiB)" for path in written)
+    print(f"Wrote {files} and {save_tokenizer(checkpoint.tokenizer, args.output)}")
     return 0
 
 

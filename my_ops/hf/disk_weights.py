@@ -110,16 +110,18 @@ class DiskWeights:
         placeholder is not in the program as itself."""
         from executorch.exir._serialize._cord import FileBackedData
 
-        pieces = program._pte_data._buffers  # the serialized program (a Cord), piece by piece
+        # the serialized program and its named data files (.ptd), each a Cord, piece by piece
+        cords = [program._pte_data, *(program._tensor_data or {}).values()]
         found = set()
-        for index, piece in enumerate(pieces):
-            if isinstance(piece, bytes) and len(piece) >= TAGGED and piece.startswith(TAG):
-                tag = piece[:TAGGED]
-                if tag not in self.expected or tag in found or os.path.getsize(_FILES[tag]) != len(piece):
-                    raise RuntimeError(f"the program holds a weight placeholder {tag!r} it should not: an export pass "
-                                       "copied or changed a weight; export with the weights in memory")
-                pieces[index] = FileBackedData(_FILES[tag])
-                found.add(tag)
+        for pieces in (cord._buffers for cord in cords):
+            for index, piece in enumerate(pieces):
+                if isinstance(piece, bytes) and len(piece) >= TAGGED and piece.startswith(TAG):
+                    tag = piece[:TAGGED]
+                    if tag not in self.expected or tag in found or os.path.getsize(_FILES[tag]) != len(piece):
+                        raise RuntimeError(f"the program holds a weight placeholder {tag!r} it should not: an export "
+                                           "pass copied or changed a weight; export with the weights in memory")
+                    pieces[index] = FileBackedData(_FILES[tag])
+                    found.add(tag)
         if missing := len(self.expected - found):
             raise RuntimeError(f"{missing} of {len(self.expected)} weights did not reach the program as they were (an "
                                "export pass computed new constants from them); export with the weights in memory")

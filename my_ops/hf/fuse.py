@@ -236,7 +236,7 @@ def _attention_operands(sdpa):
     split = q.args[0].args[0]
     if not _is(split, aten.split_with_sizes.default) or split.args[2:] not in ((-1,), (2,)):
         return None
-    qkv, (batch, length, heads, head_dim) = split.args[0], _value(q).shape
+    qkv, (_, length, heads, head_dim) = split.args[0], _value(q).shape
     if _heads_of(q, split, 0, length, head_dim) != heads:  # q must be the first part, as k the second and v the third
         return None
     kv_heads = _heads_of(k, split, 1, length, head_dim)

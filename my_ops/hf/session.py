@@ -103,15 +103,23 @@ def load_kernels(library: str) -> None:
     _loaded_kernels.append(library)
 
 
-def load_method(pte: str):
-    """(program, method) of `pte` in ExecuTorch's Python runtime; keep the program as long as the method (it owns the
-    bytes the method reads). Decoding shares the machine's cores with ExecuTorch's thread pool, so PyTorch's own
+def load_method(pte: str, data_path: str | None = None):
+    """(program, method) of `pte` in ExecuTorch's Python runtime, its weights read from the named data file
+    `data_path` when it was exported with them outside it (export --ptd); keep the program as long as the method (it
+    owns the bytes the method reads). Decoding shares the machine's cores with ExecuTorch's thread pool, so PyTorch's own
     threads, which spin between ops, are limited to one (with two cores they cost a third of the speed)."""
     from executorch.runtime import Runtime
 
     torch.set_num_threads(1)
-    program = Runtime.get().load_program(pte)
-    return program, program.load_method("forward")
+    program = Runtime.get().load_program(pte, data_path=data_path)
+    try:
+        return program, program.load_method("forward")
+    except RuntimeError as err:
+        if data_path is None:
+            raise RuntimeError(f"{pte}: {err}. A program exported with its weights in a named data file (export "
+                               "--ptd) needs that file: pass the model.ptd written beside it") from None
+        raise RuntimeError(f"{pte} with {data_path}: {err}. The data file must be the one exported with this "
+                           "program") from None
 
 
 def versions() -> str:

@@ -8,7 +8,6 @@ of NORMS (docs/hf.md).
 
 from __future__ import annotations
 
-import warnings
 from typing import Callable
 
 import torch

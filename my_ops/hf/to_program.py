@@ -7,6 +7,7 @@ splits of the fused projections, views, the rotary table) runs on ExecuTorch's o
 
 from __future__ import annotations
 
+import os
 import warnings
 
 import torch
@@ -49,7 +50,8 @@ def prepare(model: torch.nn.Module, *, max_seq_len: int = 256, quantize: str | N
 
 
 def export_program(model: torch.nn.Module, *, max_seq_len: int = 256, quantize: str | None = None,
-                   keep_unknown_norms: bool = False, fusions=None, weights_dir: str | None = None):
+                   keep_unknown_norms: bool = False, fusions=None, weights_dir: str | None = None,
+                   data_file: str | None = None):
     """Swaps the project's ops into `model` (in place), exports it and returns the ExecuTorch program (an
     ExecutorchProgramManager: .buffer, .write_to_file). quantize: None (float32), "8da8w", "8da4w" or "gguf" (the
     blocks my_ops.gguf.attach_blocks put on the model). fusions: the export pass's fused ops (fuse.py's FUSIONS:
@@ -58,7 +60,9 @@ def export_program(model: torch.nn.Module, *, max_seq_len: int = 256, quantize: 
     precision reached the program's own kernels. weights_dir: the packed weights wait in files there while the program
     is emitted, and the program takes them from there when it is written (my_ops/hf/disk_weights.py: the export holds
     them once, not twice); the folder must outlive the writing, and the model is left with placeholders, for this
-    export only."""
+    export only. data_file: the weights (every constant) go into ExecuTorch's named data file <data_file>.ptd instead
+    of the program, which then names each by its key; write both with write_program, load the program with it
+    (the runner's --data_path, Runtime.load_program(data_path=...))."""
     from executorch.exir import EdgeCompileConfig, ExecutorchBackendConfig, to_edge
     from executorch.exir.passes import MemoryPlanningPass
 
@@ -97,19 +101,35 @@ def export_program(model: torch.nn.Module, *, max_seq_len: int = 256, quantize: 
     # Planned tensors (the caches, the activations) and the constants (the weights) on cache lines: a kernel's 64-byte
     # loads then touch one line each where the runtime puts the plan and the program's data on one (the project's
     # runner and Python loader do; ExecuTorch's default aligns both to 16 bytes).
+    if data_file is not None and (not data_file or os.path.basename(data_file) != data_file or data_file.endswith(".ptd")):
+        raise UnsupportedModelError(f"data_file={data_file!r}: give the data file's name without folder or .ptd "
+                                    "(\"model\" writes model.ptd beside the program)")
     config = ExecutorchBackendConfig(memory_planning_pass=MemoryPlanningPass(alignment=64),
-                                     constant_tensor_alignment=64)
+                                     constant_tensor_alignment=64,
+                                     external_constants=(lambda node: data_file) if data_file else False)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Mutation on a buffer in the model is detected")
         program = edge.to_executorch(config)
     return program if disk is None else disk.fill(program)
 
 
+def write_program(program, pte: str, data_file: str | None = None) -> list[str]:
+    """Writes `program` to `pte` and, when it was exported with data_file, <data_file>.ptd beside it (the data file
+    holds the weights the program names); returns the paths written, the program first."""
+    with open(pte, "wb") as f:
+        program.write_to_file(f)
+    if data_file is None:
+        return [pte]
+    folder = os.path.dirname(os.path.abspath(pte))
+    program.write_tensor_data_to_file(folder)
+    return [pte, os.path.join(folder, f"{data_file}.ptd")]
+
+
 def export_checkpoint(checkpoint, *, max_seq_len: int = 256, quantize: str | None = None,
-                      weights_dir: str | None = None):
+                      weights_dir: str | None = None, data_file: str | None = None):
     """export_program of a loaded checkpoint (my_ops.hf.checkpoint.load); quantize="gguf" first attaches the blocks of
     the GGUF file it was loaded from (a model folder has none: refused), unless it was loaded on them
-    (dequantize=False), which takes quantize="gguf" alone. weights_dir: as export_program's."""
+    (dequantize=False), which takes quantize="gguf" alone. weights_dir, data_file: as export_program's."""
     if not checkpoint.dequantized:
         if quantize != "gguf":
             raise UnsupportedModelError(f"quantize={quantize!r} quantizes the float32 model, and this checkpoint holds "
@@ -124,7 +144,7 @@ def export_checkpoint(checkpoint, *, max_seq_len: int = 256, quantize: str | Non
                                         ".gguf file, or choose none, 8da8w or 8da4w for a model folder")
         attach_blocks(checkpoint.model, path)
     return export_program(checkpoint.model, max_seq_len=max_seq_len, quantize=quantize,
-                          weights_dir=weights_dir or checkpoint.weights_dir)
+                          weights_dir=weights_dir or checkpoint.weights_dir, data_file=data_file)
 
 
 def _ops_outside_delegates(graph) -> set[str]:
