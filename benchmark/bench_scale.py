@@ -5,6 +5,8 @@ models/scale_models.py makes (Q4_K_M; --kinds adds Q8_0):
 - the export, `python -m my_ops.hf export --quantize gguf` in a process of its own: wall time and peak resident
   memory (tools/own_peak_rss.py), beside the file's size and the time llama-quantize took to write the file;
 - the .pte's size; the runner's peak resident memory decoding NEW_TOKENS tokens after the prompt;
+- the same with the weights in a named data file (`export --ptd`): the export's time and peak, the .pte's and the
+  .ptd's sizes, the runner's peak with --data_path, and its logits against the one-file program's, bit for bit;
 - the time to the first token in ExecuTorch's Python runtime (the program's load and the prompt's first prefill);
 - prefill and decode at 1 thread and every core beside `llama-bench` on the same file (benchmark/bench_presets.py's
   measure: interleaved rounds, ratios within a round);
@@ -63,11 +65,28 @@ def own_peak(command: list[str], **kwargs) -> tuple[float, float]:
     return seconds, peak / 2 ** 30
 
 
-def export(path: str, build_dir: str, output: str) -> dict:
+def export(path: str, build_dir: str, output: str, ptd: bool = False) -> dict:
     seconds, peak = own_peak([sys.executable, "-m", "my_ops.hf", "export", "--model", path, "--quantize", "gguf",
-                              "--max_seq_len", str(MAX_SEQ_LEN), "--build_dir", build_dir, "--output", output],
-                             cwd=REPO_ROOT)
-    return {"export_s": seconds, "export_peak_gib": peak, "pte": os.path.join(output, "model.pte")}
+                              "--max_seq_len", str(MAX_SEQ_LEN), "--build_dir", build_dir, "--output", output,
+                              *(["--ptd"] if ptd else [])], cwd=REPO_ROOT)
+    return {"export_s": seconds, "export_peak_gib": peak, "pte": os.path.join(output, "model.pte"),
+            "ptd": os.path.join(output, "model.ptd") if ptd else None}
+
+
+def with_data_file(path: str, build_dir: str, output: str, runner: str, pte: str, ids: list[int]) -> dict:
+    """The file exported with its weights in model.ptd: the export, the sizes, the runner's peak with --data_path,
+    and whether its logits are the one-file program `pte`'s, bit for bit."""
+    from models.real_models import runner_peak_bytes
+
+    row = export(path, build_dir, output, ptd=True)
+    one, two = os.path.join(output, "one_file_logits.bin"), os.path.join(output, "data_file_logits.bin")
+    runner_peak_bytes(runner, pte, ids, logits=one)
+    row["runner_peak_gib"] = runner_peak_bytes(runner, row["pte"], ids, data_path=row["ptd"], logits=two) / 2 ** 30
+    with open(one, "rb") as a, open(two, "rb") as b:
+        row["same_logits"] = a.read() == b.read()
+    row["pte_kib"] = os.path.getsize(row["pte"]) / 2 ** 10
+    row["ptd_gib"] = os.path.getsize(row["ptd"]) / 2 ** 30
+    return row
 
 
 def step_bytes(path: str) -> int:
@@ -188,6 +207,8 @@ def main() -> int:
             row.update(export(path, args.build_dir, os.path.join(args.output_dir, f"{name}-{kind}")))
             row["pte_gib"] = os.path.getsize(row["pte"]) / 2 ** 30
             row["runner_peak_gib"] = runner_peak_bytes(runner, row["pte"], ids[:8]) / 2 ** 30
+            row["data_file"] = with_data_file(path, args.build_dir, os.path.join(args.output_dir, f"{name}-{kind}-ptd"),
+                                              runner, row["pte"], ids[:8])
             row["speed"] = measure(f"{name} {kind}", kind, row["pte"], path, ids, args.rounds, args.isa,
                                    new_tokens=new_tokens)
             row["agreement"] = agreement(row["pte"], path, thread_counts()[-1], os.path.dirname(row["pte"]))
@@ -196,6 +217,10 @@ def main() -> int:
             print(f"{name} {kind}: exported in {row['export_s']:.1f} s, peak {row['export_peak_gib']:.2f} GiB; "
                   f".pte {row['pte_gib']:.2f} GiB; runner peak {row['runner_peak_gib']:.2f} GiB; KL "
                   f"{row['agreement']['kl']:.5f}, same top token {row['agreement']['same_top']:.1%}", flush=True)
+            data = row["data_file"]
+            print(f"  with model.ptd: export peak {data['export_peak_gib']:.2f} GiB, runner peak "
+                  f"{data['runner_peak_gib']:.2f} GiB, logits {'equal' if data['same_logits'] else 'DIFFERENT'}",
+                  flush=True)
             rows.append(row)
     print(f"\nGGUF files at their sizes (export --quantize gguf; the Python runtime beside llama-bench on the same "
           f"file, medians of {args.rounds} interleaved rounds, min-max of each ratio; {os.cpu_count()} cores)\n"
@@ -218,6 +243,14 @@ def report(rows: list[dict]) -> list[str]:
                      f"({row['runner_peak_gib'] / row['file_gib']:.2f}x) | {statistics.median(first):.2f} | "
                      f"{row['agreement']['kl']:.4f} | {row['agreement']['same_top']:.1%} | "
                      f"{row['agreement']['ppl']:.2f} / {row['agreement']['llama_cpp_ppl']:.2f} |")
+    lines += ["", "| model | with model.ptd: export s | export peak GiB (x file) | .pte KiB | .ptd GiB | runner peak "
+              "GiB (x file) | logits = the one file's |", "| --- | ---: | ---: | ---: | ---: | ---: | --- |"]
+    for row in rows:
+        d = row["data_file"]
+        lines.append(f"| {row['model']} {row['kind']} | {d['export_s']:.0f} | {d['export_peak_gib']:.2f} "
+                     f"({d['export_peak_gib'] / row['file_gib']:.2f}x) | {d['pte_kib']:.0f} | {d['ptd_gib']:.2f} | "
+                     f"{d['runner_peak_gib']:.2f} ({d['runner_peak_gib'] / row['file_gib']:.2f}x) | "
+                     f"{'yes' if d['same_logits'] else 'NO'} |")
     header = ["model"]
     for t in counts:
         header += [f"decode {t}t project (read bound share)", "llama.cpp (share)", "ratio"]

@@ -338,12 +338,15 @@ def check_gguf_footprint(pte: str, checkpoint, runner: str, model: RealModel = S
     return [line]
 
 
-def runner_peak_bytes(runner: str, pte: str, ids: list[int]) -> int:
-    """The runner's own peak resident memory decoding NEW_TOKENS tokens after `ids` (logits not kept)."""
+def runner_peak_bytes(runner: str, pte: str, ids: list[int], data_path: str | None = None,
+                      logits: str | None = None) -> int:
+    """The runner's own peak resident memory decoding NEW_TOKENS tokens after `ids`, its weights read from the named
+    data file `data_path` when given; each step's logits written to `logits` when given."""
     from models.llama_cpp import run_own_peak
 
-    _, peak = run_own_peak([runner, f"--model_path={pte}", f"--prompt={','.join(map(str, ids))}",
-                            f"--new_tokens={NEW_TOKENS}"], check=True, capture_output=True, timeout=600)
+    extra = ([f"--data_path={data_path}"] if data_path else []) + ([f"--logits_path={logits}"] if logits else [])
+    _, peak = run_own_peak([runner, f"--model_path={pte}", *extra, f"--prompt={','.join(map(str, ids))}",
+                            f"--new_tokens={NEW_TOKENS}"], check=True, capture_output=True, timeout=1200)
     return peak
 
 
