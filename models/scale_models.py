@@ -10,9 +10,9 @@ The weights: every matrix N(0, 0.02^2) (transformers' initializer range), the no
 embedding at 1B) N(0, (LOGIT_STD / sqrt(hidden))^2), so that the logits of a normalized hidden state spread with a
 standard deviation near LOGIT_STD = 4: over 128,256 tokens that puts a few tenths of the probability on the top token
 (far from a flat distribution, where a comparison of two programs' distributions would say nothing). The text is no
-language; the shapes, the bytes a step reads and the arithmetic are the real models'. What is left out: Llama 3's
-rope scaling (llama.cpp reads it from a rope_freqs tensor that transformers' GGUF loader ignores), so both sides rotate
-with the plain rotary embedding of theta 500,000.
+language; the shapes, the bytes a step reads and the arithmetic are the real models', Llama 3's rope scaling included
+(their configs' factor, 32 at 1B and 8 at 8B, over an original context of 8,192): as llama.cpp's converter writes it,
+a rope_freqs tensor of each frequency's divisor, which llama.cpp and my_ops.hf both apply.
 
 The vocabulary is SentencePiece-style (llama.cpp's "llama" tokenizer): <unk>, <s>, </s>, the 256 byte tokens, then
 the words and letters of examples/alice_chapter1.txt, then filler pieces no text contains, so a text tokenizes into
@@ -49,11 +49,14 @@ class Shape:
     ffn: int
     head_dim: int
     tied: bool
+    rope_factor: float  # Llama 3's rope scaling: the lowest frequencies' divisor
     vocab: int = 128256
 
 
-SHAPES = {"1b": Shape(hidden=2048, layers=16, heads=32, kv_heads=8, ffn=8192, head_dim=64, tied=True),
-          "8b": Shape(hidden=4096, layers=32, heads=32, kv_heads=8, ffn=14336, head_dim=128, tied=False)}
+SHAPES = {"1b": Shape(hidden=2048, layers=16, heads=32, kv_heads=8, ffn=8192, head_dim=64, tied=True, rope_factor=32),
+          "8b": Shape(hidden=4096, layers=32, heads=32, kv_heads=8, ffn=14336, head_dim=128, tied=False, rope_factor=8)}
+LOW_FREQ_FACTOR, HIGH_FREQ_FACTOR, ORIGINAL_CONTEXT = 1.0, 4.0, 8192  # both configs' rope_scaling
+FILE_VERSION = 2  # in the files' names: a file made by an earlier version of this module is made again
 
 
 def tensors(shape: Shape) -> list[tuple[str, tuple[int, ...], float]]:
@@ -76,6 +79,18 @@ def tensors(shape: Shape) -> list[tuple[str, tuple[int, ...], float]]:
     if not shape.tied:
         found.append(("output.weight", (shape.vocab, shape.hidden), out_std))
     return found
+
+
+def llama3_rope_factors(theta: float, head_dim: int, factor: float, low_freq_factor: float, high_freq_factor: float,
+                        original_context: int) -> np.ndarray:
+    """Llama 3's rope scaling as the divisor of each rotary frequency, the tensor rope_freqs.weight that llama.cpp's
+    converter writes: a frequency whose wavelength is under original_context / high_freq_factor keeps its value, one
+    whose wavelength is over original_context / low_freq_factor is divided by `factor`, and the ones between move
+    smoothly from one to the other (Meta's scheme for Llama 3.1)."""
+    frequencies = 1.0 / theta ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
+    wavelengths = 2 * np.pi / frequencies
+    smooth = np.clip((original_context / wavelengths - low_freq_factor) / (high_freq_factor - low_freq_factor), 0, 1)
+    return (1.0 / ((1 - smooth) / factor + smooth)).astype(np.float32)
 
 
 def vocabulary(size: int) -> tuple[list[str], list[float], list[int]]:
@@ -125,12 +140,16 @@ def write_source(name: str, path: str) -> None:
     writer.add_add_bos_token(True)
     writer.add_add_eos_token(False)
     listed = tensors(shape)
+    factors = llama3_rope_factors(ROPE_THETA, shape.head_dim, shape.rope_factor, LOW_FREQ_FACTOR, HIGH_FREQ_FACTOR,
+                                  ORIGINAL_CONTEXT)
+    writer.add_tensor_info("rope_freqs.weight", factors.shape, factors.dtype, factors.nbytes)
     for tensor, dims, std in listed:
         dtype = np.float32 if std == 0.0 else np.float16
         writer.add_tensor_info(tensor, dims, np.dtype(dtype), int(np.prod(dims)) * np.dtype(dtype).itemsize)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_ti_data_to_file()
+    writer.write_tensor_data(factors)
     for index, (tensor, dims, std) in enumerate(listed):
         if std == 0.0:
             writer.write_tensor_data(np.ones(dims, np.float32))
@@ -149,11 +168,11 @@ def model_file(name: str, kind: str, log=print) -> str:
     source is written first and removed once every kind is made (it is 16 GB at 8B)."""
     from models import llama_cpp
 
-    path = os.path.join(ROOT, f"scale-{name}.{kind}.gguf")
+    path = os.path.join(ROOT, f"scale-{name}.v{FILE_VERSION}.{kind}.gguf")
     if os.path.isfile(path):
         return path
     os.makedirs(ROOT, exist_ok=True)
-    source = os.path.join(ROOT, f"scale-{name}.F16.gguf")
+    source = os.path.join(ROOT, f"scale-{name}.v{FILE_VERSION}.F16.gguf")
     if not os.path.isfile(source):
         log(f"Writing {source} (seed {SEED})")
         write_source(name, source + ".partial")
@@ -166,7 +185,7 @@ def model_file(name: str, kind: str, log=print) -> str:
     os.rename(path + ".partial", path)
     with open(path + ".quantize_seconds", "w") as f:  # what writing it took llama-quantize, for bench scale
         f.write(f"{time.perf_counter() - start:.1f}\n")
-    if all(os.path.isfile(os.path.join(ROOT, f"scale-{name}.{k}.gguf")) for k in KINDS):
+    if all(os.path.isfile(os.path.join(ROOT, f"scale-{name}.v{FILE_VERSION}.{k}.gguf")) for k in KINDS):
         os.remove(source)
     return path
 

@@ -114,10 +114,10 @@ def llama_cpp_permute(weight: np.ndarray, heads: int) -> np.ndarray:
 
 
 def write_model_gguf(model, path, kind: str = "Q4_1", overrides: dict | None = None,
-                     architecture: str = "llama") -> dict:
+                     architecture: str = "llama", extra: dict | None = None) -> dict:
     """The model's tensors as llama.cpp's converter names and orders them (Q and K rows interleaved for the llama
     architecture, as they are for Gemma 3), its matrices quantized to `kind` (`overrides`: {GGUF name: type}), the
-    norms float32; returns {GGUF name: transformers parameter}."""
+    norms float32, then `extra` ({GGUF name: (array, type)}); returns {GGUF name: transformers parameter}."""
     from transformers.modeling_gguf_pytorch_utils import get_gguf_hf_weights_map
 
     names = get_gguf_hf_weights_map(model)
@@ -132,7 +132,7 @@ def write_model_gguf(model, path, kind: str = "Q4_1", overrides: dict | None = N
             heads = config.num_attention_heads if ".attn_q." in gguf_name else config.num_key_value_heads
             weight = llama_cpp_permute(weight, heads)
         tensors[gguf_name] = (weight, (overrides or {}).get(gguf_name, kind if weight.ndim == 2 else "F32"))
-    write_gguf(path, tensors, architecture)
+    write_gguf(path, {**tensors, **(extra or {})}, architecture)
     return {n: h for n, h in names.items() if n in tensors}
 
 
@@ -365,6 +365,49 @@ def test_weights_held_on_disk_reach_a_named_data_file_as_they_are(gguf_module, t
                                                                       "model")]
     assert [len(b) for b in written["disk"]] == [len(b) for b in written["memory"]]
     assert written["disk"] == written["memory"] and len(written["disk"][1]) > 20 * len(written["disk"][0])
+
+
+def test_a_files_rope_factors_rotate_as_transformers_llama3_scaling(gguf_module, tmp_path):
+    # Llama 3's rope scaling as llama.cpp's converter stores it (rope_freqs.weight, each frequency's divisor; made by
+    # models/scale_models.py's llama3_rope_factors), read into a model built from the file's config, which has no
+    # rope scaling: its rotary embedding's cos and sin, at every position, are those of transformers' own llama3
+    # scaling of the same config. An original context of 64 puts the 8 frequencies in all three of its bands.
+    import copy
+
+    from transformers import LlamaForCausalLM
+
+    from models.scale_models import llama3_rope_factors
+    from my_ops.hf.checkpoint import _model_on_file_tensors, apply_rope_freqs
+    from my_ops.hf.gguf_file import check
+
+    model = tiny_llama()
+    config = model.config
+    scaling = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+               "original_max_position_embeddings": 64}
+    theta = config.rope_parameters["rope_theta"]
+    factors = llama3_rope_factors(theta, config.head_dim, 8.0, 1.0, 4.0, 64)
+    assert sorted(set(np.round(factors, 4))) != [1.0] and factors.min() == 1 and factors.max() == 8
+    assert ((factors > 1) & (factors < 8)).any()  # a smoothed band too
+    write_model_gguf(model, tmp_path / "scaled.gguf", extra={"rope_freqs.weight": (factors, "F32")})
+    scaled_config = copy.deepcopy(config)
+    scaled_config.rope_parameters = {**scaling, "rope_theta": theta}
+    expected_model = LlamaForCausalLM(scaled_config).eval()
+    positions = torch.arange(200)[None]
+    x = torch.zeros(1, 200, config.hidden_size)
+    expected = expected_model.model.rotary_emb(x, positions)
+    assert not torch.allclose(expected[0], model.model.rotary_emb(x, positions)[0])  # the scaling moves them
+    header = check(str(tmp_path / "scaled.gguf"))
+    on_file = _model_on_file_tensors(copy.deepcopy(config), str(tmp_path / "scaled.gguf"))  # --quantize gguf's path
+    in_float32 = copy.deepcopy(model)  # the float32 path: from_pretrained's model, then the factors
+    apply_rope_freqs(in_float32, header)
+    for loaded in (on_file, in_float32):
+        got = loaded.model.rotary_emb(x, positions)
+        for a, b in zip(got, expected):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    # factors that do not fit the model's rotary embedding: refused by name
+    write_model_gguf(model, tmp_path / "wrong.gguf", extra={"rope_freqs.weight": (np.ones(5, np.float32), "F32")})
+    with pytest.raises(gguf_module.UnsupportedTensorError, match="rope_freqs.weight holds 5 factors"):
+        _model_on_file_tensors(copy.deepcopy(config), str(tmp_path / "wrong.gguf"))
 
 
 def test_a_weight_placeholder_that_does_not_reach_the_program_is_refused(gguf_module, tmp_path):

@@ -151,16 +151,17 @@ def _load_gguf(path: str, layers: int | None, dequantize: bool, weights_dir: str
                 json.dump({k: vocabulary[k] for k in ("bos_token_id", "eos_token_id") if k in vocabulary}, f)
             model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=os.path.basename(path), config=config,
                                                          dtype=torch.float32)
+        apply_rope_freqs(model, header)
     else:
-        model = _model_on_file_tensors(config, path, weights_dir)
+        model = _model_on_file_tensors(config, path, weights_dir, header)
     tokenizer, add_bos = from_file(path, header, parsed)
     return Checkpoint(model, tokenizer, path, _stop_ids(vocabulary.get("eos_token_id"), tokenizer), add_bos)
 
 
-def _model_on_file_tensors(config, path: str, weights_dir: str | None = None) -> torch.nn.Module:
+def _model_on_file_tensors(config, path: str, weights_dir: str | None = None, header=None) -> torch.nn.Module:
     """transformers' model of `config` built as from_pretrained builds it before it loads weights (parameters on the
     meta device, nothing initialized; buffers such as the rotary tables computed), then given the file's tensors (the
-    packed ones waiting in weights_dir, when given)."""
+    packed ones waiting in weights_dir, when given) and its rotary frequency factors (apply_rope_freqs)."""
     from transformers import AutoModelForCausalLM
     from transformers.integrations.accelerate import init_empty_weights
     from transformers.modeling_utils import no_init_weights
@@ -173,7 +174,44 @@ def _model_on_file_tensors(config, path: str, weights_dir: str | None = None) ->
     from .disk_weights import DiskWeights
 
     load_file_weights(model, path, None if weights_dir is None else DiskWeights(weights_dir))
+    from .gguf_file import check
+
+    apply_rope_freqs(model, header if header is not None else check(path))
     return model
+
+
+ROPE_FREQS = "rope_freqs.weight"
+
+
+def apply_rope_freqs(model: torch.nn.Module, header) -> None:
+    """A GGUF file's rotary frequency factors (the tensor rope_freqs.weight: llama.cpp's converter stores Llama 3's
+    rope scaling that way, one factor per frequency) put into `model`: each rotary embedding's frequencies divided by
+    their factors, as llama.cpp's rope divides them. transformers' GGUF loader leaves the tensor out, and the model
+    would rotate every position as if unscaled. Refused by name where the factors do not fit the model's rotary
+    embeddings."""
+    import numpy as np
+    import gguf
+
+    from .gguf_blocks import UnsupportedTensorError
+
+    tensor = next((t for t in header.tensors if t.name == ROPE_FREQS), None)
+    if tensor is None:
+        return
+    with open(header.path, "rb") as f:
+        f.seek(header.data_start + tensor.offset)
+        raw = np.frombuffer(f.read(tensor.nbytes), np.uint8)
+    factors = torch.from_numpy(np.array(gguf.quants.dequantize(raw, gguf.GGMLQuantizationType(tensor.type_id)),
+                                        dtype=np.float32).reshape(-1))
+    rotaries = [m for m in model.modules() if isinstance(getattr(m, "inv_freq", None), torch.Tensor)]
+    sizes = sorted({m.inv_freq.numel() for m in rotaries})
+    if sizes != [factors.numel()] or not bool(torch.isfinite(factors).all()) or not bool((factors > 0).all()):
+        raise UnsupportedTensorError(f"{header.path}: {ROPE_FREQS} holds {factors.numel()} factors (each must be "
+                                     f"finite and positive) for rotary embeddings of {sizes or 'no'} frequencies: "
+                                     "the file's metadata does not describe its tensors")
+    for module in rotaries:
+        module.inv_freq = module.inv_freq / factors
+        if isinstance(getattr(module, "original_inv_freq", None), torch.Tensor):
+            module.original_inv_freq = module.original_inv_freq / factors
 
 
 def float32_bytes(path: str, layers: int | None = None) -> int:
