@@ -57,14 +57,14 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "error: cannot read model file '%s'\n", options.program.c_str());
     return 1;
   }
-  // A named data file (--data_path) is read the same way: its weights are what a decode step streams.
+  // A named data file (--data_path): read whole, on huge pages (its weights are what a decode step streams).
   std::unique_ptr<custom_ops_runner::FileSegmentLoader> data_loader;
   if (!options.data_path.empty()) {
     if (!std::ifstream(options.data_path, std::ios::binary)) {
       std::fprintf(stderr, "error: cannot open data file '%s': %s\n", options.data_path.c_str(), std::strerror(errno));
       return 1;
     }
-    auto data = custom_ops_runner::FileSegmentLoader::from(options.data_path.c_str());
+    auto data = custom_ops_runner::FileSegmentLoader::from(options.data_path.c_str(), /*whole=*/true);
     if (!data.ok()) {
       std::fprintf(stderr, "error: cannot read data file '%s'\n", options.data_path.c_str());
       return 1;
