@@ -11,6 +11,7 @@ import struct
 
 from flow import xnnpack_layout as L
 from flow.dtypes import from_scalar_type
+from flow.lazy_exir import defer_exir_package
 from flow.xnnpack_payload import FlatReader, Unreadable
 
 HEADER_END = L.PTD_HEADER_FIELDS["segment_data_size"][0] + 8
@@ -21,6 +22,7 @@ class DataFileError(ValueError):
 
 
 def _element_size(dtype: int) -> int:
+    defer_exir_package()  # scalar_type alone, not the exporter
     from executorch.exir.scalar_type import ScalarType
 
     names = {int(t): t.name for t in ScalarType}
