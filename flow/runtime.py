@@ -210,8 +210,8 @@ def _register_replacing_kernels(spec: MethodSpec, program_name: str) -> None:
                       ReplacedKernelWarning, stacklevel=3)
 
 
-def load_method_checked(path: str | os.PathLike, method: str = "forward",
-                        max_memory: int = DEFAULT_MAX_MEMORY, data_path: str | os.PathLike | None = None) -> CheckedMethod:
+def load_method_checked(path: str | os.PathLike, method: str = "forward", max_memory: int = DEFAULT_MAX_MEMORY,
+                        data_path: str | os.PathLike | None = None) -> CheckedMethod:
     """flow.program.check() (a ValueError naming the problem), then the runtime's own load with full verification
     (InternalConsistency) of the same bytes. data_path: the named data file (.ptd) of a program exported with its
     weights outside it, checked as the runner checks it (flow/data_file.py) and handed over as the bytes checked. The

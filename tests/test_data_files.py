@@ -107,6 +107,11 @@ def test_a_program_without_its_data_file_is_refused_by_name(programs, combined_b
     proc = run_runner(combined_build.runner, f"--model_path={programs['single'][0]}", f"--data_path={ptd}",
                       f"--prompt={PROMPT}", "--new_tokens=1")
     assert proc.returncode == 1 and "names no data outside itself" in proc.stderr, proc.stderr[-2000:]
+    from my_ops.hf import export_program
+
+    for name in ("out/model", "model.ptd", ""):  # a name, not a path: the file goes beside the program
+        with pytest.raises(ValueError, match="without folder or .ptd"):
+            export_program(torch.nn.Linear(1, 1), data_file=name)
     threads = torch.get_num_threads()
     try:
         with pytest.raises(RuntimeError, match="needs that file: pass the model.ptd"):

@@ -106,8 +106,8 @@ def load_kernels(library: str) -> None:
 def load_method(pte: str, data_path: str | None = None):
     """(program, method) of `pte` in ExecuTorch's Python runtime, its weights read from the named data file
     `data_path` when it was exported with them outside it (export --ptd); keep the program as long as the method (it
-    owns the bytes the method reads). Decoding shares the machine's cores with ExecuTorch's thread pool, so PyTorch's own
-    threads, which spin between ops, are limited to one (with two cores they cost a third of the speed)."""
+    owns the bytes the method reads). Decoding shares the machine's cores with ExecuTorch's thread pool, so PyTorch's
+    own threads, which spin between ops, are limited to one (with two cores they cost a third of the speed)."""
     from executorch.runtime import Runtime
 
     torch.set_num_threads(1)

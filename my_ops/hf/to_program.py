@@ -66,6 +66,10 @@ def export_program(model: torch.nn.Module, *, max_seq_len: int = 256, quantize: 
     from executorch.exir import EdgeCompileConfig, ExecutorchBackendConfig, to_edge
     from executorch.exir.passes import MemoryPlanningPass
 
+    if data_file is not None and (not data_file or os.path.basename(data_file) != data_file
+                                  or data_file.endswith(".ptd")):
+        raise UnsupportedModelError(f"data_file={data_file!r}: give the data file's name without folder or .ptd "
+                                    "(\"model\" writes model.ptd beside the program)")
     decoder = prepare(model, max_seq_len=max_seq_len, quantize=quantize, keep_unknown_norms=keep_unknown_norms)
     disk = None
     if weights_dir is not None:
@@ -101,9 +105,6 @@ def export_program(model: torch.nn.Module, *, max_seq_len: int = 256, quantize: 
     # Planned tensors (the caches, the activations) and the constants (the weights) on cache lines: a kernel's 64-byte
     # loads then touch one line each where the runtime puts the plan and the program's data on one (the project's
     # runner and Python loader do; ExecuTorch's default aligns both to 16 bytes).
-    if data_file is not None and (not data_file or os.path.basename(data_file) != data_file or data_file.endswith(".ptd")):
-        raise UnsupportedModelError(f"data_file={data_file!r}: give the data file's name without folder or .ptd "
-                                    "(\"model\" writes model.ptd beside the program)")
     config = ExecutorchBackendConfig(memory_planning_pass=MemoryPlanningPass(alignment=64),
                                      constant_tensor_alignment=64,
                                      external_constants=(lambda node: data_file) if data_file else False)
