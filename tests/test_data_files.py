@@ -233,3 +233,63 @@ def test_the_python_check_refuses_as_the_runner_does(programs, combined_build, t
         words = f"'{path}' is not a usable ExecuTorch data file (.ptd): {found}." if found else None
         runner_words = next((line for line in proc.stderr.splitlines() if "is not a usable" in line), None)
         assert (words is None and runner_words is None) or words in runner_words, (name, found, proc.stderr[-2000:])
+
+
+def _field_mutants(data: bytes) -> dict[str, tuple[bytes, str]]:
+    """Each field the checks rely on, set to a hostile value in a copy of the valid file `data` (found through the
+    layout both checkers read): {field: (the damaged file, the words both checkers must say)}."""
+    import struct
+
+    from flow import xnnpack_layout as L
+    from flow.xnnpack_payload import FlatReader
+
+    r = FlatReader(data[:_tables_end(data)])
+    root = r.target(0)
+    segments = r.tables(root, L.SLOTS["FlatTensor"]["segments"])
+    named = r.tables(root, L.SLOTS["FlatTensor"]["named_data"])
+    entry = next(e for e in named if r.field(e, L.SLOTS["FlatTensorNamedData"]["segment_index"]))
+    layout = r.child(entry, L.SLOTS["FlatTensorNamedData"]["tensor_layout"])
+    sizes = r.child(layout, L.SLOTS["TensorLayout"]["sizes"])
+    dim_order = r.child(layout, L.SLOTS["TensorLayout"]["dim_order"])
+    segment = next(s for s in segments if r.field(s, L.SLOTS["DataSegment"]["offset"]))
+    key = r.child(entry, L.SLOTS["FlatTensorNamedData"]["key"])
+    at = {name: offset for name, (offset, _) in L.PTD_HEADER_FIELDS.items()}
+    edits = {
+        "header length": (at["header_length"], "<I", 8, "its header is 8 bytes long"),
+        "flatbuffer size": (at["flatbuffer_size"], "<Q", 1 << 40, "places its tables or data outside"),
+        "segment data size": (at["segment_data_size"], "<Q", 1 << 40, "places its tables or data outside"),
+        "a segment's offset": (r.field(segment, L.SLOTS["DataSegment"]["offset"]), "<Q", 1 << 40,
+                               "lies outside its data"),
+        "a segment index": (r.field(entry, L.SLOTS["FlatTensorNamedData"]["segment_index"]), "<I", 999,
+                            "names segment 999 of"),
+        "a key's length": (key, "<I", 1 << 30, "a table points outside its tables"),
+        "a dtype": (r.field(layout, L.SLOTS["TensorLayout"]["scalar_type"]), "<b", 100,
+                    "has dtype 100, which this ExecuTorch does not define"),
+        "a size": (sizes + 4, "<i", -1, "has a negative size"),
+        "a dim order": (dim_order + 4, "<B", 7, "has a dim order that is not a permutation"),
+        "the sizes' length": (sizes, "<I", 1 << 30, "a table points outside its tables"),
+    }
+    mutants = {}
+    for name, (position, fmt, value, words) in edits.items():
+        assert position, name  # the field is in the file (not left at its default)
+        damaged = bytearray(data)
+        struct.pack_into(fmt, damaged, position, value)
+        mutants[name] = (bytes(damaged), words)
+    return mutants
+
+
+def test_each_field_the_checks_rely_on_damaged_is_refused_by_both_in_its_words(programs, combined_build, tmp_path):
+    from flow.data_file import problem
+
+    pte, ptd = programs["ptd"]
+    with open(ptd, "rb") as f:
+        data = f.read()
+    assert problem(data) is None
+    for name, (content, words) in _field_mutants(data).items():
+        path = tmp_path / "damaged.ptd"
+        path.write_bytes(content)
+        proc = run_runner(combined_build.runner, f"--model_path={pte}", f"--data_path={path}",
+                          f"--prompt={PROMPT}", "--new_tokens=1")
+        errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+        assert proc.returncode == 1 and len(errors) == 1 and words in errors[0], (name, proc.stderr[-2000:])
+        assert words in (problem(content) or ""), (name, problem(content))
