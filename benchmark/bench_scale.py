@@ -73,14 +73,13 @@ def export(path: str, build_dir: str, output: str, ptd: bool = False) -> dict:
             "ptd": os.path.join(output, "model.ptd") if ptd else None}
 
 
-def with_data_file(path: str, build_dir: str, output: str, runner: str, pte: str, ids: list[int]) -> dict:
+def with_data_file(path: str, build_dir: str, output: str, runner: str, one: str, ids: list[int]) -> dict:
     """The file exported with its weights in model.ptd: the export, the sizes, the runner's peak with --data_path,
-    and whether its logits are the one-file program `pte`'s, bit for bit."""
+    and whether its logits are the one-file program's (`one`, its runner's logits on `ids`), bit for bit."""
     from models.real_models import runner_peak_bytes
 
     row = export(path, build_dir, output, ptd=True)
-    one, two = os.path.join(output, "one_file_logits.bin"), os.path.join(output, "data_file_logits.bin")
-    runner_peak_bytes(runner, pte, ids, logits=one)
+    two = os.path.join(output, "data_file_logits.bin")
     row["runner_peak_gib"] = runner_peak_bytes(runner, row["pte"], ids, data_path=row["ptd"], logits=two) / 2 ** 30
     with open(one, "rb") as a, open(two, "rb") as b:
         row["same_logits"] = a.read() == b.read()
@@ -206,9 +205,10 @@ def main() -> int:
                    "file_gib": os.path.getsize(path) / 2 ** 30, "quantize_s": quantize_seconds(path)}
             row.update(export(path, args.build_dir, os.path.join(args.output_dir, f"{name}-{kind}")))
             row["pte_gib"] = os.path.getsize(row["pte"]) / 2 ** 30
-            row["runner_peak_gib"] = runner_peak_bytes(runner, row["pte"], ids[:8]) / 2 ** 30
+            one = os.path.join(os.path.dirname(row["pte"]), "one_file_logits.bin")
+            row["runner_peak_gib"] = runner_peak_bytes(runner, row["pte"], ids[:8], logits=one) / 2 ** 30
             row["data_file"] = with_data_file(path, args.build_dir, os.path.join(args.output_dir, f"{name}-{kind}-ptd"),
-                                              runner, row["pte"], ids[:8])
+                                              runner, one, ids[:8])
             row["speed"] = measure(f"{name} {kind}", kind, row["pte"], path, ids, args.rounds, args.isa,
                                    new_tokens=new_tokens)
             row["agreement"] = agreement(row["pte"], path, thread_counts()[-1], os.path.dirname(row["pte"]))

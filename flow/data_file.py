@@ -7,6 +7,7 @@ load_method_checked calls this first.
 
 from __future__ import annotations
 
+import functools
 import struct
 
 from flow import xnnpack_layout as L
@@ -21,6 +22,7 @@ class DataFileError(ValueError):
     """The file is not a data file the runtime can be handed safely; the message names the problem."""
 
 
+@functools.cache
 def _element_size(dtype: int) -> int:
     defer_exir_package()  # scalar_type alone, not the exporter
     from executorch.exir.scalar_type import ScalarType

@@ -1,13 +1,12 @@
 // The named data file check (data_file.h): the FlatTensor header, then its tables over the flatbuffer's bytes.
 #include "data_file.h"
 
-#include <executorch/runtime/core/portable_type/scalar_type.h>
-
 #include <cstdint>
 #include <cstring>
 #include <vector>
 
 #include "flat_reader.h"
+#include "kernel_calls.h"
 #include "xnnpack_layout.h"
 
 namespace custom_ops_runner {
@@ -15,19 +14,6 @@ namespace {
 
 namespace L = xnnpack_layout;
 using executorch::runtime::DataLoader;
-
-// Bytes per element of a dtype ExecuTorch defines; 0 for any other number.
-size_t element_size(int8_t dtype) {
-  switch (static_cast<executorch::runtime::etensor::ScalarType>(dtype)) {
-#define CUSTOM_OPS_DTYPE_SIZE(ctype, name)               \
-  case executorch::runtime::etensor::ScalarType::name: \
-    return sizeof(ctype);
-    ET_FORALL_SCALAR_TYPES(CUSTOM_OPS_DTYPE_SIZE)
-#undef CUSTOM_OPS_DTYPE_SIZE
-    default:
-      return 0;
-  }
-}
 
 template <typename T>
 T read_at(const uint8_t* data, size_t at) {

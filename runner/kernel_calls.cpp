@@ -35,17 +35,6 @@ bool in_sorted(const char* const* begin, const char* const* end, const std::stri
   return it != end && name == *it;
 }
 
-bool has_element_size(int8_t dtype) {
-  switch (static_cast<executorch::runtime::etensor::ScalarType>(dtype)) {
-#define CUSTOM_OPS_KNOWN_DTYPE(ctype, name) case executorch::runtime::etensor::ScalarType::name:
-    ET_FORALL_SCALAR_TYPES(CUSTOM_OPS_KNOWN_DTYPE)
-#undef CUSTOM_OPS_KNOWN_DTYPE
-    return true;
-    default:
-      return false;
-  }
-}
-
 constexpr uint8_t kTensorTag = 5;  // KernelTypes: Tensor's tag (its index in kKernelTypes, plus one)
 
 // flow/program.py words it the same.
@@ -67,6 +56,18 @@ std::vector<std::string> operator_names(FlatReader& r, size_t plan) {
 
 } // namespace
 
+size_t element_size(int8_t dtype) {
+  switch (static_cast<executorch::runtime::etensor::ScalarType>(dtype)) {
+#define CUSTOM_OPS_DTYPE_SIZE(ctype, name)               \
+  case executorch::runtime::etensor::ScalarType::name: \
+    return sizeof(ctype);
+    ET_FORALL_SCALAR_TYPES(CUSTOM_OPS_DTYPE_SIZE)
+#undef CUSTOM_OPS_DTYPE_SIZE
+    default:
+      return 0;
+  }
+}
+
 std::optional<std::string> check_tensor_dtypes(const uint8_t* data, size_t size) {
   static_assert(std::string_view(L::kKernelTypes[kTensorTag - 1]) == "Tensor");
   FlatReader r(data, size);
@@ -79,7 +80,7 @@ std::optional<std::string> check_tensor_dtypes(const uint8_t* data, size_t size)
       }
       const size_t tensor = r.child(values[i], L::EValue::kVal);
       const int8_t dtype = tensor == 0 ? 0 : r.scalar<int8_t>(tensor, L::Tensor::kScalarType);
-      if (r.ok() && !has_element_size(dtype)) {
+      if (r.ok() && element_size(dtype) == 0) {
         return "value " + std::to_string(i) + " is a tensor of dtype " + std::to_string(dtype) +
             ", which this ExecuTorch does not define; the program is damaged or was written for another version";
       }

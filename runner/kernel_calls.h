@@ -24,6 +24,9 @@ std::optional<std::string> check_kernel_calls(const uint8_t* data, size_t size);
 // not define): MethodMeta's tensor accessors would abort on it (elementSize's ET_CHECK) instead of returning an error.
 std::optional<std::string> check_tensor_dtypes(const uint8_t* data, size_t size);
 
+// Bytes per element of a dtype number ExecuTorch defines; 0 for any other number (the check above, the data file's).
+size_t element_size(int8_t dtype);
+
 // The first input tensor whose data is the program's own (a constant buffer, or external named data): ExecuTorch's
 // set_input would copy the caller's values over those bytes, read-only where the program is mapped from a file.
 std::optional<std::string> check_input_data(const uint8_t* data, size_t size);
