@@ -17,8 +17,9 @@
 #   python_module    "python" ops: the module that registers it (importing it must register it and do nothing else)
 #   aot_sources      "cpp" ops: the C++ sources of its PyTorch registration
 #   cuda_sources     "cpp" ops, optional: CUDA kernels, built only with a CUDA build of torch
-#   without_python_sources  "python" ops, optional: the op's schema and CPU kernel registered from C++, for a process
-#                    without Python (AOTInductor's C++ runner); built with its kernel_sources in ATen mode into
+#   without_python_sources  "python" ops, optional: the op's CPU kernels registered from C++, for a process without
+#                    Python (AOTInductor's C++ runner; its schemas are written from its module at build time, by
+#                    codegen/python_op_schemas.py); built with its kernel_sources in ATen mode into
 #                    libcustom_ops_without_python.so (-DCUSTOM_OPS_BUILD_AOTI=ON), never loaded beside its module
 #   kernel_sources   its out variant's kernel: compiled for the ExecuTorch runtime and, for "cpp" ops, in ATen mode
 #                    into the AOT library too

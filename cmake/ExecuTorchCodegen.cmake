@@ -16,6 +16,10 @@
 #       at build time: <dir>/argument_kinds.h, the value kinds ExecuTorch's own kernels unbox, from PyTorch's schemas
 #       (flow/argument_kinds.py), for the runner's check of a program's kernel calls, and the operators those kernels
 #       register (flow/runtime_kernels.py), for its message when one is missing.
+#   generate_python_op_schemas(OUTPUT_DIR <dir> SOURCES_VAR <var>)
+#       at build time: <dir>/PythonOpSchemas.cpp, the C++ definitions of the schemas the selected ops registered from
+#       Python define in their modules (CUSTOM_OPS_WITHOUT_PYTHON_OPS), each out schema checked against custom_ops.yaml;
+#       again when a module changes.
 #   generate_block_layouts_header(OUTPUT_DIR <dir>)
 #       at configure time, again whenever ops/blocks/block_layouts.py changes: <dir>/ops/blocks/block_layouts.h, the
 #       block formats' list and layouts as Python states them, which each format's traits are checked against when
@@ -56,7 +60,8 @@ function(plan_custom_ops)
     "${CUSTOM_OPS_REPO_ROOT}/custom_ops.yaml" "${CUSTOM_OPS_REPO_ROOT}/custom_ops.bzl")
   include("${CMAKE_CURRENT_BINARY_DIR}/custom_ops_plan.cmake")
   foreach(var CUSTOM_OPS_SELECTED CUSTOM_OPS_BY_CODEGEN CUSTOM_OPS_KERNEL_SOURCES CUSTOM_OPS_AOT_SOURCES
-          CUSTOM_OPS_CUDA_SOURCES CUSTOM_OPS_WITHOUT_PYTHON_SOURCES)
+          CUSTOM_OPS_CUDA_SOURCES CUSTOM_OPS_WITHOUT_PYTHON_SOURCES CUSTOM_OPS_WITHOUT_PYTHON_OPS
+          CUSTOM_OPS_WITHOUT_PYTHON_MODULES)
     set(${var} "${${var}}" PARENT_SCOPE)
   endforeach()
 endfunction()
@@ -97,6 +102,20 @@ function(generate_argument_kinds)
             "${CUSTOM_OPS_REPO_ROOT}/flow/xnnpack_layout.py" "${CUSTOM_OPS_REPO_ROOT}/flow/runtime_kernels.py"
     COMMENT "Generating the runner's table of argument kinds in ${ARG_OUTPUT_DIR}"
     VERBATIM)
+endfunction()
+
+function(generate_python_op_schemas)
+  cmake_parse_arguments(ARG "" "OUTPUT_DIR;SOURCES_VAR" "" ${ARGN})
+  list(JOIN CUSTOM_OPS_WITHOUT_PYTHON_OPS "," ops)
+  add_custom_command(
+    OUTPUT "${ARG_OUTPUT_DIR}/PythonOpSchemas.cpp"
+    COMMAND "${Python3_EXECUTABLE}" "${CODEGEN_ENTRY_POINT}" python_schemas --ops "${ops}"
+            --output "${ARG_OUTPUT_DIR}/PythonOpSchemas.cpp"
+    DEPENDS ${CUSTOM_OPS_WITHOUT_PYTHON_MODULES} "${CUSTOM_OPS_REPO_ROOT}/custom_ops.yaml"
+            "${CUSTOM_OPS_REPO_ROOT}/codegen/python_op_schemas.py" "${CODEGEN_ENTRY_POINT}"
+    COMMENT "Generating the C++ schemas of the ops registered from Python in ${ARG_OUTPUT_DIR}"
+    VERBATIM)
+  set(${ARG_SOURCES_VAR} "${ARG_OUTPUT_DIR}/PythonOpSchemas.cpp" PARENT_SCOPE)
 endfunction()
 
 function(generate_block_layouts_header)

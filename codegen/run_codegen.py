@@ -15,6 +15,9 @@ the fix. CMake's configure step and custom commands, the JIT build (custom_ops_2
       (schemas + CPU kernels, one file).
   run_codegen.py argument_kinds --output FILE
       the runner's table of the value kinds ExecuTorch's own kernels unbox (flow/argument_kinds.py).
+  run_codegen.py python_schemas --ops a,b --output FILE
+      the C++ definitions of the schemas the named ops' Python modules define, for a process without Python, each
+      op's out schema checked against custom_ops.yaml's (codegen/python_op_schemas.py).
 
 Errors go to stderr as one `error:` line and exit 1.
 """
@@ -434,6 +437,32 @@ def merge_aten_registrations(directory: str) -> None:
     os.remove(kernels)
 
 
+def defining_file(op) -> str | None:
+    """The repository file of the module that defines a "python" op another library owns (defined_by), if any."""
+    if not op.defined_by:
+        return None
+    path = op.defined_by.replace(".", "/") + ".py"
+    return path if os.path.isfile(os.path.join(REPO_ROOT, path)) else None
+
+
+def python_schemas(names: list[str], output: str) -> None:
+    """The C++ definitions of the schemas these "python" ops' modules define (codegen/python_op_schemas.py)."""
+    from codegen import python_op_schemas
+
+    ops = checked_declarations(check_sources=False)
+    unknown = [name for name in names if name not in ops or ops[name].registered_from != "python"]
+    if unknown:
+        raise SelectionError(f"python_schemas: {', '.join(unknown)} is not an op custom_ops.bzl declares registered "
+                             "from Python")
+    try:
+        text = python_op_schemas.source([ops[name] for name in names], yaml_schemas())
+    except python_op_schemas.SchemaMismatch as err:
+        raise SelectionError(str(err)) from None
+    with open(output + ".new", "w") as f:
+        f.write(text)
+    replace_if_changed(output + ".new", output)
+
+
 def argument_kinds(output: str) -> None:
     """The runner's table of the value kinds ExecuTorch's own kernels unbox (flow/argument_kinds.py), through the
     cache: reading PyTorch's and ExecuTorch's schemas takes seconds."""
@@ -542,8 +571,8 @@ def plan(build_dir: str, *, root_ops=None, model_file=None, example=None) -> Non
         write_selection(os.path.join(build_dir, "aot_selected_operators.yaml"), [op.out_name for op in cpp])
     # The C++ registration of the selected Python-registered ops and their kernels (ATen mode), for processes without
     # Python (AOTInductor's runner).
-    without_python = [s for op in chosen if op.without_python_sources for s in (*op.without_python_sources,
-                                                                              *op.kernel_sources)]
+    without_python_ops = [op for op in chosen if op.without_python_sources]
+    without_python = [s for op in without_python_ops for s in (*op.without_python_sources, *op.kernel_sources)]
     lines = [
         "# Written by codegen/run_codegen.py plan: the selected ops and what to build for them.",
         f'set(CUSTOM_OPS_SELECTED "{";".join(op.name for op in chosen)}")',
@@ -552,6 +581,10 @@ def plan(build_dir: str, *, root_ops=None, model_file=None, example=None) -> Non
         f'set(CUSTOM_OPS_AOT_SOURCES "{cmake_list(s for op in cpp for s in (*op.aot_sources, *op.kernel_sources))}")',
         f'set(CUSTOM_OPS_CUDA_SOURCES "{cmake_list(s for op in cpp for s in op.cuda_sources)}")',
         f'set(CUSTOM_OPS_WITHOUT_PYTHON_SOURCES "{cmake_list(without_python)}")',
+        f'set(CUSTOM_OPS_WITHOUT_PYTHON_OPS "{";".join(op.name for op in without_python_ops)}")',
+        # their modules, whose schemas python_schemas writes into C++ (again when one changes)
+        f'set(CUSTOM_OPS_WITHOUT_PYTHON_MODULES '
+        f'"{cmake_list(f for op in without_python_ops for f in (op.python_file, defining_file(op)) if f)}")',
     ]
     plan_file = os.path.join(build_dir, "custom_ops_plan.cmake")
     with open(plan_file + ".new", "w") as f:
@@ -581,6 +614,9 @@ def main() -> int:
                    help="a register_all_kernels() the application calls, no static initializer")
     k = sub.add_parser("argument_kinds")
     k.add_argument("--output", required=True)
+    w = sub.add_parser("python_schemas")
+    w.add_argument("--ops", required=True, help="comma-separated ops registered from Python, e.g. my_ops::mul3")
+    w.add_argument("--output", required=True)
     args = parser.parse_args()
 
     root_ops = [op.strip() for op in args.root_ops.split(",") if op.strip()] if getattr(args, "root_ops", None) else None
@@ -596,6 +632,8 @@ def main() -> int:
             write_selection(args.output, selected)
         elif args.command == "argument_kinds":
             argument_kinds(args.output)
+        elif args.command == "python_schemas":
+            python_schemas([name.strip() for name in args.ops.split(",") if name.strip()], args.output)
         else:
             generate(args.selection, args.output_dir, args.aten, args.manual_registration)
     except SelectionError as err:

@@ -1,16 +1,18 @@
 """AOTInductor's side (flow/aoti.py, runner/aoti_runner.cpp): every example's package and the decoder's, run from C++
 without Python, equal the eager references; a package whose op library is missing, and bad input, fail with one error
-line; the C++ registrations of the Python-registered ops have exactly the schemas Python gives them."""
+line; the C++ registrations of the Python-registered ops have exactly the schemas Python gives them (written from the
+ops' modules at build time), and a custom_ops.yaml out schema other than its module's stops that step."""
 
 import os
 import subprocess
+import sys
 
 import pytest
 import torch
 
 from flow import aoti, declarations
 from models import decoding, example_decoder
-from helpers import run_in_fresh_python
+from helpers import copy_repository, run_in_fresh_python
 
 
 @pytest.fixture(scope="module")
@@ -144,3 +146,32 @@ def test_the_cpp_registrations_of_python_ops_have_the_python_schemas_and_tags(bu
         f"import torch\ntorch.ops.load_library({_library(build_dir, 'libcustom_ops_without_python.so')!r})\n" + SCHEMAS)
     from_python = run_in_fresh_python("".join(f"import {op.python_module}\n" for op in WITHOUT_PYTHON) + SCHEMAS)
     assert from_cpp == from_python and len(from_cpp) == 2 * len(WITHOUT_PYTHON)  # each op and its out variant
+
+
+def test_a_yaml_out_schema_other_than_the_modules_stops_the_generation_by_name(tmp_path):
+    # rope's arguments in another order in the yaml: its kernel would take sin for cos. The step that writes the
+    # schemas from the modules (run at build time by CMake) refuses it in one line, naming both schemas and the fix.
+    repo = copy_repository(tmp_path / "repo")
+    yaml_path = os.path.join(repo, "custom_ops.yaml")
+    with open(yaml_path) as f:
+        text = f.read()
+    bound = "my_ops::rope.out(Tensor x, Tensor cos, Tensor sin, *, Tensor(a!) out)"
+    assert bound in text
+    with open(yaml_path, "w") as f:
+        f.write(text.replace(bound, "my_ops::rope.out(Tensor x, Tensor sin, Tensor cos, *, Tensor(a!) out)"))
+    command = [sys.executable, os.path.join(repo, "codegen", "run_codegen.py"), "python_schemas",
+               "--ops", "my_ops::mul3,my_ops::rope", "--output", str(tmp_path / "PythonOpSchemas.cpp")]
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1 and not (tmp_path / "PythonOpSchemas.cpp").exists()
+    (line,) = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    assert line == ("error: custom_ops.yaml binds my_ops::rope.out as `my_ops::rope.out(Tensor x, Tensor sin, Tensor "
+                    "cos, *, Tensor(a!) out) -> Tensor(a!)`, but ops/rope/rope.py defines `my_ops::rope.out(Tensor x, "
+                    "Tensor cos, Tensor sin, *, Tensor(a!) out) -> Tensor(a!)`: the kernel would be handed other "
+                    "arguments than a program passes; make the yaml's func the module's schema")
+    with open(yaml_path, "w") as f:
+        f.write(text)  # as the repository states it: the schemas are written, mul3's and rope's, with their tags
+    assert subprocess.run(command, capture_output=True, text=True, timeout=300).returncode == 0
+    written = (tmp_path / "PythonOpSchemas.cpp").read_text()
+    rope_out = '"rope.out(Tensor x, Tensor cos, Tensor sin, *, Tensor(a!) out) -> Tensor(a!)"'
+    assert f"  m.def({rope_out}, {{at::Tag::out}});" in written
+    assert '  m.def("mul3(Tensor input) -> Tensor");' in written

@@ -1,7 +1,8 @@
 // my_ops::add_rms_norm for a process without Python (AOTInductor's C++ runner, runner/aoti_runner.cpp). PyTorch learns
-// add_rms_norm from Python (add_rms_norm.py); a package that calls it finds it, at load time, in PyTorch's dispatcher, so a C++
-// process needs the schema and a CPU kernel from C++: these, with the runtime's kernel compiled in ATen mode. Built
-// into libcustom_ops_without_python.so, never loaded beside add_rms_norm.py.
+// add_rms_norm from Python (add_rms_norm.py); a package that calls it finds it, at load time, in PyTorch's dispatcher,
+// so a C++ process needs the schema and a CPU kernel from C++: the schemas the module defines, written into C++ at
+// build time (codegen/python_op_schemas.py), and these kernels, the runtime's kernel compiled in ATen mode. Built into
+// libcustom_ops_without_python.so, never loaded beside add_rms_norm.py.
 #include <ATen/core/Tensor.h>
 #include <torch/library.h>
 
@@ -24,13 +25,6 @@ std::tuple<at::Tensor, at::Tensor> add_rms_norm_cpu(const at::Tensor& x, const a
 }
 
 } // namespace
-
-TORCH_LIBRARY_FRAGMENT(my_ops, m) {
-  m.def("add_rms_norm(Tensor x, Tensor residual, Tensor weight, float eps=1e-06) -> (Tensor, Tensor)");
-  m.def("add_rms_norm.out(Tensor x, Tensor residual, Tensor weight, float eps=1e-06, *, Tensor(a!) sum, "
-        "Tensor(b!) normed) -> (Tensor(a!), Tensor(b!))",
-        {at::Tag::out});
-}
 
 TORCH_LIBRARY_IMPL(my_ops, CPU, m) {
   m.impl("add_rms_norm", TORCH_FN(add_rms_norm_cpu));

@@ -1,7 +1,8 @@
 // my_ops::decoder_layer for a process without Python (AOTInductor's C++ runner, runner/aoti_runner.cpp). PyTorch learns
 // the op from Python (decoder_layer.py); a package that calls it finds it, at load time, in PyTorch's dispatcher, so a
-// C++ process needs the schema and a CPU kernel from C++: these, with the runtime's kernel compiled in ATen mode. Built
-// into libcustom_ops_without_python.so, never loaded beside decoder_layer.py.
+// C++ process needs the schema and a CPU kernel from C++: the schemas the module defines, written into C++ at build
+// time (codegen/python_op_schemas.py), and these kernels, the runtime's kernel compiled in ATen mode. Built into
+// libcustom_ops_without_python.so, never loaded beside decoder_layer.py.
 #include <ATen/core/Tensor.h>
 #include <torch/library.h>
 
@@ -35,16 +36,6 @@ at::Tensor decoder_layer_cpu(const at::Tensor& hidden, const at::Tensor& input_n
 }
 
 } // namespace
-
-#define CUSTOM_OPS_DECODER_LAYER_ARGUMENTS                                                                        \
-  "Tensor hidden, Tensor input_norm, Tensor qkv_weight, str qkv_format, Tensor cos, Tensor sin, "                 \
-  "Tensor(a!) key_cache, Tensor(b!) value_cache, SymInt start_pos, float? scale, Tensor o_weight, str o_format, " \
-  "Tensor post_norm, Tensor gate_up_weight, str gate_up_format, Tensor down_weight, str down_format, float eps"
-
-TORCH_LIBRARY_FRAGMENT(my_ops, m) {
-  m.def("decoder_layer(" CUSTOM_OPS_DECODER_LAYER_ARGUMENTS ") -> Tensor");
-  m.def("decoder_layer.out(" CUSTOM_OPS_DECODER_LAYER_ARGUMENTS ", *, Tensor(c!) out) -> Tensor(c!)");
-}
 
 TORCH_LIBRARY_IMPL(my_ops, CPU, m) {
   m.impl("decoder_layer", TORCH_FN(decoder_layer_cpu));

@@ -1,7 +1,8 @@
 // The C++ registration of a gated activation for a process without Python (AOTInductor's C++ runner,
 // runner/aoti_runner.cpp): PyTorch learns the op from Python (gated.py); a package that calls it finds it, at load
-// time, in PyTorch's dispatcher, so a C++ process needs the schemas gated.py defines and a CPU kernel from C++: the
-// runtime's kernel compiled in ATen mode (NAME_out.cpp). Each member's NAME_without_python.cpp registers it in a line.
+// time, in PyTorch's dispatcher, so a C++ process needs the schemas gated.py defines (written into C++ at build time,
+// codegen/python_op_schemas.py) and a CPU kernel from C++: the runtime's kernel compiled in ATen mode (NAME_out.cpp).
+// Each member's NAME_without_python.cpp registers its kernels in a line.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -15,10 +16,6 @@
     at::Tensor out = gate.new_empty({0});                                                          \
     return NAME##_out_impl(gate, up, out);                                                         \
   }                                                                                                \
-  }                                                                                                \
-  TORCH_LIBRARY_FRAGMENT(my_ops, m) {                                                              \
-    m.def(#NAME "(Tensor gate, Tensor up) -> Tensor");                                             \
-    m.def(#NAME ".out(Tensor gate, Tensor up, *, Tensor(a!) out) -> Tensor(a!)", {at::Tag::out});  \
   }                                                                                                \
   TORCH_LIBRARY_IMPL(my_ops, CPU, m) {                                                             \
     m.impl(#NAME, TORCH_FN(NAME##_cpu));                                                           \

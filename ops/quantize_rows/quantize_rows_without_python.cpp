@@ -1,8 +1,8 @@
-// my_ops::quantize_rows for a process without Python (AOTInductor's C++ runner, runner/aoti_runner.cpp). PyTorch
-// learns quantize_rows from Python (quantize_rows.py, torch.library.custom_op); a package that calls it finds it, at
-// load time, in PyTorch's dispatcher, so a C++ process needs the schema and a CPU kernel from C++: these, with the
-// runtime's kernel compiled in ATen mode. Built into libcustom_ops_without_python.so, never loaded beside
-// quantize_rows.py.
+// my_ops::quantize_rows for a process without Python (AOTInductor's C++ runner, runner/aoti_runner.cpp). PyTorch learns
+// quantize_rows from Python (quantize_rows.py, torch.library.custom_op); a package that calls it finds it, at load
+// time, in PyTorch's dispatcher, so a C++ process needs the schema and a CPU kernel from C++: the schemas the module
+// defines, written into C++ at build time (codegen/python_op_schemas.py), and these kernels, the runtime's kernel
+// compiled in ATen mode. Built into libcustom_ops_without_python.so, never loaded beside quantize_rows.py.
 #include <ATen/core/Tensor.h>
 #include <torch/library.h>
 
@@ -23,14 +23,6 @@ std::tuple<at::Tensor, at::Tensor> quantize_rows_cpu(const at::Tensor& input, in
 }
 
 } // namespace
-
-// The schemas torch.library.custom_op writes for quantize_rows.py (bits is a SymInt there).
-TORCH_LIBRARY_FRAGMENT(my_ops, m) {
-  m.def("quantize_rows(Tensor input, SymInt bits=8) -> (Tensor, Tensor)", {at::Tag::pt2_compliant_tag});
-  m.def("quantize_rows.out(Tensor input, SymInt bits=8, *, Tensor(a!) values, Tensor(b!) scales) -> "
-        "(Tensor(a!), Tensor(b!))",
-        {at::Tag::out});
-}
 
 TORCH_LIBRARY_IMPL(my_ops, CPU, m) {
   m.impl("quantize_rows", TORCH_FN(quantize_rows_cpu));

@@ -1,7 +1,8 @@
-// my_ops::rope for a process without Python (AOTInductor's C++ runner, runner/aoti_runner.cpp). PyTorch learns
-// rope from Python (rope.py); a package that calls it finds it, at load time, in PyTorch's dispatcher, so a C++
-// process needs the schema and a CPU kernel from C++: these, with the runtime's kernel compiled in ATen mode. Built
-// into libcustom_ops_without_python.so, never loaded beside rope.py.
+// my_ops::rope for a process without Python (AOTInductor's C++ runner, runner/aoti_runner.cpp). PyTorch learns rope
+// from Python (rope.py); a package that calls it finds it, at load time, in PyTorch's dispatcher, so a C++ process
+// needs the schema and a CPU kernel from C++: the schemas the module defines, written into C++ at build time
+// (codegen/python_op_schemas.py), and these kernels, the runtime's kernel compiled in ATen mode. Built into
+// libcustom_ops_without_python.so, never loaded beside rope.py.
 #include <ATen/core/Tensor.h>
 #include <torch/library.h>
 
@@ -19,12 +20,6 @@ at::Tensor rope_cpu(const at::Tensor& x, const at::Tensor& cos, const at::Tensor
 }
 
 } // namespace
-
-TORCH_LIBRARY_FRAGMENT(my_ops, m) {
-  m.def("rope(Tensor x, Tensor cos, Tensor sin) -> Tensor");
-  m.def("rope.out(Tensor x, Tensor cos, Tensor sin, *, Tensor(a!) out) -> Tensor(a!)",
-        {at::Tag::out});
-}
 
 TORCH_LIBRARY_IMPL(my_ops, CPU, m) {
   m.impl("rope", TORCH_FN(rope_cpu));

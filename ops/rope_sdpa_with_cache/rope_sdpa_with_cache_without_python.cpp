@@ -1,7 +1,8 @@
-// my_ops::rope_sdpa_with_cache for a process without Python (AOTInductor's C++ runner, runner/aoti_runner.cpp).
-// PyTorch learns the op from Python (rope_sdpa_with_cache.py); a package that calls it finds it, at load time, in
-// PyTorch's dispatcher, so a C++ process needs the schema and a CPU kernel from C++: these, with the runtime's kernel
-// compiled in ATen mode. Built into libcustom_ops_without_python.so, never loaded beside rope_sdpa_with_cache.py.
+// my_ops::rope_sdpa_with_cache for a process without Python (AOTInductor's C++ runner, runner/aoti_runner.cpp). PyTorch
+// learns the op from Python (rope_sdpa_with_cache.py); a package that calls it finds it, at load time, in PyTorch's
+// dispatcher, so a C++ process needs the schema and a CPU kernel from C++: the schemas the module defines, written into
+// C++ at build time (codegen/python_op_schemas.py), and these kernels, the runtime's kernel compiled in ATen mode.
+// Built into libcustom_ops_without_python.so, never loaded beside rope_sdpa_with_cache.py.
 #include <ATen/core/Tensor.h>
 #include <torch/library.h>
 
@@ -24,13 +25,6 @@ at::Tensor rope_sdpa_with_cache_cpu(const at::Tensor& qkv, const at::Tensor& cos
 }
 
 } // namespace
-
-TORCH_LIBRARY_FRAGMENT(my_ops, m) {
-  m.def("rope_sdpa_with_cache(Tensor qkv, Tensor cos, Tensor sin, Tensor(a!) key_cache, Tensor(b!) value_cache, "
-        "SymInt start_pos, float? scale=None, int window=0) -> Tensor");
-  m.def("rope_sdpa_with_cache.out(Tensor qkv, Tensor cos, Tensor sin, Tensor(a!) key_cache, Tensor(b!) value_cache, "
-        "SymInt start_pos, float? scale=None, int window=0, *, Tensor(c!) out) -> Tensor(c!)");
-}
 
 TORCH_LIBRARY_IMPL(my_ops, CPU, m) {
   m.impl("rope_sdpa_with_cache", TORCH_FN(rope_sdpa_with_cache_cpu));

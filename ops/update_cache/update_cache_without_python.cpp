@@ -1,7 +1,8 @@
-// my_ops::update_cache for a process without Python (AOTInductor's C++ runner, runner/aoti_runner.cpp). PyTorch
-// learns update_cache from Python (update_cache.py); a package that calls it finds it, at load time, in PyTorch's
-// dispatcher, so a C++ process needs the schema and a CPU kernel from C++: these, with the runtime's kernel compiled in
-// ATen mode. Built into libcustom_ops_without_python.so, never loaded beside update_cache.py.
+// my_ops::update_cache for a process without Python (AOTInductor's C++ runner, runner/aoti_runner.cpp). PyTorch learns
+// update_cache from Python (update_cache.py); a package that calls it finds it, at load time, in PyTorch's dispatcher,
+// so a C++ process needs the schema and a CPU kernel from C++: the schemas the module defines, written into C++ at
+// build time (codegen/python_op_schemas.py), and these kernels, the runtime's kernel compiled in ATen mode. Built into
+// libcustom_ops_without_python.so, never loaded beside update_cache.py.
 #include <ATen/core/Tensor.h>
 #include <torch/library.h>
 
@@ -20,11 +21,6 @@ at::Tensor update_cache_cpu(const at::Tensor& value, at::Tensor& cache, int64_t 
 }
 
 } // namespace
-
-TORCH_LIBRARY_FRAGMENT(my_ops, m) {
-  m.def("update_cache(Tensor value, Tensor(a!) cache, SymInt start_pos) -> Tensor");
-  m.def("update_cache.out(Tensor value, Tensor(a!) cache, SymInt start_pos, *, Tensor(b!) out) -> Tensor(b!)");
-}
 
 TORCH_LIBRARY_IMPL(my_ops, CPU, m) {
   m.impl("update_cache", TORCH_FN(update_cache_cpu));
