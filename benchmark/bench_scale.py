@@ -11,7 +11,9 @@ models/scale_models.py makes (Q4_K_M; --kinds adds Q8_0):
 - prefill and decode at 1 thread and every core beside `llama-bench` on the same file (benchmark/bench_presets.py's
   measure: interleaved rounds, ratios within a round);
 - the program's next-token distributions against llama.cpp's on the same file and tokens (llama-perplexity's
-  --kl-divergence-base): mean KL divergence and the share of positions with the same most likely token;
+  --kl-divergence-base): mean KL divergence and the share of positions with the same most likely token; and both
+  sides' against the file's float32 model (its weights dequantized, every activation in float32: what both sides
+  approximate), where that model fits in a third of this machine's memory (not the 8B shape's ~30 GiB);
 - each side's decode as a share of the machine's read bound: the bytes a step reads (every tensor but an untied
   token embedding, of which a step reads one row) over the read rate of that many bytes at that thread count
   (benchmark/memcpy_bandwidth.cpp).
@@ -118,6 +120,28 @@ def prompt_ids(path: str, count: int) -> list[int]:
     return ids[:count]
 
 
+def float32_log_probs(path: str, saved, bos: int | None) -> list | None:
+    """Each chunk's next-token log-probabilities (float64, [positions scored, vocabulary]) from the file's float32
+    model: its tensors dequantized by transformers' GGUF loader, its rope factors applied, every activation in float32,
+    each chunk in one forward pass. None when that model would take more than a third of this machine's memory."""
+    from my_ops.hf import checkpoint as checkpoints
+
+    with open("/proc/meminfo") as f:
+        total = int(next(line for line in f if line.startswith("MemTotal:")).split()[1]) * 1024
+    if checkpoints.float32_bytes(path) > total / 3:
+        return None
+    model = checkpoints.load(path).model
+    first, result = saved.ctx // 2, []
+    with torch.no_grad():
+        for chunk in range(saved.chunks):
+            tokens = torch.tensor([saved.tokens[chunk].tolist()])
+            if bos is not None:
+                tokens[0, 0] = bos
+            logits = model(input_ids=tokens).logits[0, first:saved.ctx - 1].double()
+            result.append(torch.log_softmax(logits, dim=-1).numpy())
+    return result
+
+
 def agreement(pte: str, path: str, threads: int, work_dir: str) -> dict:
     """The program's next-token distributions against llama.cpp's on the same file and tokens: llama-perplexity's
     saved distributions (--kl-divergence-base: KL_CTX-token chunks of the text, KL_CHUNKS of them, BOS first where the
@@ -127,7 +151,9 @@ def agreement(pte: str, path: str, threads: int, work_dir: str) -> dict:
     llama.cpp's own: its tokens are llama-tokenize's of the text, every distribution read sums to one within what its
     storage moves (each token it stored as at or below e^-16 of its top reads as that floor: the vocabulary's size
     times e^-16 at most), and the perplexity its distributions give the text's tokens is the one llama-perplexity
-    --kl-divergence reads from the same file ("Mean PPL(base)")."""
+    --kl-divergence reads from the same file ("Mean PPL(base)"). Beside them, where it fits, the file's float32
+    model's distributions (float32_log_probs): KL of each side's from it and each side's share of its top tokens, over
+    the tokens llama.cpp's file keeps (so its storage floor weighs on neither side)."""
     import numpy as np
 
     from flow.runtime import load_method_checked
@@ -146,8 +172,10 @@ def agreement(pte: str, path: str, threads: int, work_dir: str) -> dict:
     metadata = check(path).metadata
     bos = metadata.get("tokenizer.ggml.bos_token_id") if metadata.get("tokenizer.ggml.add_bos_token") else None
     method = load_method_checked(pte)
+    reference = float32_log_probs(path, saved, bos)
     kl = nll = nll_base = 0.0
     same = count = 0
+    to_float = {"kl_program": 0.0, "kl_llama_cpp": 0.0, "top_program": 0, "top_llama_cpp": 0}
     first = saved.ctx // 2
     for chunk in range(saved.chunks):
         tokens = saved.tokens[chunk].tolist()
@@ -164,6 +192,13 @@ def agreement(pte: str, path: str, threads: int, work_dir: str) -> dict:
             kept = base > -16  # llama-perplexity's sum leaves out what it stored as below e^-16
             kl += float(np.sum(np.exp(base[kept]) * (base[kept] - ours[kept])))
             same += int(np.argmax(ours) == np.argmax(base))
+            if reference is not None:
+                exact = reference[chunk][position - first]
+                weights = np.exp(exact[kept])
+                to_float["kl_program"] += float(np.sum(weights * (exact[kept] - ours[kept])))
+                to_float["kl_llama_cpp"] += float(np.sum(weights * (exact[kept] - base[kept])))
+                to_float["top_program"] += int(np.argmax(ours) == np.argmax(exact))
+                to_float["top_llama_cpp"] += int(np.argmax(base) == np.argmax(exact))
             nll -= ours[tokens[position + 1]]
             nll_base -= base[tokens[position + 1]]
             count += 1
@@ -172,7 +207,8 @@ def agreement(pte: str, path: str, threads: int, work_dir: str) -> dict:
         raise RuntimeError(f"{saved_file}: its distributions give the text perplexity {np.exp(nll_base / count):.6f}, "
                            f"llama-perplexity reads {read_back:.6f} from it: the file is not read as llama.cpp wrote it")
     return {"kl": kl / count, "same_top": same / count, "positions": count, "ppl": float(np.exp(nll / count)),
-            "llama_cpp_ppl": printed}
+            "llama_cpp_ppl": printed,
+            "to_float32": None if reference is None else {key: value / count for key, value in to_float.items()}}
 
 
 def main() -> int:
@@ -217,6 +253,10 @@ def main() -> int:
             print(f"{name} {kind}: exported in {row['export_s']:.1f} s, peak {row['export_peak_gib']:.2f} GiB; "
                   f".pte {row['pte_gib']:.2f} GiB; runner peak {row['runner_peak_gib']:.2f} GiB; KL "
                   f"{row['agreement']['kl']:.5f}, same top token {row['agreement']['same_top']:.1%}", flush=True)
+            if (exact := row["agreement"]["to_float32"]) is not None:
+                print(f"  against the float32 model: KL {exact['kl_program']:.5f} (project), "
+                      f"{exact['kl_llama_cpp']:.5f} (llama.cpp); its top token {exact['top_program']:.1%}, "
+                      f"{exact['top_llama_cpp']:.1%}", flush=True)
             data = row["data_file"]
             print(f"  with model.ptd: export peak {data['export_peak_gib']:.2f} GiB, runner peak "
                   f"{data['runner_peak_gib']:.2f} GiB, logits {'equal' if data['same_logits'] else 'DIFFERENT'}",
@@ -243,6 +283,14 @@ def report(rows: list[dict]) -> list[str]:
                      f"({row['runner_peak_gib'] / row['file_gib']:.2f}x) | {statistics.median(first):.2f} | "
                      f"{row['agreement']['kl']:.4f} | {row['agreement']['same_top']:.1%} | "
                      f"{row['agreement']['ppl']:.2f} / {row['agreement']['llama_cpp_ppl']:.2f} |")
+    lines += ["", "| model | KL from the float32 model: project | llama.cpp | its top token: project | llama.cpp |",
+              "| --- | ---: | ---: | ---: | ---: |"]
+    for row in rows:
+        exact = row["agreement"]["to_float32"]
+        cells = ["not measured (the float32 model does not fit)"] * 4 if exact is None else [
+            f"{exact['kl_program']:.4f}", f"{exact['kl_llama_cpp']:.4f}", f"{exact['top_program']:.1%}",
+            f"{exact['top_llama_cpp']:.1%}"]
+        lines.append(f"| {row['model']} {row['kind']} | " + " | ".join(cells) + " |")
     lines += ["", "| model | with model.ptd: export s | export peak GiB (x file) | .pte KiB | .ptd GiB | runner peak "
               "GiB (x file) | logits = the one file's |", "| --- | ---: | ---: | ---: | ---: | ---: | --- |"]
     for row in rows:
