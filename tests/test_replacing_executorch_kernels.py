@@ -1,9 +1,10 @@
 """A kernel in place of ExecuTorch's own (custom_ops.bzl's replaces_executorch): aten::cumsum, whose ExecuTorch kernel
 keeps a float32 running sum where ATen's keeps a double one, so a long float32 scan tells the two kernels apart by
-their bits. The project's kernel gives ATen's bits in every dtype; the runner runs it (a method-scoped kernel handed to
-load_method), and so does the Python runtime (registered under the kernel key of each call the program makes), while
-ExecuTorch's own kernel, alone in a process, does not. A runner or a loaded library without the kernel says
-ExecuTorch's runs; the declaration and the selection refuse a replacement of nothing and one never asked for."""
+their bits. The project's kernel gives ATen's bits in every dtype; the runner runs it (a method-scoped kernel handed
+to load_method), and so does the Python runtime (registered under the kernel key of each call the program makes;
+my_ops.hf's loader goes through it), while ExecuTorch's own kernel, alone in a process, does not. A runner or a
+loaded library without the kernel says ExecuTorch's runs; the declaration and the selection refuse a replacement of
+nothing and one never asked for."""
 
 import os
 import subprocess
@@ -103,6 +104,28 @@ def test_executorchs_kernel_differs_and_the_runner_and_the_python_runtime_run_th
                    load_method(pte).execute([x])):
         for a, e in zip(actual, expected):
             assert_bit_exact(a, e, "cumsum over 4000 float32 values")
+
+
+def test_my_ops_hf_loads_through_the_checked_loader_and_runs_the_projects_kernel(long_scan_program, combined_build,
+                                                                                 load_method, tmp_path):
+    # my_ops.hf's session (what `python -m my_ops.hf generate` decodes with) in a checkout: the same checked loader, so
+    # the project's cumsum runs there too, and a damaged program is refused by name before the runtime reads it.
+    from my_ops.hf import session
+
+    pte, x, expected = long_scan_program
+    assert session.checked_loader() is not None
+    threads = torch.get_num_threads()  # session.load_method keeps PyTorch's own threads at one
+    try:
+        session.load_kernels(combined_build.kernel_lib)
+        program, method = session.load_method(pte)
+        for a, e in zip(method.execute([x]), expected):
+            assert_bit_exact(a, e, "cumsum over 4000 float32 values, loaded by my_ops.hf.session")
+        with open(pte, "rb") as f:
+            (tmp_path / "cut.pte").write_bytes(f.read()[:600])
+        with pytest.raises(ValueError, match="not a readable ExecuTorch program"):
+            session.load_method(str(tmp_path / "cut.pte"))
+    finally:
+        torch.set_num_threads(threads)
 
 
 def test_the_runner_lists_the_kernel_it_runs_in_place_of_executorchs(combined_build):

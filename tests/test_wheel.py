@@ -102,13 +102,22 @@ from executorch.exir import to_edge
 program = to_edge(torch.export.export(Both(), (torch.randn(3, 5),))).to_executorch()
 with open("both.pte", "wb") as f:
     program.write_to_file(f)
+# my_ops.hf's loader from the wheel, which carries no flow/: ExecuTorch's runtime alone, with a build's kernels.
+from my_ops.hf import session
+assert session.checked_loader() is None
+session.load_kernels({kernels!r})
+program, method = session.load_method("both.pte")
+x = torch.randn(3, 5)
+results["session"] = [torch.equal(method.execute([x])[0], (x * 3 + 1) * 4)]
+assert not [m for m in sys.modules if m.split(".")[0] == "flow"]
 print("@@" + json.dumps(results))
 """
 
 
 def test_the_installed_package_registers_computes_and_exports_outside_the_repository(site, combined_build, tmp_path):
     env = dict(os.environ, PYTHONPATH=site)
-    proc = subprocess.run([sys.executable, "-c", OUTSIDE.format(repo=REPO_ROOT, site=site, modules=PACKAGE_MODULES)], cwd=tmp_path, env=env,
+    proc = subprocess.run([sys.executable, "-c", OUTSIDE.format(repo=REPO_ROOT, site=site, modules=PACKAGE_MODULES,
+                                                     kernels=combined_build.kernel_lib)], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
     import json

@@ -88,6 +88,22 @@ def register_ops(build_dir: str | None) -> None:
     import my_ops  # noqa: F401  (registers what is not registered yet)
 
 
+def checked_loader():
+    """The checkout's loader of untrusted programs (flow/runtime.py: the runner's checks before the runtime reads a
+    byte, the kernels that replace ExecuTorch's registered under the program's kernel keys, the program's bytes
+    handed over as checked) when this my_ops is the checkout's own package; None for the installed wheel, which
+    does not carry flow/ and loads with ExecuTorch's runtime alone."""
+    import my_ops
+
+    if not my_ops._EDITABLE:
+        return None
+    if CHECKOUT not in sys.path:
+        sys.path.append(CHECKOUT)
+    from flow import runtime
+
+    return runtime
+
+
 def load_kernels(library: str) -> None:
     """The ops' ExecuTorch kernels into the runtime's registry (ExecuTorch's Python runtime sees them): once per
     process, since a second library registering the same kernels aborts it."""
@@ -99,18 +115,25 @@ def load_kernels(library: str) -> None:
                            f"({library}) would register them again, which aborts")
     if not os.path.isfile(library):
         raise FileNotFoundError(f"{library} not found: {build_hint()} pass --kernel_library")
-    ctypes.CDLL(library, mode=ctypes.RTLD_GLOBAL)
+    if (runtime := checked_loader()) is not None:
+        runtime.load_kernel_library(library)  # the one the checked loader registers replacing kernels from
+    else:
+        ctypes.CDLL(library, mode=ctypes.RTLD_GLOBAL)
     _loaded_kernels.append(library)
 
 
 def load_method(pte: str, data_path: str | None = None):
     """(program, method) of `pte` in ExecuTorch's Python runtime, its weights read from the named data file
     `data_path` when it was exported with them outside it (export --ptd); keep the program as long as the method (it
-    owns the bytes the method reads). Decoding shares the machine's cores with ExecuTorch's thread pool, so PyTorch's
-    own threads, which spin between ops, are limited to one (with two cores they cost a third of the speed)."""
+    owns the bytes the method reads). In a checkout, through checked_loader() (a ValueError names what is wrong with
+    either file). Decoding shares the machine's cores with ExecuTorch's thread pool, so PyTorch's own threads, which
+    spin between ops, are limited to one (with two cores they cost a third of the speed)."""
+    torch.set_num_threads(1)
+    if (runtime := checked_loader()) is not None:
+        method = runtime.load_method_checked(pte, data_path=data_path)
+        return method.program, method
     from executorch.runtime import Runtime
 
-    torch.set_num_threads(1)
     program = Runtime.get().load_program(pte, data_path=data_path)
     try:
         return program, program.load_method("forward")
