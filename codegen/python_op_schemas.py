@@ -2,7 +2,7 @@
 which AOTInductor's C++ runner loads): written at build time from the schemas the ops' own modules give PyTorch, so an
 op's schema is stated once, in its module's `lib.define` (or `torch.library.custom_op`). Each op's
 `*_without_python.cpp` then registers only its CPU kernels. custom_ops.yaml's out schema of each op is checked against
-its module's here too: the kernel it binds receives what the exporter passes.
+its module's here too: the two texts of one schema cannot drift apart.
 
     run_codegen.py python_schemas --ops my_ops::mul3,my_ops::rope --output PythonOpSchemas.cpp
 """
@@ -35,8 +35,7 @@ def check_yaml_schema(op, yaml_schema: str | None) -> None:
     defined = str(op.out_variant()._schema)
     if yaml_schema is None or str(torch._C.parse_schema(yaml_schema)) != defined:
         raise SchemaMismatch(f"custom_ops.yaml binds {op.out_name} as `{yaml_schema}`, but {op.python_file} defines "
-                             f"`{defined}`: the kernel would be handed other arguments than a program passes; make "
-                             "the yaml's func the module's schema")
+                             f"`{defined}`, the out variant programs call: make the yaml's func the module's schema")
 
 
 def cpp_source(schemas_by_namespace: dict[str, list[tuple[str, list[str]]]]) -> str:

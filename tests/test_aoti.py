@@ -149,7 +149,7 @@ def test_the_cpp_registrations_of_python_ops_have_the_python_schemas_and_tags(bu
 
 
 def test_a_yaml_out_schema_other_than_the_modules_stops_the_generation_by_name(tmp_path):
-    # rope's arguments in another order in the yaml: its kernel would take sin for cos. The step that writes the
+    # rope's out schema in the yaml naming its arguments in another order than rope.py does. The step that writes the
     # schemas from the modules (run at build time by CMake) refuses it in one line, naming both schemas and the fix.
     repo = copy_repository(tmp_path / "repo")
     yaml_path = os.path.join(repo, "custom_ops.yaml")
@@ -166,8 +166,8 @@ def test_a_yaml_out_schema_other_than_the_modules_stops_the_generation_by_name(t
     (line,) = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
     assert line == ("error: custom_ops.yaml binds my_ops::rope.out as `my_ops::rope.out(Tensor x, Tensor sin, Tensor "
                     "cos, *, Tensor(a!) out) -> Tensor(a!)`, but ops/rope/rope.py defines `my_ops::rope.out(Tensor x, "
-                    "Tensor cos, Tensor sin, *, Tensor(a!) out) -> Tensor(a!)`: the kernel would be handed other "
-                    "arguments than a program passes; make the yaml's func the module's schema")
+                    "Tensor cos, Tensor sin, *, Tensor(a!) out) -> Tensor(a!)`, the out variant programs call: make the "
+                    "yaml's func the module's schema")
     with open(yaml_path, "w") as f:
         f.write(text)  # as the repository states it: the schemas are written, mul3's and rope's, with their tags
     assert subprocess.run(command, capture_output=True, text=True, timeout=300).returncode == 0
