@@ -125,21 +125,15 @@ def float32_log_probs(path: str, saved, bos: int | None) -> list | None:
     model: its tensors dequantized by transformers' GGUF loader, its rope factors applied, every activation in float32,
     each chunk in one forward pass. None when that model would take more than a third of this machine's memory."""
     from my_ops.hf import checkpoint as checkpoints
+    from my_ops.hf.text import eager_chunk_log_probs
 
     with open("/proc/meminfo") as f:
         total = int(next(line for line in f if line.startswith("MemTotal:")).split()[1]) * 1024
     if checkpoints.float32_bytes(path) > total / 3:
         return None
     model = checkpoints.load(path).model
-    first, result = saved.ctx // 2, []
-    with torch.no_grad():
-        for chunk in range(saved.chunks):
-            tokens = torch.tensor([saved.tokens[chunk].tolist()])
-            if bos is not None:
-                tokens[0, 0] = bos
-            logits = model(input_ids=tokens).logits[0, first:saved.ctx - 1].double()
-            result.append(torch.log_softmax(logits, dim=-1).numpy())
-    return result
+    ids = saved.tokens.reshape(-1).tolist()
+    return [log_probs.numpy() for log_probs, _ in eager_chunk_log_probs(model, ids, saved.ctx, saved.chunks, bos)]
 
 
 def agreement(pte: str, path: str, threads: int, work_dir: str) -> dict:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 import torch
 
@@ -160,19 +160,27 @@ def chunked_perplexity(step: Step, ids: Sequence[int], ctx: int, chunks: int | N
     return math.exp(total / scored), scored
 
 
-def eager_chunked_perplexity(model: torch.nn.Module, ids: Sequence[int], ctx: int, chunks: int | None = None,
-                             bos: int | None = None) -> tuple[float, int]:
-    """chunked_perplexity's chunks scored by a transformers model itself, each chunk in one forward pass."""
+def eager_chunk_log_probs(model: torch.nn.Module, ids: Sequence[int], ctx: int, chunks: int | None = None,
+                          bos: int | None = None) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Per chunk of chunked_perplexity's protocol, a transformers model's own next-token log-probabilities (float64,
+    [the scored positions, vocabulary]) with the chunk's tokens, each chunk in one forward pass."""
     count = len(ids) // ctx if chunks is None else min(chunks, len(ids) // ctx)
-    total, scored = 0.0, 0
     with torch.no_grad():
         for index in range(count):
             chunk = torch.tensor([list(ids[index * ctx:(index + 1) * ctx])], dtype=torch.int64)
             if bos is not None:
                 chunk[0, 0] = bos
             logits = model(input_ids=chunk).logits[0, ctx // 2:ctx - 1].double()
-            total -= float(torch.log_softmax(logits, dim=-1).gather(1, chunk[0, ctx // 2 + 1:, None]).sum())
-            scored += ctx - 1 - ctx // 2
+            yield torch.log_softmax(logits, dim=-1), chunk[0]
+
+
+def eager_chunked_perplexity(model: torch.nn.Module, ids: Sequence[int], ctx: int, chunks: int | None = None,
+                             bos: int | None = None) -> tuple[float, int]:
+    """chunked_perplexity's chunks scored by a transformers model itself, each chunk in one forward pass."""
+    total, scored = 0.0, 0
+    for log_probs, chunk in eager_chunk_log_probs(model, ids, ctx, chunks, bos):
+        total -= float(log_probs.gather(1, chunk[ctx // 2 + 1:, None]).sum())
+        scored += ctx - 1 - ctx // 2
     return math.exp(total / scored), scored
 
 
