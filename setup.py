@@ -28,10 +28,6 @@ from flow import declarations  # noqa: E402
 # Two levels under the checkout, like cmake-out/<tree>: ccache hashes paths relative to the build directory, so the
 # same source compiled here and in cmake-out/all_ops is one cache entry.
 CMAKE_BUILD_DIR = os.path.join(HERE, "build", "aot_library")
-# The modules the package carries a copy of (my_ops.<module>) beside the op modules: the ops' shared Python side, the
-# block formats' layouts and the file cache; each imports only the standard library and torch.
-SHARED_MODULES = ["flow/file_cache.py", "flow/torch_compat.py", "flow/vmap_rules.py", "ops/blocks/block_layouts.py",
-                  "ops/rope_sdpa_with_cache/cache_positions.py"]
 
 
 def cpp_ops():
@@ -80,7 +76,7 @@ class BuildPyWithRegistrations(build_py):
         package = os.path.join(self.build_lib, "my_ops")
         ops = declarations.load().values()
         python_modules = sorted({op.python_file for op in ops if op.from_python})  # carried flat: my_ops.<name>
-        for path in python_modules + SHARED_MODULES:
+        for path in python_modules + list(declarations.WHEEL_SHARED_MODULES):  # the shared Python side
             shutil.copyfile(os.path.join(HERE, path), os.path.join(package, os.path.basename(path)))
         with open(os.path.join(package, "_declared.py"), "w") as f:
             f.write('"""The ops this wheel was built with (from custom_ops.bzl)."""\n\n')

@@ -19,7 +19,9 @@ models on the ops and benchmark/ times both; nothing here imports either.
     xnnpack_layout, xnnpack_payload   XNNPACK's payload bytes described once, and checked before the backend reads them
     data_file        a named data file (.ptd, a program's weights outside it) checked before the runtime reads it
     lazy_exir        reading and running a program without importing the exporter
-    runtime          the ExecuTorch Python runtime: the kernel library, checked loading
+    runtime          the ExecuTorch Python runtime: the kernel library, checked loading (with program, data_file,
+                     xnnpack_*, lazy_exir, dtypes, argument_kinds and runtime_kernels, which import each other
+                     relatively, the my_ops wheel carries a copy: declarations.WHEEL_SHARED_MODULES)
     runner           driving the C++ runner: raw tensor files in and out
     reference        the exported model in eager PyTorch with each custom op replaced by its declared ATen reference
     compare          what "bit for bit" means here (and the tolerance otherwise)

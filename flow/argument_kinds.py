@@ -14,9 +14,9 @@ import functools
 import os
 import sys
 
-from flow.xnnpack_layout import KERNEL_TYPES
+from .xnnpack_layout import KERNEL_TYPES
 
-from flow.runtime_kernels import RUNTIME_NAMESPACES
+from .runtime_kernels import RUNTIME_NAMESPACES
 
 # PyTorch's name of an argument type (str(argument.type)) -> the value kinds (program.fbs KernelTypes) ExecuTorch
 # unboxes it from. ScalarType, Layout and MemoryFormat are "int" here, as in a program. Types not listed (Device,
@@ -133,21 +133,21 @@ def runtime_table() -> dict[str, Arguments]:
 
 @functools.cache
 def runtime_arguments() -> dict[str, Arguments]:
-    """runtime_table(), kept as JSON in $CUSTOM_OPS_CODEGEN_CACHE (test_custom_ops.sh sets it) by the versions of
-    torch and executorch and this file: making it imports three of ExecuTorch's op registries, which import its whole
-    exporter (4-5 s of CPU), and every process that checks a program needs it. Without the variable, made here."""
-    return _cached_table(os.environ.get("CUSTOM_OPS_CODEGEN_CACHE"))
+    """runtime_table(), kept as JSON by the versions of torch and executorch and this file, in runtime_kernels'
+    folder ($CUSTOM_OPS_CODEGEN_CACHE, else ~/.cache/my_ops): making it imports three of ExecuTorch's op registries,
+    which import its whole exporter (4-5 s of CPU), and every process that checks a program needs it."""
+    from .runtime_kernels import cache_dir
+
+    return _cached_table(cache_dir())
 
 
-def _cached_table(cache: str | None) -> dict[str, Arguments]:
+def _cached_table(cache: str) -> dict[str, Arguments]:
     # Its own few lines, not flow/file_cache.py: a table that fails to parse is made again here, where that cache would
     # hand back the damaged file.
     import hashlib
     import json
     from importlib import metadata
 
-    if not cache:
-        return runtime_table()
     with open(__file__, "rb") as f:
         digest = hashlib.sha256(f.read())
     digest.update(f"torch={metadata.version('torch')};executorch={metadata.version('executorch')}".encode())
@@ -200,7 +200,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--output", required=True, help="the header to write")
     args = parser.parse_args(argv)
-    from flow.runtime_kernels import executorch_kernels
+    from .runtime_kernels import executorch_kernels
 
     text = cpp_header(runtime_table(), executorch_kernels())
     os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)

@@ -10,10 +10,10 @@ from __future__ import annotations
 import functools
 import struct
 
-from flow import xnnpack_layout as L
-from flow.dtypes import from_scalar_type
-from flow.lazy_exir import defer_exir_package
-from flow.xnnpack_payload import FlatReader, Unreadable
+from . import xnnpack_layout as L
+from .dtypes import from_scalar_type
+from .lazy_exir import defer_exir_package
+from .xnnpack_payload import FlatReader, Unreadable
 
 HEADER_END = L.PTD_HEADER_FIELDS["segment_data_size"][0] + 8
 

@@ -102,9 +102,11 @@ class DeclaredOp:
         return getattr(getattr(torch.ops, self.namespace), self.short_name)
 
     def as_manifest(self) -> dict:
-        """What the my_ops package needs at import time (setup.py writes it into the wheel as _declared.py)."""
+        """What the my_ops package needs of each op (setup.py writes it into the wheel as _declared.py): at import
+        time, and the out variant's name for the checked loader's missing-operator message."""
         return {"name": self.name, "registered_from": self.registered_from, "python_file": self.python_file,
-                "wheel_module": self.wheel_module, "elementwise": self.elementwise, "defined_by": self.defined_by}
+                "wheel_module": self.wheel_module, "elementwise": self.elementwise, "defined_by": self.defined_by,
+                "out_name": self.out_name}
 
     @property
     def build_dir(self) -> str:
@@ -306,6 +308,18 @@ def _check(name: str, entry: object, path: str) -> DeclaredOp:
     return DeclaredOp(name=name, **values)
 
 
+# The modules the my_ops wheel carries flat beside the ops' own (setup.py copies each to my_ops/<file name>): the ops'
+# shared Python side, the block formats' layouts, the file cache, and the checked loading of untrusted programs
+# (flow/runtime.py and the modules it imports, each other relatively: my_ops.hf loads programs through my_ops.runtime).
+# Each imports only the standard library, torch and the others at load time; executorch when used.
+WHEEL_SHARED_MODULES = (
+    "flow/file_cache.py", "flow/torch_compat.py", "flow/vmap_rules.py", "ops/blocks/block_layouts.py",
+    "ops/rope_sdpa_with_cache/cache_positions.py",
+    "flow/runtime.py", "flow/program.py", "flow/data_file.py", "flow/xnnpack_payload.py", "flow/xnnpack_layout.py",
+    "flow/lazy_exir.py", "flow/dtypes.py", "flow/argument_kinds.py", "flow/runtime_kernels.py",
+)
+
+
 def load(path: str = DECLARATIONS) -> dict[str, DeclaredOp]:
     """All declared ops by name, in declaration order; DeclarationError names the file, op and field at fault."""
     ops = _parse(path)
@@ -315,12 +329,12 @@ def load(path: str = DECLARATIONS) -> dict[str, DeclaredOp]:
     programs = [op.example_program for op in declared.values()]
     if len(set(programs)) != len(programs):
         raise DeclarationError(f"{path}: two ops share an example_program; each needs its own")
-    modules = {}
+    modules = {os.path.basename(shared)[:-3]: shared for shared in WHEEL_SHARED_MODULES}
     for op in declared.values():
-        if op.python_module and modules.setdefault(op.wheel_module, op.python_module) != op.python_module:
-            raise DeclarationError(f"{path}: {op.name}: python_module {op.python_module!r} and "
-                                   f"{modules[op.wheel_module]!r} end in the same name, and the my_ops wheel carries "
-                                   f"both as my_ops.{op.wheel_module}; rename one file")
+        if op.python_module and (other := modules.setdefault(op.wheel_module, op.python_module)) != op.python_module:
+            fix = "rename the op's module" if other in WHEEL_SHARED_MODULES else "rename one file"
+            raise DeclarationError(f"{path}: {op.name}: python_module {op.python_module!r} and {other!r} end in the "
+                                   f"same name, and the my_ops wheel carries both as my_ops.{op.wheel_module}; {fix}")
     return declared
 
 

@@ -33,9 +33,9 @@ import math
 import os
 from dataclasses import dataclass
 
-from flow import xnnpack_payload
-from flow.lazy_exir import defer_exir_package
-from flow.xnnpack_layout import TENSOR_DATA_EXTERNAL
+from . import xnnpack_payload
+from .lazy_exir import defer_exir_package
+from .xnnpack_layout import TENSOR_DATA_EXTERNAL
 
 DEFAULT_MAX_MEMORY = 1 << 30  # as the runner's --max_memory default
 OPERATOR_NAME_LIMIT = 100  # ExecuTorch's buffer for "name.overload", terminator included (method.cpp)
@@ -55,7 +55,7 @@ class TensorSpec:
 
     @property
     def dtype(self):
-        from flow.dtypes import from_scalar_type
+        from .dtypes import from_scalar_type
 
         return from_scalar_type(self.scalar_type)
 
@@ -266,7 +266,7 @@ def kernel_call_problem(spec: MethodSpec) -> str | None:
     """Check 6: a kernel call naming an operator the method lacks, or passing values of kinds its operator's schema
     (as PyTorch knows it) does not take, or None. ExecuTorch's own kernels unbox their arguments unchecked
     (EValue::toTensor() aborts on an Int). The table and the words are flow/argument_kinds.py's, as the runner's."""
-    from flow import argument_kinds
+    from . import argument_kinds
 
     runtime_ops = argument_kinds.runtime_arguments()
     for op_index, kinds in spec.kernel_calls:

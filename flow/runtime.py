@@ -35,8 +35,8 @@ import os
 import warnings
 from typing import Any, Sequence
 
-from flow.lazy_exir import defer_exir_package
-from flow.program import DEFAULT_MAX_MEMORY, MethodSpec, check
+from .lazy_exir import defer_exir_package
+from .program import DEFAULT_MAX_MEMORY, MethodSpec, check
 
 _loaded: str | None = None
 
@@ -233,7 +233,7 @@ def _load_checked(data: bytes, spec, path: str, method: str, data_path: str | No
 
     registered = set(Runtime.get().operator_registry.operator_names)
     if missing := [name for name in dict.fromkeys(spec.operators) if name not in registered]:
-        from flow.runtime_kernels import missing_operator_advice
+        from .runtime_kernels import missing_operator_advice
 
         raise MissingOperatorError(f"{os.path.basename(path)}: the program calls operator(s) that no kernel "
                                    f"library loaded into this process registers: {', '.join(missing)}. "
@@ -253,8 +253,8 @@ def _checked_data_file(spec, program: str, data_path: str | None) -> tuple[str |
     """(the path the runtime reads, the descriptor to close after) of the checked bytes of the data file `data_path`
     that the program `spec` needs ((None, None) when it needs none); ProgramError / DataFileError naming what is missing
     or wrong, in the runner's words."""
-    from flow.data_file import check as check_data_file
-    from flow.program import ProgramError
+    from .data_file import check as check_data_file
+    from .program import ProgramError
 
     if data_path is None:
         if spec.external_tensors:

@@ -22,12 +22,14 @@ import subprocess
 import sys
 from importlib import metadata
 
-from flow import REPO_ROOT
-
+# Run in a fresh interpreter, which imports lazy_exir from its file beside this one: in the checkout's flow/, or in the
+# my_ops wheel, whose package registers the ops when imported.
 _READ_REGISTRY = """
-import ctypes, json, os, sys
-from flow.lazy_exir import defer_exir_package
-defer_exir_package()
+import ctypes, importlib.util, json, os, sys
+spec = importlib.util.spec_from_file_location("lazy_exir", sys.argv[1])
+lazy_exir = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(lazy_exir)
+lazy_exir.defer_exir_package()
 import executorch
 ctypes.CDLL(os.path.join(executorch.__path__[0], "lib", "libexecutorch_kernels_quantized.so"), mode=ctypes.RTLD_GLOBAL)
 from executorch.runtime import Runtime
@@ -44,7 +46,8 @@ EXECUTORCH_LIBRARIES = ("libexecutorch_kernels_optimized.so (ATen ops, prims) an
                         "(quantized_decomposed::*)")
 
 
-def _cache_dir() -> str:
+def cache_dir() -> str:
+    """Where the tables read from ExecuTorch and PyTorch are kept, by their versions."""
     return os.environ.get("CUSTOM_OPS_CODEGEN_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "my_ops")
 
 
@@ -54,14 +57,14 @@ def executorch_kernels() -> frozenset[str]:
     with open(__file__, "rb") as f:
         digest = hashlib.sha256(f.read())
     digest.update(f"torch={metadata.version('torch')};executorch={metadata.version('executorch')}".encode())
-    path = os.path.join(_cache_dir(), f"executorch_kernels-{digest.hexdigest()[:32]}.json")
+    path = os.path.join(cache_dir(), f"executorch_kernels-{digest.hexdigest()[:32]}.json")
     try:
         with open(path) as f:
             return frozenset(json.load(f))
     except (OSError, ValueError):  # not made yet, or damaged: made again
         pass
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [REPO_ROOT, os.environ.get("PYTHONPATH")])))
-    proc = subprocess.run([sys.executable, "-c", _READ_REGISTRY], capture_output=True, text=True, env=env)
+    lazy_exir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "lazy_exir.py")
+    proc = subprocess.run([sys.executable, "-c", _READ_REGISTRY, lazy_exir], capture_output=True, text=True)
     if proc.returncode != 0 or "@@NAMES@@" not in proc.stdout:
         raise RuntimeError(f"could not read ExecuTorch's kernel registry (exit {proc.returncode}):\n{proc.stderr[-2000:]}")
     names = json.loads(proc.stdout.split("@@NAMES@@")[-1])
@@ -74,10 +77,22 @@ def executorch_kernels() -> frozenset[str]:
 
 def declared_kernels(declared=None) -> dict[str, object]:
     """The out variants this project's declared ops give kernels for, by name."""
-    from flow import declarations
+    from . import declarations
 
     declared = declarations.load() if declared is None else declared
     return {op.out_name: op for op in declared.values()}
+
+
+def declared_out_names() -> set[str]:
+    """The declared ops' out variants: from custom_ops.bzl in a checkout; in the my_ops wheel, which carries this
+    module without the declarations, from the op list it was built with (its _declared.py)."""
+    try:
+        from . import declarations
+    except ImportError:
+        from ._declared import OPS
+
+        return {op["out_name"] for op in OPS}
+    return set(declared_kernels(declarations.load()))
 
 
 def twice_registered(declared=None) -> list[str]:
@@ -115,15 +130,15 @@ def missing_kernel_message(names, where: str) -> str:
 def missing_operator_advice(names, declared=None) -> str:
     """What to do about operators no kernel library loaded into a runtime registers, by kind, as the runner words it
     (runner/program_runner.cpp): an op of this project's namespaces, one ExecuTorch's kernels have, one nobody ships."""
-    ours = declared_kernels(declared)
+    ours = declared_out_names() if declared is None else declared_kernels(declared)
     kinds: dict[str, list[str]] = {"project": [], "executorch": [], "nobody": []}
     for name in names:
         kind = ("executorch" if name in executorch_kernels() else
                 "nobody" if name.split("::")[0] in RUNTIME_NAMESPACES and name not in ours else "project")
         kinds[kind].append(name)
     what = {
-        "project": "an op custom_ops.bzl declares: load a kernel library built with it "
-                   "(flow.runtime.load_kernel_library(<build>/libcustom_ops_lib.so), built with "
+        "project": "an op custom_ops.bzl declares: load a kernel library built with it "  # flow. or the wheel's my_ops.
+                   f"({__package__}.runtime.load_kernel_library(<build>/libcustom_ops_lib.so), built with "
                    "-DCUSTOM_OPS_ROOT_OPS or -DCUSTOM_OPS_MODEL_FILE selecting it)",
         "executorch": "ExecuTorch's kernels have it: load the library that does before the program (quantized_decomposed"
                       "::*: executorch/lib/libexecutorch_kernels_quantized.so, ctypes.CDLL(path, mode=RTLD_GLOBAL))",

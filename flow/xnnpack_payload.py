@@ -14,7 +14,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from flow import xnnpack_layout as L
+from . import xnnpack_layout as L
 
 
 class Unreadable(Exception):

@@ -3,11 +3,13 @@ PyTorch, so models calling them export to ExecuTorch programs.
 
 The wheel (setup.py, `bash test_custom_ops.sh wheel`) carries the C++ AOT ops compiled into one library (_C*.so: the C++
 registrations, their kernels in ATen mode, and the schemas and CPU registration codegen writes for their out variants),
-copies of the modules that register the Python ops (custom_ops_1.py, and ops/<name>/<name>.py flat as my_ops.<name>) and
+copies of the modules that register the Python ops (custom_ops_1.py, and ops/<name>/<name>.py flat as my_ops.<name>),
 of the Python side they and my_ops.hf share (flow/torch_compat.py, flow/vmap_rules.py, flow/file_cache.py,
-ops/blocks/block_layouts.py, ops/rope_sdpa_with_cache/cache_positions.py), and _declared.py, the op list it was built
-with. Everything is imported relative to this package. An editable install (`pip install -e .`) has no copies: it loads
-the checkout's files under the same my_ops.<module> names.
+ops/blocks/block_layouts.py, ops/rope_sdpa_with_cache/cache_positions.py), of the checked loading of untrusted
+programs that my_ops.hf runs them with (flow/runtime.py and the modules it imports: my_ops.runtime, my_ops.program, ...;
+imported when a program is loaded), and _declared.py, the op list it was built with. Everything is imported relative to
+this package. An editable install (`pip install -e .`) has no copies: it loads the checkout's shared files under the
+same my_ops.<module> names, and my_ops.hf loads programs through the checkout's flow.runtime.
 
 Registration happens once per process: when a CMake-built AOT library or the repository's custom_ops_1 came first,
 their ops are used and nothing is registered twice.

@@ -161,19 +161,18 @@ STANDARD_LIBRARY = set(sys.stdlib_module_names)
 
 
 def shipped_modules() -> list[str]:
-    """setup.py's SHARED_MODULES, read without running setup.py."""
-    tree = ast.parse(open(os.path.join(REPO_ROOT, "setup.py")).read())
-    return next(ast.literal_eval(node.value) for node in tree.body if isinstance(node, ast.Assign)
-                and [getattr(t, "id", None) for t in node.targets] == ["SHARED_MODULES"])
+    """The modules the wheel carries beside the ops' own (setup.py copies flow.declarations.WHEEL_SHARED_MODULES)."""
+    return list(declarations.WHEEL_SHARED_MODULES)
 
 
 def sibling_imports(path: str) -> set[str]:
-    """The modules of its own folder `path` imports relatively at load time (`from .x import y`): they travel with it."""
+    """The modules of its own folder `path` imports relatively at load time (`from .x import y`, `from . import x`):
+    they travel with it."""
     tree = ast.parse(open(path).read(), path)
     folder = os.path.dirname(path)
-    return {os.path.join(folder, f"{node.module}.py") for node in tree.body
-            if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module
-            and os.path.isfile(os.path.join(folder, f"{node.module}.py"))}
+    names = [name for node in tree.body if isinstance(node, ast.ImportFrom) and node.level == 1
+             for name in ([node.module] if node.module else [alias.name for alias in node.names])]
+    return {os.path.join(folder, f"{name}.py") for name in names if os.path.isfile(os.path.join(folder, f"{name}.py"))}
 
 
 @pytest.mark.parametrize("path", sorted({*paths(OP_MODULES), *(op.python_file for op in declarations.load().values()
@@ -181,8 +180,8 @@ def sibling_imports(path: str) -> set[str]:
 def test_what_ships_or_gets_copied_imports_only_torch(path):
     # The example modules are copied into users' projects (an op's folder whole, so a module may import its folder's
     # other modules), the op modules and the shared ones into the wheel, flat: a module the wheel carries imports only
-    # others it carries, and the shared modules (setup.py's SHARED_MODULES) from where they are in either place. At load
-    # time they may need nothing but torch.
+    # others it carries, and the shared modules (declarations.WHEEL_SHARED_MODULES) from where they are in either
+    # place. At load time they may need nothing but torch.
     full = os.path.join(REPO_ROOT, path)
     siblings = sibling_imports(full)
     package = module_name(full).rpartition(".")[0]
@@ -190,7 +189,7 @@ def test_what_ships_or_gets_copied_imports_only_torch(path):
     shared = {f"{name}{suffix}" for p in shipped_modules() for suffix in ("", ".*")
               for name in (module_name(os.path.join(REPO_ROOT, p)), f"{package}.{os.path.basename(p)[:-3]}")}
     loaded = {name.split(".")[0] for name in imports(full, top_level_only=True)
-              if not any(name.startswith(module_name(s)) for s in siblings)
+              if name != package and not any(name.startswith(module_name(s)) for s in siblings)
               and not any(name == s or (s.endswith(".*") and name.startswith(s[:-1])) for s in shared)}
     assert loaded - STANDARD_LIBRARY - {"torch", "__future__"} == set()
     in_the_wheel = {os.path.join(REPO_ROOT, p) for p in [*shipped_modules(), *(op.python_file for op in
@@ -198,3 +197,15 @@ def test_what_ships_or_gets_copied_imports_only_torch(path):
                                                                                 if op.from_python)]}
     if full in in_the_wheel:
         assert siblings - in_the_wheel == set()
+
+
+def test_an_op_module_named_as_a_module_the_wheel_carries_is_refused_by_name(tmp_path):
+    # The wheel carries both flat in my_ops/: the op's module would replace the checked loader's my_ops.runtime.
+    text = open(os.path.join(REPO_ROOT, "custom_ops.bzl")).read()
+    bzl = tmp_path / "custom_ops.bzl"
+    bzl.write_text(text.replace('"python_module": "custom_ops_1"', '"python_module": "ops.mine.runtime"'))
+    with pytest.raises(declarations.DeclarationError) as error:
+        declarations.load(str(bzl))
+    assert str(error.value) == (f"{bzl}: my_ops::mul3: python_module 'ops.mine.runtime' and 'flow/runtime.py' end in "
+                                "the same name, and the my_ops wheel carries both as my_ops.runtime; rename the op's "
+                                "module")

@@ -42,6 +42,10 @@ PACKAGE_MODULES = sorted({"my_ops", "my_ops._declared", "my_ops.block_layouts", 
                           "my_ops.file_cache", "my_ops.torch_compat", "my_ops.vmap_rules",
                           *(f"my_ops.{op.wheel_module}" for op in DECLARED.values() if op.wheel_module)})
 HF_MODULES = sorted(os.path.basename(p)[:-3] for p in glob.glob(os.path.join(REPO_ROOT, "my_ops", "hf", "*.py")))
+# The checked loader's copies (flow.declarations.WHEEL_SHARED_MODULES beyond what `import my_ops` imports), loaded
+# with a program.
+LOADER_MODULES = ["runtime", "program", "data_file", "xnnpack_payload", "xnnpack_layout", "lazy_exir", "dtypes",
+                  "argument_kinds", "runtime_kernels"]
 
 
 def test_the_wheel_holds_the_package_and_nothing_else(wheel):
@@ -50,7 +54,8 @@ def test_the_wheel_holds_the_package_and_nothing_else(wheel):
     package = {n for n in names if not n.startswith("my_ops-0.1.0.dist-info/")}
     library = {"my_ops/_C.abi3.so"} if any(op.from_cpp for op in DECLARED.values()) else set()
     modules = {m.replace(".", "/") + ("/__init__.py" if m == "my_ops" else ".py") for m in PACKAGE_MODULES}
-    on_demand = {"my_ops/gguf.py", *(f"my_ops/hf/{m}.py" for m in HF_MODULES)}
+    on_demand = {"my_ops/gguf.py", *(f"my_ops/hf/{m}.py" for m in HF_MODULES),
+                 *(f"my_ops/{m}.py" for m in LOADER_MODULES)}
     assert package == modules | library | on_demand
     # Stripped: no debug info, no build outputs (with debug info it is tens of MiB). The project's ops make ~450 KiB,
     # each C++ op ~30-60 KiB more (the recipe's copy, with relu6 and scaled_add: 550 KiB).
@@ -102,9 +107,31 @@ from executorch.exir import to_edge
 program = to_edge(torch.export.export(Both(), (torch.randn(3, 5),))).to_executorch()
 with open("both.pte", "wb") as f:
     program.write_to_file(f)
-# my_ops.hf's loader from the wheel, which carries no flow/: ExecuTorch's runtime alone, with a build's kernels.
+# my_ops.hf's loader from the wheel, which carries no flow/: its copy of the checked loader, my_ops.runtime.
+class Bins(torch.nn.Module):  # an ATen op the project declares a kernel for, beside one of its own
+    def forward(self, x, boundaries):
+        return torch.bucketize(torch.ops.my_ops.mul3(x), boundaries)
+
+from executorch.exir import EdgeCompileConfig
+bins = to_edge(torch.export.export(Bins(), (torch.randn(4), torch.tensor([0.0, 1.0]))),
+               compile_config=EdgeCompileConfig(_core_aten_ops_exception_list=[torch.ops.aten.bucketize.Tensor]))
+bins = bins.to_executorch()
+with open("bins.pte", "wb") as f:
+    bins.write_to_file(f)
+with open("both.pte", "rb") as f:
+    data = f.read()
+with open("cut.pte", "wb") as f:
+    f.write(data[:len(data) // 2])
+import my_ops.runtime
 from my_ops.hf import session
-assert session.checked_loader() is None
+assert session.checked_loader() is my_ops.runtime
+refused = {{}}
+for pte, error in (("bins.pte", my_ops.runtime.MissingOperatorError), ("cut.pte", ValueError)):
+    try:
+        session.load_method(pte)  # bins.pte before any kernel library: each op named, with what to do
+    except error as err:
+        refused[pte] = str(err)
+results["refused"] = [refused]
 session.load_kernels({kernels!r})
 program, method = session.load_method("both.pte")
 x = torch.randn(3, 5)
@@ -115,7 +142,9 @@ print("@@" + json.dumps(results))
 
 
 def test_the_installed_package_registers_computes_and_exports_outside_the_repository(site, combined_build, tmp_path):
-    env = dict(os.environ, PYTHONPATH=site)
+    # An empty cache: the wheel's loader makes its tables (the kernels ExecuTorch registers, the kinds their
+    # arguments take) on its own, outside the repository.
+    env = dict(os.environ, PYTHONPATH=site, CUSTOM_OPS_CODEGEN_CACHE=str(tmp_path / "tables"))
     proc = subprocess.run([sys.executable, "-c", OUTSIDE.format(repo=REPO_ROOT, site=site, modules=PACKAGE_MODULES,
                                                      kernels=combined_build.kernel_lib)], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=600)
@@ -126,6 +155,12 @@ def test_the_installed_package_registers_computes_and_exports_outside_the_reposi
     assert results.pop("ops") == list(DECLARED)
     assert results.pop("library").startswith(site)
     assert results.pop("hf") == [[1, 32], 3]  # the last position's logits; two norms per layer and the final one
+    (refused,) = results.pop("refused")
+    # bucketize is an ATen op: the project's only by the op list the wheel was built with
+    assert ("registers: my_ops::mul3.out, aten::bucketize.Tensor_out. my_ops::mul3.out, aten::bucketize.Tensor_out: "
+            "an op custom_ops.bzl declares: load a kernel library built with it (my_ops.runtime.load_kernel_library(")\
+        in refused["bins.pte"], refused
+    assert refused["cut.pte"].startswith("not a readable ExecuTorch program: "), refused
     assert all(all(checks) for checks in results.values()), results
     x = torch.randn(3, 5)
     expected = [(x * 3 + 1) * 4]

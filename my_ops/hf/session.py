@@ -7,7 +7,6 @@ cache folder.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import hashlib
 import os
 import sys
@@ -23,7 +22,6 @@ PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # my_
 CHECKOUT = os.path.dirname(PACKAGE_DIR)
 AOT_LIBRARY = "libcustom_ops_aot_lib.so"  # the ops for PyTorch, in a CMake build
 KERNEL_LIBRARY = "libcustom_ops_lib.so"  # their ExecuTorch kernels, in a CMake build
-_loaded_kernels: list[str] = []
 
 
 # The terminal's stderr while libraries_quiet() holds the process's: what the user is told goes there.
@@ -89,14 +87,16 @@ def register_ops(build_dir: str | None) -> None:
 
 
 def checked_loader():
-    """The checkout's loader of untrusted programs (flow/runtime.py: the runner's checks before the runtime reads a
-    byte, the kernels that replace ExecuTorch's registered under the program's kernel keys, the program's bytes
-    handed over as checked) when this my_ops is the checkout's own package; None for the installed wheel, which
-    does not carry flow/ and loads with ExecuTorch's runtime alone."""
+    """The loader of untrusted programs (flow/runtime.py: the runner's checks before the runtime reads a byte, each
+    operator no loaded library registers named with what to do, the kernels that replace ExecuTorch's registered
+    under the program's kernel keys, the program's bytes handed over as checked): the checkout's flow.runtime when
+    this my_ops is the checkout's own package, else the wheel's copy, my_ops.runtime."""
     import my_ops
 
     if not my_ops._EDITABLE:
-        return None
+        from .. import runtime
+
+        return runtime
     if CHECKOUT not in sys.path:
         sys.path.append(CHECKOUT)
     from flow import runtime
@@ -105,44 +105,24 @@ def checked_loader():
 
 
 def load_kernels(library: str) -> None:
-    """The ops' ExecuTorch kernels into the runtime's registry (ExecuTorch's Python runtime sees them): once per
-    process, since a second library registering the same kernels aborts it."""
-    library = os.path.realpath(library)
-    if library in _loaded_kernels:
-        return
-    if _loaded_kernels:
-        raise RuntimeError(f"{_loaded_kernels[0]} already gave this process the ops' kernels; a second library "
-                           f"({library}) would register them again, which aborts")
+    """The ops' ExecuTorch kernels into the runtime's registry (ExecuTorch's Python runtime sees them), through the
+    checked loader (the library it registers replacing kernels from): once per process; a second library is a
+    RuntimeError, since registering the same kernels again aborts."""
     if not os.path.isfile(library):
-        raise FileNotFoundError(f"{library} not found: {build_hint()} pass --kernel_library")
-    if (runtime := checked_loader()) is not None:
-        runtime.load_kernel_library(library)  # the one the checked loader registers replacing kernels from
-    else:
-        ctypes.CDLL(library, mode=ctypes.RTLD_GLOBAL)
-    _loaded_kernels.append(library)
+        raise FileNotFoundError(f"{os.path.realpath(library)} not found: {build_hint()} pass --kernel_library")
+    checked_loader().load_kernel_library(library)
 
 
 def load_method(pte: str, data_path: str | None = None):
     """(program, method) of `pte` in ExecuTorch's Python runtime, its weights read from the named data file
     `data_path` when it was exported with them outside it (export --ptd); keep the program as long as the method (it
-    owns the bytes the method reads). In a checkout, through checked_loader() (a ValueError names what is wrong with
-    either file). Decoding shares the machine's cores with ExecuTorch's thread pool, so PyTorch's own threads, which
-    spin between ops, are limited to one (with two cores they cost a third of the speed)."""
+    owns the bytes the method reads). Through checked_loader(): a ValueError names what is wrong with either file, a
+    MissingOperatorError each operator no loaded library registers. Decoding shares the machine's cores with
+    ExecuTorch's thread pool, so PyTorch's own threads, which spin between ops, are limited to one (with two cores
+    they cost a third of the speed)."""
     torch.set_num_threads(1)
-    if (runtime := checked_loader()) is not None:
-        method = runtime.load_method_checked(pte, data_path=data_path)
-        return method.program, method
-    from executorch.runtime import Runtime
-
-    program = Runtime.get().load_program(pte, data_path=data_path)
-    try:
-        return program, program.load_method("forward")
-    except RuntimeError as err:
-        if data_path is None:
-            raise RuntimeError(f"{pte}: {err}. A program exported with its weights in a named data file (export "
-                               "--ptd) needs that file: pass the model.ptd written beside it") from None
-        raise RuntimeError(f"{pte} with {data_path}: {err}. The data file must be the one exported with this "
-                           "program") from None
+    method = checked_loader().load_method_checked(pte, data_path=data_path)
+    return method.program, method
 
 
 def versions() -> str:
