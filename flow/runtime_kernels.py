@@ -83,16 +83,18 @@ def declared_kernels(declared=None) -> dict[str, object]:
     return {op.out_name: op for op in declared.values()}
 
 
-def declared_out_names() -> set[str]:
+def declared_out_names(declared=None) -> set[str]:
     """The declared ops' out variants: from custom_ops.bzl in a checkout; in the my_ops wheel, which carries this
     module without the declarations, from the op list it was built with (its _declared.py)."""
-    try:
-        from . import declarations
-    except ImportError:
-        from ._declared import OPS
+    if declared is None:
+        try:
+            from . import declarations
+        except ImportError:
+            from ._declared import OPS
 
-        return {op["out_name"] for op in OPS}
-    return set(declared_kernels(declarations.load()))
+            return {op["out_name"] for op in OPS}
+        declared = declarations.load()
+    return {op.out_name for op in declared.values()}
 
 
 def twice_registered(declared=None) -> list[str]:
@@ -130,7 +132,7 @@ def missing_kernel_message(names, where: str) -> str:
 def missing_operator_advice(names, declared=None) -> str:
     """What to do about operators no kernel library loaded into a runtime registers, by kind, as the runner words it
     (runner/program_runner.cpp): an op of this project's namespaces, one ExecuTorch's kernels have, one nobody ships."""
-    ours = declared_out_names() if declared is None else declared_kernels(declared)
+    ours = declared_out_names(declared)
     kinds: dict[str, list[str]] = {"project": [], "executorch": [], "nobody": []}
     for name in names:
         kind = ("executorch" if name in executorch_kernels() else
