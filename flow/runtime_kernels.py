@@ -88,13 +88,12 @@ def declared_out_names(declared=None) -> set[str]:
     module without the declarations, from the op list it was built with (its _declared.py)."""
     if declared is None:
         try:
-            from . import declarations
+            from . import declarations  # noqa: F401  (declared_kernels reads it)
         except ImportError:
             from ._declared import OPS
 
             return {op["out_name"] for op in OPS}
-        declared = declarations.load()
-    return {op.out_name for op in declared.values()}
+    return set(declared_kernels(declared))
 
 
 def twice_registered(declared=None) -> list[str]:
