@@ -256,6 +256,42 @@ CUSTOM_OPS_INLINE float sum(const F<W>& v) {
   }
 }
 
+// Lane i: the sum of v[i]'s lanes, for W vectors of W lanes (W = 4 or 8). Each level adds the two halves of a pair
+// of vectors into one (a transpose that adds): W - 1 adds for the W sums, where one sum at a time takes log2(W) each
+// and a scalar store. Halves of 128 bits first, then within them, so every shuffle but the first level's stays in a
+// 128-bit lane (vshufps on x86).
+template <int W>
+CUSTOM_OPS_INLINE F<W> lane_sums(const F<W> (&v)[W]) {
+  static_assert(W == 4 || W == 8, "lane_sums adds 4 or 8 vectors");
+  if constexpr (W == 4) {
+    const F<4> ab = __builtin_shufflevector(v[0], v[1], 0, 1, 4, 5) + __builtin_shufflevector(v[0], v[1], 2, 3, 6, 7);
+    const F<4> cd = __builtin_shufflevector(v[2], v[3], 0, 1, 4, 5) + __builtin_shufflevector(v[2], v[3], 2, 3, 6, 7);
+    return __builtin_shufflevector(ab, cd, 0, 2, 4, 6) + __builtin_shufflevector(ab, cd, 1, 3, 5, 7);
+  } else {
+    F<8> halves[4];  // halves[i]: v[i]'s four partial sums, then v[i + 4]'s
+    for (int i = 0; i < 4; ++i) {
+      halves[i] = __builtin_shufflevector(v[i], v[i + 4], 0, 1, 2, 3, 8, 9, 10, 11) +
+                  __builtin_shufflevector(v[i], v[i + 4], 4, 5, 6, 7, 12, 13, 14, 15);
+    }
+    // Two partial sums each: v[0], v[1] | v[4], v[5]; and v[2], v[3] | v[6], v[7].
+    const F<8> low = __builtin_shufflevector(halves[0], halves[1], 0, 1, 8, 9, 4, 5, 12, 13) +
+                     __builtin_shufflevector(halves[0], halves[1], 2, 3, 10, 11, 6, 7, 14, 15);
+    const F<8> high = __builtin_shufflevector(halves[2], halves[3], 0, 1, 8, 9, 4, 5, 12, 13) +
+                      __builtin_shufflevector(halves[2], halves[3], 2, 3, 10, 11, 6, 7, 14, 15);
+    return __builtin_shufflevector(low, high, 0, 2, 8, 10, 4, 6, 12, 14) +
+           __builtin_shufflevector(low, high, 1, 3, 9, 11, 5, 7, 13, 15);
+  }
+}
+
+// A vector's two halves added: W / 2 lanes whose sum is the vector's.
+template <int W>
+CUSTOM_OPS_INLINE F<W / 2> halves_added(const F<W>& v) {
+  F<W / 2> low, high;
+  std::memcpy(&low, &v, sizeof(low));
+  std::memcpy(&high, reinterpret_cast<const char*>(&v) + sizeof(low), sizeof(high));
+  return low + high;
+}
+
 // The largest lane, first to last (a NaN in lane 0 stays; one after it is passed over).
 template <int W>
 CUSTOM_OPS_INLINE float max(const F<W>& v) {
