@@ -121,13 +121,14 @@ from decode_timing import load_runtimes
 load_runtimes({kernel_library!r})
 from executorch.extension.pybindings import portable_lib
 from flow.runtime import load_method_checked, path_counts
+from my_ops.hf.text import greedy
 portable_lib._unsafe_reset_threadpool({threads})
 method = load_method_checked({pte!r})
 tokens, position = torch.tensor([{ids!r}]), torch.tensor([0])
 out = method.execute([tokens, position])[0]
 before, start = path_counts({kernel_library!r}), time.perf_counter()
 for _ in range({steps}):
-    position, tokens = position + tokens.shape[1], torch.tensor([[int(out.argmax())]])
+    position, tokens = position + tokens.shape[1], torch.tensor([[greedy(out)]])
     out = method.execute([tokens, position])[0]
 seconds = time.perf_counter() - start
 after = path_counts({kernel_library!r})

@@ -32,6 +32,7 @@ def time_one(pte: str, peer: bool, ids: list[int], new_tokens: int, warm_prefill
     from position 0: the warm prefill, what llama-bench's pp measures (it runs a warm-up first), so the comparison with
     llama.cpp uses it; the first prefill (caches cold, buffers allocated) is what a user's first prompt meets."""
     from flow.runtime import load_method_checked
+    from my_ops.hf.text import greedy
 
     start = time.perf_counter()
     method = load_method_checked(pte)
@@ -40,7 +41,7 @@ def time_one(pte: str, peer: bool, ids: list[int], new_tokens: int, warm_prefill
     tokens, position, generated, marks = torch.tensor([ids]), torch.tensor([0]), [], []
     for _ in range(new_tokens):
         out = step(tokens, position)
-        generated.append(int(out.argmax()))
+        generated.append(greedy(out))
         marks.append(time.perf_counter())
         position = position + tokens.shape[1]
         tokens = torch.tensor([[generated[-1]]])

@@ -32,10 +32,13 @@ class Decoded:
 
 
 def greedy_decode(step: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], prompt: Sequence[int],
-                  new_tokens: int, choose: Callable[[torch.Tensor], int] = lambda logits: int(logits.argmax())) -> Decoded:
+                  new_tokens: int, choose: Callable[[torch.Tensor], int] | None = None) -> Decoded:
     """Greedy decoding with any implementation of the model's forward, step(tokens [1, T], input_pos [1]) -> logits
     [1, vocab]: the prompt at position 0, then each argmax fed back at the next position (or what `choose` picks:
     another decoding's tokens, to follow its path)."""
+    from my_ops.hf.text import greedy
+
+    choose = choose or greedy
     tokens = torch.tensor([list(prompt)], dtype=torch.int64)
     position = torch.tensor([0], dtype=torch.int64)
     generated, logits = [], []

@@ -23,6 +23,25 @@ def test_temperature_zero_is_the_argmax_whatever_else_is_asked(text):
         assert choose(logits) == 1
 
 
+@pytest.mark.parametrize("case", ["first of equal maxima", "a NaN", "bfloat16", "a program's [1, 1, vocab]",
+                                  "needs grad", "a strided view"])
+def test_greedy_picks_the_token_torch_argmax_picks(text, case):
+    generator = torch.Generator().manual_seed(0)
+    logits = torch.randn(49152, generator=generator)
+    logits[[7, 40000]] = logits.max() + 1  # two equal maxima: the first one is the choice
+    if case == "a NaN":
+        logits[[30000, 45000]] = float("nan")
+    elif case == "bfloat16":
+        logits = logits.bfloat16()
+    elif case == "a program's [1, 1, vocab]":
+        logits = logits.reshape(1, 1, -1)
+    elif case == "needs grad":
+        logits.requires_grad_(True)
+    elif case == "a strided view":
+        logits = torch.stack([logits.flip(0), logits], dim=1)[:, 1]
+    assert text.greedy(logits) == int(torch.argmax(logits)), case
+
+
 def test_sampling_draws_in_proportion_to_the_tempered_probabilities(text):
     probabilities = torch.tensor([0.5, 0.3, 0.15, 0.05])
     choose = text.sampler(1.0, top_k=0, top_p=1.0, seed=0)

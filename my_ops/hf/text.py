@@ -69,7 +69,10 @@ Choose = Callable[[torch.Tensor], int]  # logits [vocab] -> the next token
 
 
 def greedy(logits: torch.Tensor) -> int:
-    return int(logits.argmax())
+    """The most likely token: the first of equal maxima, a NaN before any number, as torch.argmax picks it. NumPy's
+    argmax, where PyTorch's, reducing a whole float32 tensor on one thread, compares one logit at a time: ~130 us a
+    step for SmolLM2's 49152 on the AVX2 EPYC against ~9, a sixtieth of the 8-bit program's decode step."""
+    return int(logits.detach().reshape(-1).float().numpy().argmax())
 
 
 def sampler(temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, seed: int | None = None) -> Choose:
