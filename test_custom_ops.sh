@@ -38,7 +38,8 @@
 #                                             bench decoder: the decoder's tokens/s, custom vs ATen ops, XNNPACK, 8-bit
 #                                             bench attention: sdpa_with_cache vs ATen ops and llama::custom_sdpa
 #                                             bench hf: my_ops.hf vs optimum-executorch on the same checkpoints
-#                                             bench real: SmolLM2-135M vs optimum-executorch and llama.cpp, and
+#                                             bench real: SmolLM2-135M vs optimum-executorch and llama.cpp
+#                                             (--llama_cpp_only: llama.cpp alone, no peer environment), and
 #                                             bench presets: the GGUF presets vs llama.cpp at 1 and all threads
 #                                             (real, presets, scale: --isa avx2 runs both sides' AVX2 code)
 #                                             bench aoti: the decoder in ExecuTorch vs AOTInductor (speed, memory,

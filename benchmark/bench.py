@@ -56,7 +56,7 @@ def bench_hf(args: list[str]) -> None:
 
 
 def bench_real(args: list[str]) -> None:
-    python = peer_python()
+    python = PYTHON if "--llama_cpp_only" in args else peer_python()  # optimum-executorch's environment, when it runs
     cmake_build(ALL_OPS, quiet=True)
     cmake_build(BENCH_BUILD, "-DCUSTOM_OPS_BUILD_BENCHMARK=ON", quiet=True)  # memcpy_bandwidth
     environment = dict(os.environ, PATH=os.path.dirname(PYTHON) + os.pathsep + os.environ["PATH"])

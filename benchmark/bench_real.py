@@ -246,6 +246,23 @@ def gguf_report(rows: dict, llama: dict) -> None:
     print("\nGoals of the GGUF program:\n" + "\n".join(f"- {line}" for line in lines))
 
 
+def llama_cpp_scaling(programs: dict[str, str], ids: list[int], rounds: int, isa: str) -> None:
+    """Each program (by precision) at 1 thread and at every core beside llama-bench -t 1 and -t N on the GGUF file of
+    its precision (made from SmolLM2's by llama-quantize once), and its table."""
+    import bench_presets as presets
+    from models import llama_cpp, real_models as real
+
+    scaling = []
+    for name, pte in programs.items():
+        kind = LLAMA_CPP_TYPES[name]  # quantized() makes each file once
+        gguf = real.gguf_path() if kind == "Q4_1" else llama_cpp.quantized(real.gguf_path(), kind, llama_cpp.ROOT)
+        scaling.append(presets.measure(name, kind, pte, gguf, ids, rounds, isa))
+    print(f"\nEach program at 1 thread and at every core ({presets.thread_counts()[-1]}), beside llama-bench on the "
+          f"GGUF file of its precision at the same threads, {presets.PROMPT_TOKENS}-token prompt, "
+          f"{presets.NEW_TOKENS} new tokens, medians of {rounds} interleaved rounds:\n{presets.isa_line(isa)}\n")
+    print("\n".join(presets.report(scaling, ("precision", "llama.cpp file"))))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--build_dir", required=True, help="a build with every op (AOT library, kernels, runner)")
@@ -256,6 +273,9 @@ def main() -> int:
     parser.add_argument("--no_llama_cpp", action="store_true", help="skip llama.cpp (its first build takes minutes), "
                                                                      "and with it the GGUF presets")
     parser.add_argument("--memcpy", default=None, help="benchmark/memcpy_bandwidth built (CUSTOM_OPS_BUILD_BENCHMARK)")
+    parser.add_argument("--llama_cpp_only", action="store_true",
+                        help="only each program beside llama-bench at 1 and every thread (SmolLM2): no "
+                             "optimum-executorch, no peer environment")
     import bench_presets as presets  # benchmark/bench_presets.py
 
     presets.add_isa_argument(parser)
@@ -272,6 +292,10 @@ def main() -> int:
         return 2
     model = real.MODELS[model_names[0]]
     smollm2 = model is real.SMOLLM2  # the llama.cpp tables below are made from SmolLM2's file
+    if args.llama_cpp_only and not smollm2:
+        print(f"error: --llama_cpp_only compares SmolLM2's programs; {model.title} beside llama.cpp: bench presets "
+              f"--presets {model.name}", file=sys.stderr)
+        return 2
     register_ops(args.build_dir)
     kernel_library = os.path.join(args.build_dir, "libcustom_ops_lib.so")
     load_runtimes(kernel_library)
@@ -280,6 +304,9 @@ def main() -> int:
     ids = prompt(checkpoint.tokenizer)
     ours = real.export_all(checkpoint, [real.PRECISIONS[n] for n in names], args.output_dir, model,
                            max_seq_len=BENCH_MAX_SEQ_LEN)
+    if args.llama_cpp_only:
+        llama_cpp_scaling(dict(zip(names, ours)), ids, args.rounds, args.isa)
+        return 0
     tokenizer_json = save_tokenizer(checkpoint.tokenizer, args.output_dir)
     folder = hf_folder(checkpoint, args.output_dir)
     programs = {n: {"project": pte, "peer": export_peer(folder, n, args.output_dir)} for n, pte in zip(names, ours)}
@@ -382,17 +409,7 @@ def main() -> int:
     if not smollm2:
         print(f"\n{model.title} beside llama.cpp at 1 and every thread: bench presets --presets {model.name}")
     elif not args.no_llama_cpp:  # each program at 1 thread and every core, beside llama-bench -t 1 and -t N
-        from models import llama_cpp
-
-        scaling = []
-        for name, pair in programs.items():
-            kind = LLAMA_CPP_TYPES[name]  # quantized() makes each file once
-            gguf = real.gguf_path() if kind == "Q4_1" else llama_cpp.quantized(real.gguf_path(), kind, llama_cpp.ROOT)
-            scaling.append(presets.measure(name, kind, pair["project"], gguf, ids, args.rounds, args.isa))
-        print(f"\nEach program at 1 thread and at every core ({presets.thread_counts()[-1]}), beside llama-bench on "
-              f"the GGUF file of its precision at the same threads, {presets.PROMPT_TOKENS}-token prompt, "
-              f"{presets.NEW_TOKENS} new tokens, medians of {args.rounds} interleaved rounds:\n")
-        print("\n".join(presets.report(scaling, ("precision", "llama.cpp file"))))
+        llama_cpp_scaling({name: pair["project"] for name, pair in programs.items()}, ids, args.rounds, args.isa)
         threads = presets.thread_counts()[-1]
         splits = {name: presets.pool_split(pair["project"], ids, threads, kernel_library)
                   for name, pair in programs.items()}
