@@ -242,6 +242,15 @@ CUSTOM_OPS_INLINE F<W> odds(const U<W>& pairs) {
   return bit_cast<F<W>>(pairs & 0xFFFF0000u);
 }
 
+// A vector's two halves added: W / 2 lanes whose sum is the vector's.
+template <int W>
+CUSTOM_OPS_INLINE F<W / 2> halves_added(const F<W>& v) {
+  F<W / 2> low, high;
+  std::memcpy(&low, &v, sizeof(low));
+  std::memcpy(&high, reinterpret_cast<const char*>(&v) + sizeof(low), sizeof(high));
+  return low + high;
+}
+
 // The lanes' sum as halves added: (v0 + v2) + (v1 + v3) of the four that remain, what vhaddps-free x86 code does
 // with one extract, movehl and movehdup.
 template <int W>
@@ -249,10 +258,7 @@ CUSTOM_OPS_INLINE float sum(const F<W>& v) {
   if constexpr (W == 4) {
     return (v[0] + v[2]) + (v[1] + v[3]);
   } else {
-    F<W / 2> low, high;
-    std::memcpy(&low, &v, sizeof(low));
-    std::memcpy(&high, reinterpret_cast<const char*>(&v) + sizeof(low), sizeof(high));
-    return sum<W / 2>(low + high);
+    return sum<W / 2>(halves_added<W>(v));
   }
 }
 
@@ -281,15 +287,6 @@ CUSTOM_OPS_INLINE F<W> lane_sums(const F<W> (&v)[W]) {
     return __builtin_shufflevector(low, high, 0, 2, 8, 10, 4, 6, 12, 14) +
            __builtin_shufflevector(low, high, 1, 3, 9, 11, 5, 7, 13, 15);
   }
-}
-
-// A vector's two halves added: W / 2 lanes whose sum is the vector's.
-template <int W>
-CUSTOM_OPS_INLINE F<W / 2> halves_added(const F<W>& v) {
-  F<W / 2> low, high;
-  std::memcpy(&low, &v, sizeof(low));
-  std::memcpy(&high, reinterpret_cast<const char*>(&v) + sizeof(low), sizeof(high));
-  return low + high;
 }
 
 // The largest lane, first to last (a NaN in lane 0 stays; one after it is passed over).
