@@ -347,76 +347,124 @@ CUSTOM_OPS_AVX2 CUSTOM_OPS_INLINE void rows_avx2(const Task& task, int64_t first
 }
 
 // ---- Row formats at prefill: the activations in panels (block_layout.h), a panel's 16 tokens in two vectors ----
-// 4 rows against one panel per input: 8 accumulators, 2 loads of x and 4 weights broadcast per 8 FMAs.
-constexpr int kPanelRowsAvx2 = 4;
-static_assert(kPanelRows % kPanelRowsAvx2 == 0, "a tile of the panels' rows is whole AVX2 tiles");
+// R rows against one panel per input: 2R accumulators, 2 loads of x and R weights broadcast per 2R FMAs. Six rows keep
+// 12 sums in flight, what two FMA pipes of 4-5 cycles' latency take (four rows' 8 left them idle a fifth of the time);
+// with the two x and a weight that is 15 of AVX2's 16 registers.
+constexpr int kPanelRowsAvx2 = 6;
 
+// The inputs one pass of the tiles covers: every token's panels over them stay in L2 (192 KB at most) while the task's
+// rows go over them, instead of every panel coming from L3 again for each tile when they outgrow L2 (SmolLM2's 1536
+// inputs at 128 tokens are 768 KB; the AMD EPYC's L2 is 512 KB). A multiple of 16 inputs, at least 64.
+inline int64_t panel_inputs_a_pass(int64_t tokens, int64_t k) {
+  const int64_t padded = (tokens + kPanel - 1) / kPanel * kPanel;
+  return std::min(k, std::max<int64_t>(64, 48 * 1024 / padded / 16 * 16));
+}
+
+// R rows from r0 against panel p over inputs [j0, j1): w holds the rows' weights from input j0, `stride` apart. The sums
+// start from zero at j0 = 0, else from `partial` (the panel's 16 lanes of each row, as the pass before left them); the
+// last pass writes out, the others `partial`. Each lane adds its products in input order, as one pass would. `ahead`:
+// the next tile's rows from j0 (stride apart too), a line of them fetched per input while this tile runs.
 template <int R>
-CUSTOM_OPS_AVX2 CUSTOM_OPS_INLINE void panel_tile_avx2(const Task& task, const float* w, int64_t r0, int64_t p,
-                                                       const char* ahead, int64_t ahead_step) {
-  const int64_t k = task.k;
-  const float* x = task.a->panels.data() + p * k * kPanel;
+CUSTOM_OPS_AVX2 CUSTOM_OPS_INLINE void panel_tile_avx2(const Task& task, const float* w, int64_t stride, int64_t r0,
+                                                       int64_t p, int64_t j0, int64_t j1, float* partial,
+                                                       const float* ahead) {
+  const float* x = task.a->panels.data() + p * task.k * kPanel;
   __m256 acc[R][2];
   CUSTOM_OPS_UNROLL
   for (int r = 0; r < R; ++r) {
-    acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+    acc[r][0] = j0 == 0 ? _mm256_setzero_ps() : _mm256_loadu_ps(partial + r * kPanel);
+    acc[r][1] = j0 == 0 ? _mm256_setzero_ps() : _mm256_loadu_ps(partial + r * kPanel + 8);
   }
-  for (int64_t j = 0; j < k; ++j) {
-    if (ahead != nullptr) {
-      _mm_prefetch(ahead + j * ahead_step, _MM_HINT_T0);
+  for (int64_t j = j0; j < j1; ++j) {
+    const int64_t i = j - j0;
+    if (ahead != nullptr && i / R * 16 < j1 - j0) {  // row i % R's (i / R)-th line
+      _mm_prefetch(reinterpret_cast<const char*>(ahead + i % R * stride + i / R * 16), _MM_HINT_T0);
     }
     const __m256 x0 = _mm256_loadu_ps(x + j * kPanel), x1 = _mm256_loadu_ps(x + j * kPanel + 8);
     CUSTOM_OPS_UNROLL
     for (int r = 0; r < R; ++r) {
-      const __m256 wv = _mm256_broadcast_ss(w + r * k + j);
+      const __m256 wv = _mm256_broadcast_ss(w + r * stride + i);
       acc[r][0] = _mm256_fmadd_ps(wv, x0, acc[r][0]);
       acc[r][1] = _mm256_fmadd_ps(wv, x1, acc[r][1]);
     }
   }
-  alignas(32) float lanes[R][kPanel];
   CUSTOM_OPS_UNROLL
   for (int r = 0; r < R; ++r) {
-    _mm256_store_ps(lanes[r], acc[r][0]);
-    _mm256_store_ps(lanes[r] + 8, acc[r][1]);
+    _mm256_storeu_ps(partial + r * kPanel, acc[r][0]);
+    _mm256_storeu_ps(partial + r * kPanel + 8, acc[r][1]);
+  }
+  if (j1 < task.k) {
+    return;
   }
   const int64_t t0 = p * kPanel, valid = std::min(kPanel, task.tokens - t0);
   for (int64_t l = 0; l < valid; ++l) {
     CUSTOM_OPS_UNROLL
     for (int r = 0; r < R; ++r) {
-      task.out[(t0 + l) * task.n + r0 + r] = lanes[r][l];
+      task.out[(t0 + l) * task.n + r0 + r] = partial[r * kPanel + l];
     }
   }
 }
 
-// Rows [first, end) against every panel: tiles of kPanelRows rows (a half-precision weight's rows converted to floats
-// first, each tile once) as AVX2 tiles of 4, the first fetching the next tile's weights; the rest one row at a time.
+// R rows from r against every panel over inputs [j0, j1) (weights from input j0 at w, stride apart); `sums`: their
+// partial sums, the rows' 16 lanes panel after panel.
+template <int R>
+CUSTOM_OPS_AVX2 CUSTOM_OPS_INLINE void panel_row_tile_avx2(const Task& task, const float* w, int64_t stride, int64_t r,
+                                                           int64_t j0, int64_t j1, float* sums, const float* ahead) {
+  const int64_t panels = (task.tokens + kPanel - 1) / kPanel;
+  for (int64_t p = 0; p < panels; ++p) {
+    panel_tile_avx2<R>(task, w, stride, r, p, j0, j1, sums + p * R * kPanel, p == 0 ? ahead : nullptr);
+  }
+}
+
+// The 0-5 rows after the whole tiles, as one tile of their number.
+CUSTOM_OPS_AVX2 CUSTOM_OPS_INLINE void panel_rest_avx2(const Task& task, int64_t rows, const float* w, int64_t stride,
+                                                       int64_t r, int64_t j0, int64_t j1, float* sums) {
+  switch (rows) {
+    case 5: return panel_row_tile_avx2<5>(task, w, stride, r, j0, j1, sums, nullptr);
+    case 4: return panel_row_tile_avx2<4>(task, w, stride, r, j0, j1, sums, nullptr);
+    case 3: return panel_row_tile_avx2<3>(task, w, stride, r, j0, j1, sums, nullptr);
+    case 2: return panel_row_tile_avx2<2>(task, w, stride, r, j0, j1, sums, nullptr);
+    case 1: return panel_row_tile_avx2<1>(task, w, stride, r, j0, j1, sums, nullptr);
+    default: return;
+  }
+}
+
+// Rows [first, end) against every panel, a pass per piece of the inputs (panel_inputs_a_pass), in tiles of 6 rows and
+// one of the rows left: float32 rows from the weights, each tile fetching the next one's; a half-precision weight's
+// rows from their piece converted to floats first. The sums between passes wait in `partial`, a tile's rows' after
+// the tile before's.
 template <class E>
 CUSTOM_OPS_AVX2 void rows_in_panels_avx2(const Task& task, int64_t first, int64_t end) {
+  constexpr int R = kPanelRowsAvx2;
   const int64_t k = task.k, panels = (task.tokens + kPanel - 1) / kPanel;
+  const int64_t step = panel_inputs_a_pass(task.tokens, k);
+  thread_local std::vector<float> partial, converted;
+  partial.resize(static_cast<size_t>((end - first) * panels * kPanel));
+  const auto sums = [&](int64_t r) { return partial.data() + (r - first) * panels * kPanel; };
   const E* weight = static_cast<const E*>(task.weight);
-  thread_local std::vector<float> converted;
-  for (int64_t r = first; r < end; r += kPanelRows) {
-    const int64_t rows = std::min(kPanelRows, end - r);
-    const float* w = nullptr;
+  for (int64_t j0 = 0; j0 < k; j0 += step) {
+    const int64_t j1 = std::min(k, j0 + step), piece = j1 - j0;
     if constexpr (std::is_same_v<E, float>) {
-      w = weight + r * k;
-    } else {
-      converted.resize(static_cast<size_t>(kPanelRows * k));
-      for (int64_t j = 0; j < rows * k; j += 8) {  // k is a multiple of 16
-        _mm256_storeu_ps(converted.data() + j, load_weights8(weight + r * k + j));
+      int64_t r = first;
+      for (; r + R <= end; r += R) {
+        const float* next = r + 2 * R <= end ? weight + (r + R) * k + j0 : nullptr;
+        panel_row_tile_avx2<R>(task, weight + r * k + j0, k, r, j0, j1, sums(r), next);
       }
-      w = converted.data();
-    }
-    const char* ahead = r + 2 * kPanelRows <= end ? reinterpret_cast<const char*>(weight + (r + kPanelRows) * k)
-                                                  : nullptr;
-    for (int64_t p = 0; p < panels; ++p) {
-      int64_t i = 0;
-      for (; i + kPanelRowsAvx2 <= rows; i += kPanelRowsAvx2) {
-        const char* fetch = p == 0 && ahead != nullptr ? ahead + i * k * static_cast<int64_t>(sizeof(E)) : nullptr;
-        panel_tile_avx2<kPanelRowsAvx2>(task, w + i * k, r + i, p, fetch, kPanelRowsAvx2 * sizeof(E));
-      }
-      for (; i < rows; ++i) {
-        panel_tile_avx2<1>(task, w + i * k, r + i, p, nullptr, 0);
+      panel_rest_avx2(task, end - r, weight + r * k + j0, k, r, j0, j1, sums(r));
+    } else {  // 6 rows of the piece converted at a time (72 KB at most: 3072 inputs)
+      converted.resize(static_cast<size_t>(R * piece));
+      for (int64_t r = first; r < end; r += R) {
+        const int64_t rows = std::min<int64_t>(R, end - r);
+        for (int64_t row = 0; row < rows; ++row) {
+          for (int64_t j = 0; j < piece; j += 8) {  // pieces are multiples of 16
+            _mm256_storeu_ps(converted.data() + row * piece + j, load_weights8(weight + (r + row) * k + j0 + j));
+          }
+        }
+        if (rows == R) {
+          panel_row_tile_avx2<R>(task, converted.data(), piece, r, j0, j1, sums(r), nullptr);
+        } else {
+          panel_rest_avx2(task, rows, converted.data(), piece, r, j0, j1, sums(r));
+        }
       }
     }
   }
