@@ -348,21 +348,22 @@ CUSTOM_OPS_AVX2 CUSTOM_OPS_INLINE void rows_avx2(const Task& task, int64_t first
 
 // ---- Row formats at prefill: the activations in panels (block_layout.h), a panel's 16 tokens in two vectors ----
 // R rows against one panel per input: 2R accumulators, 2 loads of x and R weights broadcast per 2R FMAs. Six rows keep
-// 12 sums in flight, what two FMA pipes of 4-5 cycles' latency take (four rows' 8 left them idle a fifth of the time);
-// with the two x and a weight that is 15 of AVX2's 16 registers.
+// 12 sums in flight, what two FMA pipes of 4-5 cycles' latency take (four rows' 8 fell short of the 10 of a 5-cycle
+// FMA); with the two x and a weight that is 15 of AVX2's 16 registers.
 constexpr int kPanelRowsAvx2 = 6;
 
-// The inputs one pass of the tiles covers: every token's panels over them stay in L2 (192 KB at most) while the task's
-// rows go over them, instead of every panel coming from L3 again for each tile when they outgrow L2 (SmolLM2's 1536
-// inputs at 128 tokens are 768 KB; the AMD EPYC's L2 is 512 KB). A multiple of 16 inputs, at least 64.
+// The inputs one pass of the tiles covers: all of them while every token's panels fit in 384 KB, else pieces whose
+// panels take 192 KB (a multiple of 16 inputs, at least 64). A piece's panels stay in L2 while the task's rows go over
+// them, instead of every panel coming from L3 again for each tile once they outgrow L2 (SmolLM2's 1536 inputs at 128
+// tokens are 768 KB; the AMD EPYC's L2 is 512 KB).
 inline int64_t panel_inputs_a_pass(int64_t tokens, int64_t k) {
   const int64_t padded = (tokens + kPanel - 1) / kPanel * kPanel;
-  return std::min(k, std::max<int64_t>(64, 48 * 1024 / padded / 16 * 16));
+  return padded * k <= 96 * 1024 ? k : std::min(k, std::max<int64_t>(64, 48 * 1024 / padded / 16 * 16));
 }
 
 // R rows from r0 against panel p over inputs [j0, j1): w holds the rows' weights from input j0, `stride` apart. The sums
 // start from zero at j0 = 0, else from `partial` (the panel's 16 lanes of each row, as the pass before left them); the
-// last pass writes out, the others `partial`. Each lane adds its products in input order, as one pass would. `ahead`:
+// last pass writes out, the others `partial` (unused when one pass takes every input). Each lane adds its products in input order, as one pass would. `ahead`:
 // the next tile's rows from j0 (stride apart too), a line of them fetched per input while this tile runs.
 template <int R>
 CUSTOM_OPS_AVX2 CUSTOM_OPS_INLINE void panel_tile_avx2(const Task& task, const float* w, int64_t stride, int64_t r0,
@@ -388,31 +389,35 @@ CUSTOM_OPS_AVX2 CUSTOM_OPS_INLINE void panel_tile_avx2(const Task& task, const f
       acc[r][1] = _mm256_fmadd_ps(wv, x1, acc[r][1]);
     }
   }
+  const bool last = j1 == task.k;
+  alignas(32) float lanes[R * kPanel];
+  float* kept = last ? lanes : partial;
   CUSTOM_OPS_UNROLL
   for (int r = 0; r < R; ++r) {
-    _mm256_storeu_ps(partial + r * kPanel, acc[r][0]);
-    _mm256_storeu_ps(partial + r * kPanel + 8, acc[r][1]);
+    _mm256_storeu_ps(kept + r * kPanel, acc[r][0]);
+    _mm256_storeu_ps(kept + r * kPanel + 8, acc[r][1]);
   }
-  if (j1 < task.k) {
+  if (!last) {
     return;
   }
   const int64_t t0 = p * kPanel, valid = std::min(kPanel, task.tokens - t0);
   for (int64_t l = 0; l < valid; ++l) {
     CUSTOM_OPS_UNROLL
     for (int r = 0; r < R; ++r) {
-      task.out[(t0 + l) * task.n + r0 + r] = partial[r * kPanel + l];
+      task.out[(t0 + l) * task.n + r0 + r] = lanes[r * kPanel + l];
     }
   }
 }
 
 // R rows from r against every panel over inputs [j0, j1) (weights from input j0 at w, stride apart); `sums`: their
-// partial sums, the rows' 16 lanes panel after panel.
+// partial sums, the rows' 16 lanes panel after panel (null when one pass takes every input).
 template <int R>
 CUSTOM_OPS_AVX2 CUSTOM_OPS_INLINE void panel_row_tile_avx2(const Task& task, const float* w, int64_t stride, int64_t r,
                                                            int64_t j0, int64_t j1, float* sums, const float* ahead) {
   const int64_t panels = (task.tokens + kPanel - 1) / kPanel;
   for (int64_t p = 0; p < panels; ++p) {
-    panel_tile_avx2<R>(task, w, stride, r, p, j0, j1, sums + p * R * kPanel, p == 0 ? ahead : nullptr);
+    panel_tile_avx2<R>(task, w, stride, r, p, j0, j1, sums == nullptr ? nullptr : sums + p * R * kPanel,
+                       p == 0 ? ahead : nullptr);
   }
 }
 
@@ -439,8 +444,10 @@ CUSTOM_OPS_AVX2 void rows_in_panels_avx2(const Task& task, int64_t first, int64_
   const int64_t k = task.k, panels = (task.tokens + kPanel - 1) / kPanel;
   const int64_t step = panel_inputs_a_pass(task.tokens, k);
   thread_local std::vector<float> partial, converted;
-  partial.resize(static_cast<size_t>((end - first) * panels * kPanel));
-  const auto sums = [&](int64_t r) { return partial.data() + (r - first) * panels * kPanel; };
+  if (step < k) {
+    partial.resize(static_cast<size_t>((end - first) * panels * kPanel));
+  }
+  const auto sums = [&](int64_t r) { return step < k ? partial.data() + (r - first) * panels * kPanel : nullptr; };
   const E* weight = static_cast<const E*>(task.weight);
   for (int64_t j0 = 0; j0 < k; j0 += step) {
     const int64_t j1 = std::min(k, j0 + step), piece = j1 - j0;

@@ -36,10 +36,11 @@ def shapes(fmt: str) -> list[tuple[int, int, int]]:
     """(tokens, outputs, inputs) for a format of W weights a block: one block per row, two, an odd count; a group of
     four tokens and one more, one row, a row count no tile divides (a whole group and a short one), SmolLM2's widths
     where blocks allow, a prefill's worth of tokens. Row formats: widths no vector divides; prefills in panels of 16
-    tokens (a short last panel, rows no tile of 8 divides) from 16 tokens (float32) or 32 (F16, BF16)."""
+    tokens (a short last panel, rows no tile divides; inputs too many for one pass over the panels, in pieces) from
+    16 tokens (float32) or 32 (F16, BF16)."""
     if fmt in ("F32", "F16", "BF16"):
         return [(1, 1, 1), (1, 7, 3), (5, 40, 70), (2, 9, 17), (130, 33, 576), (17, 20, 48), (40, 20, 48),
-                (40, 9, 70)]
+                (40, 9, 70), (40, 13, 2560), (40, 11, 48)]
     w = blocks_module().LAYOUTS[fmt].weights
     widths = [w, 2 * w, 3 * w] + ([576, 1536] if w == 32 else [1536])
     return [(1, 1, widths[0]), (1, 7, widths[1]), (3, 40, widths[2]), (5, 33, widths[0]), (9, 17, widths[1]),
