@@ -361,10 +361,11 @@ inline int64_t panel_inputs_a_pass(int64_t tokens, int64_t k) {
   return padded * k <= 96 * 1024 ? k : std::min(k, std::max<int64_t>(64, 48 * 1024 / padded / 16 * 16));
 }
 
-// R rows from r0 against panel p over inputs [j0, j1): w holds the rows' weights from input j0, `stride` apart. The sums
-// start from zero at j0 = 0, else from `partial` (the panel's 16 lanes of each row, as the pass before left them); the
-// last pass writes out, the others `partial` (unused when one pass takes every input). Each lane adds its products in input order, as one pass would. `ahead`:
-// the next tile's rows from j0 (stride apart too), a line of them fetched per input while this tile runs.
+// R rows from r0 against panel p over inputs [j0, j1): w holds the rows' weights from input j0, `stride` apart. The
+// sums start from zero at j0 = 0, else from `partial` (the panel's 16 lanes of each row, as the pass before left them);
+// the last pass writes out, the others `partial` (unused when one pass takes every input). Each lane adds its products
+// in input order, as one pass would. `ahead`: the next tile's rows from j0 (stride apart too), a line of them fetched
+// per input while this tile runs.
 template <int R>
 CUSTOM_OPS_AVX2 CUSTOM_OPS_INLINE void panel_tile_avx2(const Task& task, const float* w, int64_t stride, int64_t r0,
                                                        int64_t p, int64_t j0, int64_t j1, float* partial,
