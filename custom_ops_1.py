@@ -10,9 +10,9 @@ from __future__ import annotations
 import torch
 
 MUL3_FACTOR = 3
-# The dtypes mul3's runtime kernel implements (the elementwise helper's); accepting others here would export programs
-# the runtime cannot run. tests/test_op_contracts.py checks the two agree.
-SUPPORTED_DTYPES = (
+# The dtypes mul3's kernels implement, as custom_ops.bzl declares them (the build stops when the two differ: the
+# runtime kernel takes its set from the declaration); accepting others here would export programs it cannot run.
+DTYPES = (
     torch.float32, torch.float64, torch.float16, torch.bfloat16,
     torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
 )
@@ -31,9 +31,9 @@ def _name(dtype: torch.dtype) -> str:
 # The checks and messages of the runtime kernel (kernel_helpers/kernel_contract.h), so both refuse alike.
 def _check_supported(op: str, input: torch.Tensor) -> None:
     torch._check(
-        input.dtype in SUPPORTED_DTYPES,
+        input.dtype in DTYPES,
         lambda: f"{op}: input has unsupported dtype {_name(input.dtype)}; supported: "
-                f"{', '.join(map(_name, SUPPORTED_DTYPES))}",
+                f"{', '.join(map(_name, DTYPES))}",
     )
 
 

@@ -10,6 +10,7 @@
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/library.h>
 
+#include "declared_dtypes.h"
 #include "kernel_helpers/unary_elementwise.h"
 
 namespace custom {
@@ -33,12 +34,12 @@ at::Tensor call_mul4(const at::Tensor& input) {
 // work; it rejects what the CPU kernel rejects, so export fails early instead of writing a program the runtime cannot
 // run.
 at::Tensor mul4_meta(const at::Tensor& input) {
-  return unary_elementwise_meta(input, kOpName);
+  return unary_elementwise_meta<declared_dtypes::my_ops::mul4>(input, kOpName);
 }
 
 // Meta for mul4.out (codegen registers its CPU kernel only): the CPU kernel's checks and resize on symbolic sizes.
 at::Tensor& mul4_out_meta(const at::Tensor& input, at::Tensor& output) {
-  return unary_elementwise_out_meta(input, output, "my_ops::mul4.out");
+  return unary_elementwise_out_meta<declared_dtypes::my_ops::mul4>(input, output, "my_ops::mul4.out");
 }
 
 // Autograd: d(4x)/dx = 4. The backward calls mul4 itself, so higher-order gradients work too. (PyTorch does not let a

@@ -10,6 +10,8 @@
 #   argument_kinds                    (once) the value kinds ExecuTorch's own kernels unbox, for the runners' check
 #   block_layouts                     (once) the block formats' list and layouts from ops/blocks/block_layouts.py,
 #                                     which each format's traits are checked against as it compiles
+#   declared_dtypes                   (once) each op's dtypes from custom_ops.bzl as the set its kernels take,
+#                                     its Python module's DTYPES checked against them
 #   custom_ops_aot_lib<sfx>           ops registered from C++: their PyTorch registration, kernels in ATen mode and
 #                                     codegen's schemas (build its [shared] sub-target: libcustom_ops_aot_lib.so)
 load(":custom_ops.bzl", "CUSTOM_OPS")
@@ -17,6 +19,7 @@ load(
     "//codegen:codegen.bzl",
     "argument_kinds_header",
     "block_layouts_header",
+    "declared_dtypes_header",
     "et_operator_library",
     "executorch_generated_lib",
 )
@@ -123,9 +126,11 @@ def _out_variant(name):
     return name + "." + CUSTOM_OPS[name].get("out_overload", "out")
 
 def _kernel_headers():
-    # A dict of include path -> source: the block formats' statement is generated from ops/blocks/block_layouts.py.
+    # A dict of include path -> source: the block formats' statement is generated from ops/blocks/block_layouts.py,
+    # the ops' dtype sets from custom_ops.bzl.
     headers = {h: h for h in native.glob(["kernel_helpers/*.h", "ops/**/*.h"])}
     headers["ops/blocks/block_layouts.h"] = ":block_layouts"
+    headers["declared_dtypes.h"] = ":declared_dtypes"
     return headers
 
 def _define_example(suffix, ops):
@@ -200,6 +205,14 @@ def define_common_targets():
     native.export_file(name = "custom_ops.yaml", visibility = ["PUBLIC"])
     argument_kinds_header(name = "argument_kinds")
     block_layouts_header(name = "block_layouts")
+    declared_dtypes_header(
+        name = "declared_dtypes",
+        python_modules = _unique([
+            CUSTOM_OPS[name]["python_module"].replace(".", "/") + ".py"
+            for name in CUSTOM_OPS
+            if "python_module" in CUSTOM_OPS[name]
+        ]),
+    )
     for name in CUSTOM_OPS:
         _define_example("_" + name.split("::")[1], [name])
     _define_example("", list(CUSTOM_OPS))

@@ -24,6 +24,10 @@
 #       at configure time, again whenever ops/blocks/block_layouts.py changes: <dir>/ops/blocks/block_layouts.h, the
 #       block formats' list and layouts as Python states them, which each format's traits are checked against when
 #       it compiles (ops/blocks/formats.h); <dir> joins the include path.
+#   generate_declared_dtypes_header(OUTPUT_DIR <dir>)
+#       at configure time, again whenever custom_ops.bzl or a Python op's module changes: <dir>/declared_dtypes.h, each
+#       declared op's dtypes as the DtypeSet its kernels take (declared_dtypes::<namespace>::<name>), after checking
+#       that each Python-registered op's module states the same DTYPES; <dir> joins the include path.
 
 set(CODEGEN_ENTRY_POINT "${CMAKE_CURRENT_LIST_DIR}/../codegen/run_codegen.py")
 get_filename_component(CODEGEN_ENTRY_POINT "${CODEGEN_ENTRY_POINT}" ABSOLUTE)
@@ -129,5 +133,24 @@ function(generate_block_layouts_header)
     message(FATAL_ERROR "writing the block formats' C++ statement from ${statement} failed:\n${error}")
   endif()
   set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS "${statement}")
+  include_directories("${ARG_OUTPUT_DIR}")
+endfunction()
+
+function(generate_declared_dtypes_header)
+  cmake_parse_arguments(ARG "" "OUTPUT_DIR" "" ${ARGN})
+  execute_process(
+    COMMAND "${Python3_EXECUTABLE}" "${CODEGEN_ENTRY_POINT}" declared_dtypes
+            --output "${ARG_OUTPUT_DIR}/declared_dtypes.h"
+    RESULT_VARIABLE status
+    OUTPUT_VARIABLE modules
+    ERROR_VARIABLE error)
+  if(NOT status EQUAL 0)
+    string(REGEX MATCH "error: [^\n]*" reason "${error}")
+    message(FATAL_ERROR " ${reason}")
+  endif()
+  string(REPLACE "\n" ";" modules "${modules}")
+  list(FILTER modules EXCLUDE REGEX "^$")
+  set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS "${CUSTOM_OPS_REPO_ROOT}/custom_ops.bzl"
+               "${CUSTOM_OPS_REPO_ROOT}/codegen/declared_dtypes.py" ${modules})
   include_directories("${ARG_OUTPUT_DIR}")
 endfunction()

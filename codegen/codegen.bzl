@@ -105,6 +105,17 @@ def argument_kinds_header(name, custom_ops_yaml_target = ":custom_ops.yaml", vis
         visibility = visibility,
     )
 
+def declared_dtypes_header(name, python_modules, custom_ops_yaml_target = ":custom_ops.yaml", visibility = ["PUBLIC"]):
+    """declared_dtypes.h: each declared op's dtypes as the contract::DtypeSet its kernels take, after checking that
+    each Python-registered op's module (`python_modules`, read as text) states the same DTYPES."""
+    native.genrule(
+        name = name,
+        srcs = _codegen_srcs(custom_ops_yaml_target) + ["codegen/declared_dtypes.py"] + python_modules,
+        out = "declared_dtypes.h",
+        cmd = "{} $SRCDIR/codegen/run_codegen.py declared_dtypes --output $OUT".format(codegen_python()),
+        visibility = visibility,
+    )
+
 def block_layouts_header(name, visibility = ["PUBLIC"]):
     """ops/blocks/block_layouts.h: the block formats' list and layouts as ops/blocks/block_layouts.py states them,
     which each format's traits are checked against when it compiles (ops/blocks/formats.h)."""

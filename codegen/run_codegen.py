@@ -18,6 +18,9 @@ the fix. CMake's configure step and custom commands, the JIT build (custom_ops_2
   run_codegen.py python_schemas --ops a,b --output FILE
       the C++ definitions of the schemas the named ops' Python modules define, for a process without Python, each
       op's out schema checked against custom_ops.yaml's (codegen/python_op_schemas.py).
+  run_codegen.py declared_dtypes --output FILE
+      the header of each declared op's dtype set for its kernels, after checking each Python-registered op's module
+      states the same dtypes (codegen/declared_dtypes.py); prints the files it read.
 
 Errors go to stderr as one `error:` line and exit 1.
 """
@@ -463,6 +466,24 @@ def python_schemas(names: list[str], output: str) -> None:
     replace_if_changed(output + ".new", output)
 
 
+def declared_dtypes(output: str) -> list[str]:
+    """Each op's dtypes as its kernels' C++ set, its Python module checked against the same declaration; returns the
+    modules read (a build reruns this when one changes)."""
+    from codegen import declared_dtypes as dtypes
+
+    ops = checked_declarations(check_sources=False).values()
+    try:
+        read = dtypes.check_python_modules(ops, REPO_ROOT)
+        text = dtypes.header(ops)
+    except dtypes.DtypeMismatch as err:
+        raise SelectionError(str(err)) from None
+    os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
+    with open(output + ".new", "w") as f:
+        f.write(text)
+    replace_if_changed(output + ".new", output)
+    return read
+
+
 def argument_kinds(output: str) -> None:
     """The runner's table of the value kinds ExecuTorch's own kernels unbox (flow/argument_kinds.py), through the
     cache: reading PyTorch's and ExecuTorch's schemas takes seconds."""
@@ -617,6 +638,8 @@ def main() -> int:
     w = sub.add_parser("python_schemas")
     w.add_argument("--ops", required=True, help="comma-separated ops registered from Python, e.g. my_ops::mul3")
     w.add_argument("--output", required=True)
+    d = sub.add_parser("declared_dtypes")
+    d.add_argument("--output", required=True)
     args = parser.parse_args()
 
     root_ops = [op.strip() for op in args.root_ops.split(",") if op.strip()] if getattr(args, "root_ops", None) else None
@@ -632,6 +655,8 @@ def main() -> int:
             write_selection(args.output, selected)
         elif args.command == "argument_kinds":
             argument_kinds(args.output)
+        elif args.command == "declared_dtypes":
+            print("\n".join(declared_dtypes(args.output)))
         elif args.command == "python_schemas":
             python_schemas([name.strip() for name in args.ops.split(",") if name.strip()], args.output)
         else:

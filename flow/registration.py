@@ -106,6 +106,7 @@ def build_jit_library(ops=None, verbose: bool = False) -> str:
     run_codegen.write_selection(selection, [op.out_name for op in ops])
     sources = [os.path.join(REPO_ROOT, s) for op in ops for s in (*op.aot_sources, *op.kernel_sources)]
     sources += run_codegen.generate(selection, generated, aten=True)
+    run_codegen.declared_dtypes(os.path.join(generated, "declared_dtypes.h"))  # the ops' dtype sets, as CMake's
     from flow import compiler_flags
 
     flags = ["-O3", *compiler_flags.ATEN_MODE]
@@ -115,7 +116,7 @@ def build_jit_library(ops=None, verbose: bool = False) -> str:
 
     path = load(name="custom_ops_aot_lib_jit", sources=sources, extra_cflags=flags + compiler_flags.CXX,
                 extra_cuda_cflags=flags + compiler_flags.NVCC,
-                extra_include_paths=[REPO_ROOT], build_directory=JIT_BUILD_DIR, is_python_module=False,
+                extra_include_paths=[REPO_ROOT, generated], build_directory=JIT_BUILD_DIR, is_python_module=False,
                 verbose=verbose)
     _loaded_library = os.path.abspath(path)
     _check_registered(path, ops)

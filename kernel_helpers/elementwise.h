@@ -8,8 +8,10 @@
 //     template <typename T>
 //     T apply(T x, T y) const { return x + static_cast<T>(alpha) * y; }
 //   };
-//   return elementwise_out<contract::FloatingDtypes>(ctx, "my_ops::scaled_add.out", ScaledAdd{alpha},
-//                                                    {out, "out"}, {{input, "input"}, {other, "other"}});
+//   return elementwise_out<declared_dtypes::my_ops::scaled_add>(ctx, "my_ops::scaled_add.out", ScaledAdd{alpha},
+//                                                               {out, "out"}, {{input, "input"}, {other, "other"}});
+//
+// (declared_dtypes.h, written by the build from custom_ops.bzl, holds each op's declared dtypes as its DtypeSet.)
 //
 // apply<T> follows elementwise_functor.h (T is the compute type: Half/BFloat16 arrive as float and are rounded once,
 // integers wrap) and must not change the functor (threads share it). unary_elementwise.h is the one-input case: a
@@ -258,7 +260,7 @@ at::Tensor& elementwise_out(const char* op_name, const Op& op, const Named& out,
 //
 //   m.impl("scaled_add", TORCH_FN((elementwise_functional<scaled_add_out_impl, const at::Tensor&, double>)));  // CPU
 //   m.impl("scaled_add", [](const at::Tensor& a, const at::Tensor& b, double) {                                 // Meta
-//     return elementwise_meta<contract::FloatingDtypes>("my_ops::scaled_add", {{a, "input"}, {b, "other"}});
+//     return elementwise_meta<declared_dtypes::my_ops::scaled_add>("my_ops::scaled_add", {{a, "input"}, {b, "other"}});
 //   });
 //
 // The functional kernel: a result of the first input's dtype, which OutKernel (first, rest..., result) resizes to the

@@ -9,6 +9,7 @@
 #include <string>
 #include <utility>
 
+#include "declared_dtypes.h"
 #include "kernel_helpers/kernel_contract.h"
 #include "kernel_helpers/row_wise.h"
 
@@ -16,7 +17,6 @@ namespace custom {
 namespace native {
 namespace gated {
 
-using Dtypes = contract::FloatingDtypes;
 constexpr int64_t kChunk = 1024;  // elements a task: the pool's grain is counted in these
 
 template <typename T, typename Range>
@@ -32,8 +32,10 @@ bool run(const Tensor& gate, const Tensor& up, Tensor& out, const Range& range) 
   });
 }
 
-// The arguments, before `out` is resized, in the order and words of the op's Python `_check`.
-inline contract::Problem arguments_problem(const char* op, const Tensor& gate, const Tensor& up, const Tensor& out) {
+// The arguments, before `out` is resized, in the order and words of the op's Python `_check`; Dtypes: the op's
+// declared set (declared_dtypes::my_ops::NAME).
+template <typename Dtypes>
+contract::Problem arguments_problem(const char* op, const Tensor& gate, const Tensor& up, const Tensor& out) {
   if (auto p = contract::dtype_problem<Dtypes>(gate, op, "gate")) {
     return p;
   }
@@ -61,11 +63,11 @@ inline contract::Problem layout_problem(const char* op, const Tensor& gate, cons
 }
 
 #ifdef USE_ATEN_LIB
-template <typename Range>
+template <typename Dtypes, typename Range>
 at::Tensor& out_kernel(const char* op, const at::Tensor& gate_in, const at::Tensor& up_in, at::Tensor& out,
                        const Range& range) {
   const at::Tensor gate = gate_in.contiguous(), up = up_in.contiguous();
-  contract::require(arguments_problem(op, gate, up, out));
+  contract::require(arguments_problem<Dtypes>(op, gate, up, out));
   contract::resize_output(out, gate.sym_sizes(), op);
   contract::check_memory(op, {{out, "out"}}, {{gate, "gate", true}, {up, "up", true}});
   return contract::into_dense_out(out, [&](at::Tensor& y) {
@@ -74,10 +76,10 @@ at::Tensor& out_kernel(const char* op, const at::Tensor& gate_in, const at::Tens
   });
 }
 #else
-template <typename Range>
+template <typename Dtypes, typename Range>
 Tensor& out_kernel(const char* op, KernelContext& ctx, const Tensor& gate, const Tensor& up, Tensor& out,
                    const Range& range) {
-  if (!contract::require(ctx, arguments_problem(op, gate, up, out)) ||
+  if (!contract::require(ctx, arguments_problem<Dtypes>(op, gate, up, out)) ||
       !contract::resize_output(ctx, out, gate.sizes(), op, "out") ||
       !contract::require(ctx, layout_problem(op, gate, up, out))) {
     return out;
@@ -100,7 +102,7 @@ Tensor& out_kernel(const char* op, KernelContext& ctx, const Tensor& gate, const
 #define CUSTOM_OPS_GATED_OUT_KERNEL(NAME, RANGE)                                                     \
   namespace custom::native {                                                                         \
   at::Tensor& NAME##_out_impl(const at::Tensor& gate, const at::Tensor& up, at::Tensor& out) {       \
-    return gated::out_kernel("my_ops::" #NAME ".out", gate, up, out,                                 \
+    return gated::out_kernel<declared_dtypes::my_ops::NAME>("my_ops::" #NAME ".out", gate, up, out,   \
                              [](const auto* g, const auto* u, auto* o, int64_t first, int64_t end) { \
                                return RANGE(g, u, o, first, end);                                    \
                              });                                                                     \
@@ -112,7 +114,7 @@ Tensor& out_kernel(const char* op, KernelContext& ctx, const Tensor& gate, const
   executorch::aten::Tensor& NAME##_out_impl(executorch::runtime::KernelRuntimeContext& ctx,                     \
                                             const executorch::aten::Tensor& gate,                               \
                                             const executorch::aten::Tensor& up, executorch::aten::Tensor& out) { \
-    return gated::out_kernel("my_ops::" #NAME ".out", ctx, gate, up, out,                                       \
+    return gated::out_kernel<declared_dtypes::my_ops::NAME>("my_ops::" #NAME ".out", ctx, gate, up, out,       \
                              [](const auto* g, const auto* u, auto* o, int64_t first, int64_t end) {            \
                                return RANGE(g, u, o, first, end);                                               \
                              });                                                                                \

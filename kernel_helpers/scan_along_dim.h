@@ -27,9 +27,11 @@ inline bool is_integral(ScalarType t) {
       t == ScalarType::Long;
 }
 
-inline contract::Problem arguments_problem(const char* op, const Tensor& self, int64_t dim,
-                                           std::optional<ScalarType> dtype, const Tensor& out) {
-  if (auto p = contract::dtype_problem<contract::RealDtypes>(self, op, "self")) {
+// SelfDtypes: the op's declared set (declared_dtypes::aten::<name>); out may be any real dtype, as ATen's.
+template <typename SelfDtypes>
+contract::Problem arguments_problem(const char* op, const Tensor& self, int64_t dim,
+                                    std::optional<ScalarType> dtype, const Tensor& out) {
+  if (auto p = contract::dtype_problem<SelfDtypes>(self, op, "self")) {
     return p;
   }
   // ATen's rule for the result's dtype: the one asked for, else int64 for integers, else the input's.
@@ -100,15 +102,15 @@ void scan(T* out, int64_t length, int64_t inner, int64_t task_begin, int64_t tas
   }
 }
 
-template <typename Step>
+template <typename SelfDtypes, typename Step>
 Tensor& out_kernel(KernelContext& ctx, const char* op, const Tensor& self, int64_t dim,
                    std::optional<ScalarType> dtype, Tensor& out) {
-  if (!contract::require(ctx, arguments_problem(op, self, dim, dtype, out)) ||
+  if (!contract::require(ctx, arguments_problem<SelfDtypes>(op, self, dim, dtype, out)) ||
       !contract::resize_output(ctx, out, self.sizes(), op, "out") ||
       !contract::check_memory(ctx, op, {{out, "out"}}, {{self, "self"}})) {
     return out;
   }
-  contract::RealDtypes::visit(self.scalar_type(), [&](auto from) {
+  SelfDtypes::visit(self.scalar_type(), [&](auto from) {
     contract::RealDtypes::visit(out.scalar_type(), [&](auto to) {
       convert(self.const_data_ptr<decltype(from)>(), out.mutable_data_ptr<decltype(to)>(), self.numel());
     });

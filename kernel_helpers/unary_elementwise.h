@@ -1,6 +1,6 @@
 // The one kernel helper for unary elementwise ops: `output = Op(input)` elementwise, for the op's dtypes, behind the
 // out-variant contract that EXIR's memory planning and PyTorch's out= convention expect. A kernel file is a functor
-// (see elementwise_functor.h) plus one call of unary_elementwise_out<Op>(); the speed comes from elementwise_loop.h.
+// (see elementwise_functor.h) plus one call of unary_elementwise_out<Op, Dtypes>(); the speed is elementwise_loop.h's.
 //
 // Compiled in one of two modes, like ExecuTorch's own kernels:
 //   ExecuTorch mode (default): executorch::aten::Tensor; bad input fails the KernelRuntimeContext through
@@ -23,13 +23,11 @@
 namespace custom {
 namespace native {
 
-using contract::RealDtypes;
-
 #ifdef USE_ATEN_LIB
 
-// Every helper here takes the op's dtype set, Dtypes (default: every real dtype of aten::mul on CPU; a float-only op
-// passes contract::FloatingDtypes), and refuses the others with the out kernel's words.
-template <typename Dtypes = RealDtypes>
+// Every helper here takes the op's dtype set, Dtypes (its declared one, declared_dtypes::<namespace>::<name> from
+// declared_dtypes.h), and refuses the others with the out kernel's words.
+template <typename Dtypes>
 void check_supported_dtype(at::ScalarType dtype, const char* op_name) {
   TORCH_CHECK(Dtypes::contains(dtype), op_name, ": input has unsupported dtype ", contract::dtype_name(dtype),
               "; supported: ", Dtypes::names());
@@ -44,7 +42,7 @@ at::Tensor unary_elementwise_functional(const at::Tensor& input) {
 }
 
 // The functional op's Meta kernel: a result like the input (shape, dtype, layout), nothing computed.
-template <typename Dtypes = RealDtypes>
+template <typename Dtypes>
 at::Tensor unary_elementwise_meta(const at::Tensor& input, const char* op_name) {
   check_supported_dtype<Dtypes>(input.scalar_type(), op_name);
   return aten_empty_like(input);
@@ -53,7 +51,7 @@ at::Tensor unary_elementwise_meta(const at::Tensor& input, const char* op_name) 
 // The out variant's checks and resize, shared by the CPU kernel below and the Meta kernel of the out variant, so fake
 // tensors see the errors and output shape the real kernel produces. Sizes stay symbolic (torch.export with Dim), and
 // the resize warns like ATen's out= ops when a non-empty output has the wrong shape.
-template <typename Dtypes = RealDtypes>
+template <typename Dtypes>
 void check_output_and_resize(const at::Tensor& in, at::Tensor& out, const char* op_name) {
   TORCH_CHECK(
       out.scalar_type() == in.scalar_type(),
@@ -66,14 +64,14 @@ void check_output_and_resize(const at::Tensor& in, at::Tensor& out, const char* 
 }
 
 // The out variant's Meta kernel.
-template <typename Dtypes = RealDtypes>
+template <typename Dtypes>
 at::Tensor& unary_elementwise_out_meta(const at::Tensor& in, at::Tensor& out, const char* op_name) {
   check_output_and_resize<Dtypes>(in, out, op_name);
   return out;
 }
 
 // The out variant's CPU kernel: out = Op(in), the one-input case of elementwise_out().
-template <typename Op, typename Dtypes = RealDtypes>
+template <typename Op, typename Dtypes>
 at::Tensor& unary_elementwise_out(const at::Tensor& in, at::Tensor& out, const char* op_name) {
   return elementwise_out<Dtypes>(op_name, Op{}, {out, "output"}, {{in, "input"}});
 }
@@ -81,7 +79,7 @@ at::Tensor& unary_elementwise_out(const at::Tensor& in, at::Tensor& out, const c
 #else // ExecuTorch mode
 
 // The out variant's runtime kernel: out = Op(in), the one-input case of elementwise_out().
-template <typename Op, typename Dtypes = RealDtypes>
+template <typename Op, typename Dtypes>
 executorch::aten::Tensor& unary_elementwise_out(
     executorch::runtime::KernelRuntimeContext& ctx,
     const executorch::aten::Tensor& in,

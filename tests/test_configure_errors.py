@@ -127,3 +127,20 @@ def test_a_registration_mistake_fails_at_configure_time(mistake, tmp_path):
         f.write(text)
     line = error_line(configure(tmp_path / "build", source=repo))
     assert expected in line, line
+
+
+def test_a_python_module_refusing_a_declared_dtype_stops_configure_naming_both(tmp_path):
+    # rope.py refusing bfloat16 while custom_ops.bzl declares it: export would refuse programs the kernel runs. The
+    # step that writes the kernels' dtype sets from the declarations (declared_dtypes.h) stops first.
+    repo = copy_repository(tmp_path / "repo")
+    path = os.path.join(repo, "ops", "rope", "rope.py")
+    with open(path) as f:
+        text = f.read()
+    stated = "DTYPES = (torch.float32, torch.float16, torch.bfloat16)"
+    assert stated in text
+    with open(path, "w") as f:
+        f.write(text.replace(stated, "DTYPES = (torch.float32, torch.float16)", 1))
+    line = error_line(configure(tmp_path / "build", "CUSTOM_OPS_ROOT_OPS=my_ops::rope.out", source=repo))
+    assert line == ("error: ops/rope/rope.py: DTYPES is (float32, float16) but custom_ops.bzl declares my_ops::rope's "
+                    "dtypes as (float32, float16, bfloat16); make the two agree, in that order")
+    assert not (tmp_path / "build" / "generated" / "declared" / "declared_dtypes.h").exists()

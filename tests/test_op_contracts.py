@@ -106,14 +106,14 @@ def accepts(call) -> bool:
 
 
 def test_every_side_of_an_op_accepts_the_same_dtypes(mul3_pte, mul3_build, dynamic_programs, load_method, tmp_path):
-    # mul3's Python registration (custom_ops_1.SUPPORTED_DTYPES: export refuses the rest), mul4's C++ kernels and the
+    # mul3's Python registration (custom_ops_1.DTYPES: export refuses the rest), mul4's C++ kernels and the
     # runtime kernels must agree on the dtypes, or export would write programs the runtime refuses.
     candidates = [*ELEMENTWISE_DTYPES, "bool", "complex64", "uint16"]
     ones = {name: torch.ones(3, dtype=getattr(torch, name)) for name in candidates}
     python_side = {name for name in candidates if accepts(lambda: torch.ops.my_ops.mul3(ones[name]))}
     cpp_side = {name for name in candidates if accepts(lambda: torch.ops.my_ops.mul4(ones[name]))}
     assert python_side == cpp_side == set(ELEMENTWISE_DTYPES)
-    assert {str(d).removeprefix("torch.") for d in custom_ops_1.SUPPORTED_DTYPES} == set(ELEMENTWISE_DTYPES)
+    assert {str(d).removeprefix("torch.") for d in custom_ops_1.DTYPES} == set(ELEMENTWISE_DTYPES)
     for name in ELEMENTWISE_DTYPES:  # the runtime kernels run every one (programs exported in that dtype)
         for op in FACTORS:
             load_method(dynamic_programs.get(op, getattr(torch, name), 1)).execute([ones[name]])

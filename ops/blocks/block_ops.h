@@ -11,8 +11,10 @@
 #include <utility>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
+#include "declared_dtypes.h"
 #include "kernel_helpers/block_formats.h"
 #include "kernel_helpers/kernel_contract.h"
 #include "ops/blocks/formats.h"
@@ -65,9 +67,13 @@ inline int64_t inputs_of(const Tensor& weight, const FormatKernels& f) {
   return f.storage == Storage::kBytes ? weight.size(1) / f.block_bytes * f.weights_per_block : weight.size(1);
 }
 
+// The layer reads float inputs: the declaration may name no other dtype.
+static_assert(std::is_same_v<declared_dtypes::my_ops::linear_blocks, contract::DtypeSet<ScalarType::Float>>,
+              "my_ops::linear_blocks computes in float32 alone: declare its dtypes as [\"float32\"] in custom_ops.bzl");
+
 inline contract::Problem linear_problem(const Tensor& input, const Tensor& weight, const FormatKernels& f,
                                         const Tensor& out, const char* op) {
-  if (auto p = contract::dtype_problem<contract::DtypeSet<ScalarType::Float>>(input, op, "input")) {
+  if (auto p = contract::dtype_problem<declared_dtypes::my_ops::linear_blocks>(input, op, "input")) {
     return p;
   }
   if (auto p = contract::same_dtype_problem(out, input, op, "out", "input")) {

@@ -9,6 +9,7 @@
 #include <ATen/core/grad_mode.h>
 #include <torch/library.h>
 
+#include "declared_dtypes.h"
 #include "ops/blocks/block_ops.h"
 
 namespace custom {
@@ -30,7 +31,7 @@ struct LinearOp {
   static const FormatKernels& check(const at::Tensor& input, const at::Tensor& weight, c10::string_view format,
                                     const char* op) {
     const FormatKernels& f = require_format(format, op);
-    contract::check_dtype<contract::DtypeSet<ScalarType::Float>>(input, op, "input");
+    contract::check_dtype<declared_dtypes::my_ops::linear_blocks>(input, op, "input");
     contract::require(weight_problem(weight, f, op));
     TORCH_CHECK(input.dim() >= 1, op, ": input ", input.sym_sizes(), " must end in the layer's ", inputs_of(weight, f),
                 " inputs (weight ", weight.sizes(), ", ", f.name, ")");

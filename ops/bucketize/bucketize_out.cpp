@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <limits>
 
+#include "declared_dtypes.h"
 #include "kernel_helpers/kernel_contract.h"
 
 namespace custom {
@@ -17,7 +18,7 @@ constexpr const char* kOp = "aten::bucketize.Tensor_out";
 using IndexDtypes = contract::DtypeSet<ScalarType::Int, ScalarType::Long>;
 
 contract::Problem arguments_problem(const Tensor& self, const Tensor& boundaries, bool out_int32, const Tensor& out) {
-  if (auto p = contract::dtype_problem<contract::RealDtypes>(self, kOp, "self")) {
+  if (auto p = contract::dtype_problem<declared_dtypes::aten::bucketize>(self, kOp, "self")) {
     return p;
   }
   if (boundaries.scalar_type() != self.scalar_type()) {  // ATen promotes both to one dtype; this kernel compares in one
@@ -97,7 +98,7 @@ executorch::aten::Tensor& bucketize_out_impl(
       !contract::check_memory(ctx, kOp, {{out, "out"}}, {{self, "self"}, {boundaries, "boundaries"}})) {
     return out;
   }
-  contract::RealDtypes::visit(self.scalar_type(), [&](auto value) {
+  declared_dtypes::aten::bucketize::visit(self.scalar_type(), [&](auto value) {
     using T = decltype(value);
     IndexDtypes::visit(out.scalar_type(), [&](auto index) {
       bucketize_all<T, decltype(index)>(ctx, self, boundaries, right, out);

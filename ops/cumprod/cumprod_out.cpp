@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <optional>
 
+#include "declared_dtypes.h"
 #include "kernel_helpers/scan_along_dim.h"
 
 namespace custom {
@@ -36,7 +37,7 @@ executorch::aten::Tensor& cumprod_out_impl(
     int64_t dim,
     std::optional<executorch::aten::ScalarType> dtype,
     executorch::aten::Tensor& out) {
-  return scan_along_dim::out_kernel<Times>(ctx, "aten::cumprod.out", self, dim, dtype, out);
+  return scan_along_dim::out_kernel<declared_dtypes::aten::cumprod, Times>(ctx, "aten::cumprod.out", self, dim, dtype, out);
 }
 
 } // namespace native

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 
+#include "declared_dtypes.h"
 #include "kernel_helpers/scan_along_dim.h"
 
 namespace custom {
@@ -36,7 +37,7 @@ executorch::aten::Tensor& cumsum_out_impl(
     int64_t dim,
     std::optional<executorch::aten::ScalarType> dtype,
     executorch::aten::Tensor& out) {
-  return scan_along_dim::out_kernel<Plus>(ctx, "aten::cumsum.out", self, dim, dtype, out);
+  return scan_along_dim::out_kernel<declared_dtypes::aten::cumsum, Plus>(ctx, "aten::cumsum.out", self, dim, dtype, out);
 }
 
 } // namespace native

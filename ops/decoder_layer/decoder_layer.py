@@ -32,6 +32,7 @@ else:  # the repository, where ops/blocks/ and ops/rope_sdpa_with_cache/ hold th
     from ops.rope_sdpa_with_cache.cache_positions import check_positions
 
 OP = "my_ops::decoder_layer"
+DTYPES = (torch.float32,)  # its activations' and caches'
 ROW_FORMATS = {name: getattr(torch, dtype) for name, dtype in ROW_DTYPES.items()}
 
 
@@ -78,8 +79,9 @@ def _check(op: str, hidden, input_norm, qkv_weight, qkv_format, cos, sin, key_ca
     """The runtime kernel's checks, in its order (decoder_layer_out.cpp), so both refuse alike."""
     for name, t in (("hidden", hidden), ("input_norm", input_norm), ("post_norm", post_norm), ("cos", cos),
                     ("sin", sin), ("key_cache", key_cache), ("value_cache", value_cache), ("out", out)):
-        torch._check(t is None or t.dtype == torch.float32,
-                     lambda: f"{op}: {name} has dtype {_name(t.dtype)}; the layer computes in float32")
+        torch._check(t is None or t.dtype in DTYPES,
+                     lambda: f"{op}: {name} has dtype {_name(t.dtype)}; the layer computes in "
+                             f"{', '.join(map(_name, DTYPES))}")
     torch._check(hidden.dim() == 3 and key_cache.dim() == 4,
                  lambda: f"{op}: hidden {list(hidden.shape)} must be [batch, length, model] and key_cache "
                          f"{list(key_cache.shape)} [batch, positions, kv_heads, head_dim]")

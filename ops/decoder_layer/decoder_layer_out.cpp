@@ -11,8 +11,10 @@
 #include <cmath>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
+#include "declared_dtypes.h"
 #include "kernel_helpers/kernel_contract.h"
 #include "kernel_helpers/steps_region.h"
 #include "ops/blocks/block_ops.h"
@@ -73,10 +75,14 @@ struct Shape {
 };
 
 // ---- Checks: one body for both modes, before `out` is resized ------------------------------------------------------
+using Dtypes = declared_dtypes::my_ops::decoder_layer;
+static_assert(std::is_same_v<Dtypes, contract::DtypeSet<ScalarType::Float>>,
+              "my_ops::decoder_layer computes in float32 alone: declare its dtypes as [\"float32\"] in custom_ops.bzl");
+
 contract::Problem float_problem(const Tensor& t, const char* name) {
-  if (t.scalar_type() != ScalarType::Float) {
+  if (!Dtypes::contains(t.scalar_type())) {
     return std::string(kOp) + ": " + name + " has dtype " + contract::dtype_name(t.scalar_type()) +
-        "; the layer computes in float32";
+        "; the layer computes in " + Dtypes::names();
   }
   return std::nullopt;
 }

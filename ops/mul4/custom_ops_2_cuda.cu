@@ -13,6 +13,7 @@
 
 #include <algorithm>
 
+#include "declared_dtypes.h"
 #include "kernel_helpers/unary_elementwise.h"
 #include "kernel_helpers/multiply_by_constant.h"
 
@@ -54,7 +55,7 @@ at::Tensor& mul4_out_cuda(const at::Tensor& input, at::Tensor& output) {
   const c10::cuda::CUDAGuard device_guard(input.device());
   at::assert_no_internal_overlap(output);
   at::assert_no_partial_overlap(output, input);
-  check_output_and_resize(input, output, kOutOpName);
+  check_output_and_resize<declared_dtypes::my_ops::mul4>(input, output, kOutOpName);
   if (input.is_non_overlapping_and_dense() && output.is_non_overlapping_and_dense() &&
       input.strides() == output.strides()) {
     launch_mul4(input, output);

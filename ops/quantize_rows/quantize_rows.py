@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 MIN_BITS, MAX_BITS = 2, 8
 
 
@@ -22,9 +22,9 @@ def _name(dtype: torch.dtype) -> str:
 def _check(op: str, input: torch.Tensor, bits: int, values: torch.Tensor | None = None,
            scales: torch.Tensor | None = None) -> None:
     """The runtime kernel's checks and messages, in its order (quantize_rows_out.cpp), so both refuse alike."""
-    torch._check(input.dtype in SUPPORTED_DTYPES,
+    torch._check(input.dtype in DTYPES,
                  lambda: f"{op}: input has unsupported dtype {_name(input.dtype)}; supported: "
-                         f"{', '.join(map(_name, SUPPORTED_DTYPES))}")
+                         f"{', '.join(map(_name, DTYPES))}")
     for name, tensor, dtype in (("values", values, torch.int8), ("scales", scales, torch.float32)):
         torch._check(tensor is None or tensor.dtype == dtype,
                      lambda: f"{op}: {name} has unsupported dtype {_name(tensor.dtype)}; supported: {_name(dtype)}")

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cmath>
 
+#include "declared_dtypes.h"
 #include "kernel_helpers/kernel_contract.h"
 #include "kernel_helpers/row_wise.h"
 
@@ -52,7 +53,7 @@ bool quantize_all(const Tensor& input, Tensor& values, Tensor& scales, int bits,
   const int64_t cols = input.size(input.dim() - 1);
   const int64_t row_count = input.numel() / cols;
   std::atomic<bool> finite{true};
-  contract::FloatingDtypes::visit(input.scalar_type(), [&](auto tag) {
+  declared_dtypes::my_ops::quantize_rows::visit(input.scalar_type(), [&](auto tag) {
     using T = decltype(tag);
     const T* x = input.const_data_ptr<T>();
     int8_t* v = values.mutable_data_ptr<int8_t>();
@@ -68,7 +69,7 @@ bool quantize_all(const Tensor& input, Tensor& values, Tensor& scales, int bits,
 
 // The arguments, before the outputs are resized (then outputs_problem): one body for both modes.
 contract::Problem arguments_problem(const Tensor& input, int64_t bits, const Tensor& values, const Tensor& scales) {
-  if (auto p = contract::dtype_problem<contract::FloatingDtypes>(input, kOp, "input")) {
+  if (auto p = contract::dtype_problem<declared_dtypes::my_ops::quantize_rows>(input, kOp, "input")) {
     return p;
   }
   if (auto p = contract::dtype_problem<contract::DtypeSet<ScalarType::Char>>(values, kOp, "values")) {

@@ -10,6 +10,7 @@
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/library.h>
 
+#include "declared_dtypes.h"
 #include "kernel_helpers/kernel_contract.h"
 
 namespace custom {
@@ -23,7 +24,7 @@ namespace {
 constexpr const char* kOpName = "my_ops::rms_norm";
 
 void check_arguments(const at::Tensor& input, const at::Tensor& weight, const char* op) {
-  contract::check_dtype<contract::FloatingDtypes>(input, op, "input");
+  contract::check_dtype<declared_dtypes::my_ops::rms_norm>(input, op, "input");
   contract::check_same_dtype(weight, input, op, "weight", "input");
   TORCH_CHECK(input.dim() >= 1, op, ": input must have at least one dimension (the one normalized)");
   TORCH_CHECK(weight.dim() >= 1 && weight.dim() <= input.dim() && weight.sym_numel() == input.sym_size(-1) &&

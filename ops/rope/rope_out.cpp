@@ -5,6 +5,7 @@
 // for processes without Python (AOTInductor's C++ runner).
 #include <array>
 
+#include "declared_dtypes.h"
 #include "kernel_helpers/kernel_contract.h"
 #include "kernel_helpers/row_wise.h"
 #include "ops/rope/rope_rows.h"
@@ -14,7 +15,7 @@ namespace native {
 namespace {
 
 constexpr const char* kOp = "my_ops::rope.out";
-using Dtypes = contract::FloatingDtypes;
+using Dtypes = declared_dtypes::my_ops::rope;
 constexpr int64_t kMaxDims = 16;
 
 // Where each row of x finds its row of cos (or sin): x's leading dimensions and, per dimension, cos's row stride there

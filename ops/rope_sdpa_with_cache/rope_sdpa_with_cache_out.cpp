@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "declared_dtypes.h"
 #include "kernel_helpers/kernel_contract.h"
 #include "ops/rope_sdpa_with_cache/qkv_rows.h"
 #include "ops/sdpa_with_cache/attention.h"
@@ -21,7 +22,7 @@ namespace native {
 namespace {
 
 constexpr const char* kOp = "my_ops::rope_sdpa_with_cache.out";
-using Dtypes = contract::DtypeSet<ScalarType::Float, ScalarType::BFloat16>;
+using Dtypes = declared_dtypes::my_ops::rope_sdpa_with_cache;
 
 // The heads of qkv's last dimension: q heads, then the kv heads of k, then those of v, head_dim each.
 struct Layout {

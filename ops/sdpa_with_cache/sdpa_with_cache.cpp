@@ -11,6 +11,7 @@
 #include <c10/core/SymBool.h>
 #include <torch/library.h>
 
+#include "declared_dtypes.h"
 #include "kernel_helpers/kernel_contract.h"
 
 namespace custom {
@@ -30,7 +31,7 @@ constexpr const char* kOpName = "my_ops::sdpa_with_cache";
 // torch._check calls promise).
 void check_symbolic(const at::Tensor& query, const at::Tensor& key, const at::Tensor& value, const c10::SymInt& start,
                     int64_t window, const char* op) {
-  contract::check_dtype<contract::DtypeSet<at::ScalarType::Float, at::ScalarType::BFloat16>>(query, op, "query");
+  contract::check_dtype<declared_dtypes::my_ops::sdpa_with_cache>(query, op, "query");
   contract::check_same_dtype(key, query, op, "key_cache", "query");
   contract::check_same_dtype(value, query, op, "value_cache", "query");
   TORCH_CHECK(query.dim() == 4 && key.dim() == 4, op, ": query ", query.sym_sizes(),

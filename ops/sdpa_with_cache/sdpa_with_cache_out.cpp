@@ -14,6 +14,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "declared_dtypes.h"
 #include "kernel_helpers/elementwise_loop.h"
 #include "kernel_helpers/kernel_contract.h"
 #include "kernel_helpers/vector.h"
@@ -34,7 +35,7 @@ namespace native {
 namespace {
 
 constexpr const char* kOp = "my_ops::sdpa_with_cache.out";
-using Dtypes = contract::DtypeSet<ScalarType::Float, ScalarType::BFloat16>;
+using Dtypes = declared_dtypes::my_ops::sdpa_with_cache;
 
 constexpr int64_t kPositionsPerBlock = 64;  // scores kept per query row between the two passes over a block
 constexpr int64_t kPositionsPerSweep = 8;   // V rows accumulated per head before the next head, when a task has several

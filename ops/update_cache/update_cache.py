@@ -12,8 +12,8 @@ from __future__ import annotations
 import torch
 
 
-REAL_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.uint8, torch.int8, torch.int16,
-               torch.int32, torch.int64)
+DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.uint8, torch.int8, torch.int16,
+          torch.int32, torch.int64)  # value's, as custom_ops.bzl declares them (checked when the kernels build)
 
 
 def _name(dtype: torch.dtype) -> str:
@@ -22,9 +22,9 @@ def _name(dtype: torch.dtype) -> str:
 
 def _check(op: str, value: torch.Tensor, cache: torch.Tensor, start_pos) -> None:
     """The runtime kernel's checks and messages (update_cache_out.cpp), so both refuse alike."""
-    torch._check(value.dtype in REAL_DTYPES,
+    torch._check(value.dtype in DTYPES,
                  lambda: f"{op}: value has unsupported dtype {_name(value.dtype)}; supported: "
-                         f"{', '.join(map(_name, REAL_DTYPES))}")
+                         f"{', '.join(map(_name, DTYPES))}")
     torch._check(value.dtype == cache.dtype,
                  lambda: f"{op}: cache has dtype {_name(cache.dtype)} but value has {_name(value.dtype)}; they must "
                          "match")

@@ -7,6 +7,7 @@
 // registers for processes without Python (AOTInductor's C++ runner).
 #include <cstring>
 
+#include "declared_dtypes.h"
 #include "kernel_helpers/kernel_contract.h"
 #ifndef USE_ATEN_LIB
 #include "kernel_helpers/checked_unboxing.h"
@@ -34,7 +35,7 @@ bool same_except_sequence(const Tensor& value, const Tensor& cache) {
 // view in PyTorch, another dim order in ExecuTorch): write_rows reads it by its strides. The cache is written in place
 // as one block, so it must be dense.
 contract::Problem arguments_problem(const Tensor& value, const Tensor& cache, int64_t start_pos, const Tensor& out) {
-  if (auto p = contract::dtype_problem<contract::RealDtypes>(value, kOp, "value")) {
+  if (auto p = contract::dtype_problem<declared_dtypes::my_ops::update_cache>(value, kOp, "value")) {
     return p;
   }
   if (auto p = contract::same_dtype_problem(cache, value, kOp, "cache", "value")) {

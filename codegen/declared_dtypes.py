@@ -1,0 +1,95 @@
+"""Each op's dtypes, stated once in custom_ops.bzl, for the code that enforces them: the C++ header its kernels take
+their dtype sets from (`declared_dtypes::<namespace>::<name>`, a contract::DtypeSet), written at build time, and the
+check that each Python-registered op's module refuses what the declaration refuses (its module-level `DTYPES`, read
+without importing the module). CMake's configure step and Buck2's genrule call it through the codegen entry point:
+
+    run_codegen.py declared_dtypes --output declared_dtypes.h
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+
+# torch's dtype name -> ExecuTorch's and ATen's ScalarType enumerator: the dtypes a kernel can be compiled for
+# (kernel_helpers/kernel_contract.h's cpp_type).
+SCALAR_TYPES = {
+    "float32": "Float", "float64": "Double", "float16": "Half", "bfloat16": "BFloat16", "uint8": "Byte",
+    "int8": "Char", "int16": "Short", "int32": "Int", "int64": "Long",
+}
+
+
+class DtypeMismatch(Exception):
+    """A declaration names a dtype no kernel can be compiled for, or a Python module's DTYPES disagrees with it."""
+
+
+def header(ops) -> str:
+    """The C++ dtype set of each declared op, in its namespace, in the declared order (its messages' order)."""
+    lines = [
+        "// Written by codegen/run_codegen.py declared_dtypes from custom_ops.bzl: each op's dtypes as a",
+        "// contract::DtypeSet, the set its kernels compile and accept for their first tensor input.",
+        "#pragma once",
+        "",
+        '#include "kernel_helpers/kernel_contract.h"',
+        "",
+        "namespace custom {",
+        "namespace native {",
+        "namespace declared_dtypes {",
+    ]
+    by_namespace: dict[str, list] = {}
+    for op in ops:
+        by_namespace.setdefault(op.namespace, []).append(op)
+    for namespace, members in by_namespace.items():
+        lines.append(f"namespace {namespace} {{")
+        for op in members:
+            unknown = [d for d in op.dtypes if d not in SCALAR_TYPES]
+            if unknown:
+                raise DtypeMismatch(f"custom_ops.bzl: {op.name} declares dtypes {', '.join(unknown)}, which no kernel "
+                                    f"can be compiled for; the dtypes kernels take: {', '.join(SCALAR_TYPES)}")
+            members_text = ", ".join(f"ScalarType::{SCALAR_TYPES[d]}" for d in op.dtypes)
+            lines.append(f"using {op.short_name} = contract::DtypeSet<{members_text}>;")
+        lines.append(f"}} // namespace {namespace}")
+    lines += ["} // namespace declared_dtypes", "} // namespace native", "} // namespace custom", ""]
+    return "\n".join(lines)
+
+
+def module_dtypes(path: str, shown_as: str) -> tuple[str, ...] | None:
+    """The torch names in the module's top-level `DTYPES = (torch.<name>, ...)`; None when it has none. `shown_as`:
+    the file's name in messages."""
+    with open(path) as f:
+        tree = ast.parse(f.read(), filename=path)
+    for node in tree.body:
+        if isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(t, ast.Name) and t.id == "DTYPES" for t in targets):
+                value = node.value
+                if not (isinstance(value, (ast.Tuple, ast.List)) and all(
+                        isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name) and e.value.id == "torch"
+                        for e in value.elts)):
+                    raise DtypeMismatch(f"{shown_as}:{node.lineno}: DTYPES must be a literal tuple of torch dtypes, "
+                                        "e.g. (torch.float32, torch.bfloat16), so the build can read it")
+                return tuple(e.attr for e in value.elts)
+    return None
+
+
+def check_python_modules(ops, repo_root: str) -> list[str]:
+    """Each "python" op's module states the dtypes its declaration does, in the same order (one refusal message on
+    both sides). A module that adds only the out variant of an op another library defines (defined_by) may leave the
+    refusing to that library. Returns the files read."""
+    read = []
+    for op in ops:
+        if not op.python_file:
+            continue
+        path = os.path.join(repo_root, op.python_file)
+        read += [] if path in read else [path]
+        stated = module_dtypes(path, op.python_file)
+        if stated is None:
+            if op.defined_by:
+                continue
+            raise DtypeMismatch(f"{op.python_file}: no DTYPES; {op.name}'s module must state the dtypes its kernels "
+                                f"accept, as custom_ops.bzl declares them: DTYPES = "
+                                f"({', '.join('torch.' + d for d in op.dtypes)})")
+        if stated != op.dtypes:
+            raise DtypeMismatch(f"{op.python_file}: DTYPES is ({', '.join(stated)}) but custom_ops.bzl declares "
+                                f"{op.name}'s dtypes as ({', '.join(op.dtypes)}); make the two agree, in that order")
+    return read
