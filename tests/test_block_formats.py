@@ -404,8 +404,10 @@ def test_an_unknown_format_a_width_a_dtype_and_an_index_outside_the_table_are_re
         embedding(weight, torch.tensor([0, 8]), "Q4_1")
     with pytest.raises(RuntimeError, match="index -1"):
         embedding(weight, torch.tensor([-1]), "Q4_1")
-    with pytest.raises(RuntimeError, match="requires grad, but this op is for inference"):
+    with pytest.raises(RuntimeError, match="linear_blocks: input requires grad, but this op is for inference"):
         linear(torch.randn(2, 3, requires_grad=True), torch.randn(4, 3), "F32")
+    with pytest.raises(RuntimeError, match="embedding_blocks: weight requires grad, but this op is for inference"):
+        embedding(torch.randn(4, 3, requires_grad=True), torch.tensor([0, 3]), "F32")  # a row format's float table
 
 
 @pytest.fixture(scope="module")

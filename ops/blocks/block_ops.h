@@ -414,3 +414,27 @@ inline Tensor& embedding_out(KernelContext& ctx, const Tensor& weight, const Ten
 }  // namespace blocks
 }  // namespace native
 }  // namespace custom
+
+// Defines custom::native::NAME_out_impl, the out kernel of my_ops::NAME.out that custom_ops.yaml binds, in the mode the
+// source is compiled in: blocks::KERNEL (linear_out or embedding_out) over the op's two tensors, in its schema's
+// order, and its format. Used once per op, at global scope, in its NAME_out.cpp.
+#ifdef USE_ATEN_LIB
+#define CUSTOM_OPS_BLOCKS_OUT_KERNEL(NAME, KERNEL)                                                                 \
+  namespace custom::native {                                                                                       \
+  at::Tensor& NAME##_out_impl(const at::Tensor& first, const at::Tensor& second, c10::string_view format,          \
+                              at::Tensor& out) {                                                                   \
+    return blocks::KERNEL(first, second, std::string_view(format.data(), format.size()), out,                      \
+                          "my_ops::" #NAME ".out");                                                                \
+  }                                                                                                                \
+  }
+#else
+#define CUSTOM_OPS_BLOCKS_OUT_KERNEL(NAME, KERNEL)                                                                 \
+  namespace custom::native {                                                                                       \
+  executorch::aten::Tensor& NAME##_out_impl(executorch::runtime::KernelRuntimeContext& ctx,                        \
+                                            const executorch::aten::Tensor& first,                                 \
+                                            const executorch::aten::Tensor& second, std::string_view format,       \
+                                            executorch::aten::Tensor& out) {                                       \
+    return blocks::KERNEL(ctx, first, second, format, out, "my_ops::" #NAME ".out");                               \
+  }                                                                                                                \
+  }
+#endif

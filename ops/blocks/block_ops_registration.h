@@ -1,7 +1,8 @@
 // The PyTorch side of my_ops::linear_blocks and embedding_blocks, shared by their registration sources
-// (linear_blocks.cpp, embedding_blocks.cpp): the CPU kernel (the op's out kernel, block_ops.h, on a new output), the
-// Meta kernels (the same checks on shapes, possibly symbolic, for torch.export's fake tensors) and an Autograd kernel
-// that refuses a gradient by name: these ops are for inference, their weights are packed integers.
+// (linear_blocks.cpp, embedding_blocks.cpp: one CUSTOM_OPS_BLOCKS_REGISTRATION each): the CPU kernel (the out kernel,
+// block_ops.h, on a new output), the Meta kernels (the same checks on shapes, possibly symbolic, for torch.export's
+// fake tensors) and an Autograd kernel that refuses a gradient by name: these ops are for inference, their weights
+// are packed integers.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -28,6 +29,8 @@ using OutImpl = at::Tensor& (*)(const at::Tensor&, const at::Tensor&, c10::strin
 // input [..., k] x weight (n rows, `format`) -> [..., n]. kName: the op's qualified name; Out: its out kernel.
 template <const char* kName, OutImpl Out>
 struct LinearOp {
+  static constexpr const char* name = kName;
+
   static const FormatKernels& check(const at::Tensor& input, const at::Tensor& weight, c10::string_view format,
                                     const char* op) {
     const FormatKernels& f = require_format(format, op);
@@ -80,6 +83,8 @@ struct LinearOp {
 // weight (a table of rows, `format`) x indices [...] -> [..., k] float32.
 template <const char* kName, OutImpl Out>
 struct EmbeddingOp {
+  static constexpr const char* name = kName;
+
   static const FormatKernels& check(const at::Tensor& weight, const at::Tensor& indices, c10::string_view format,
                                     const char* op) {
     const FormatKernels& f = require_format(format, op);
@@ -115,8 +120,42 @@ struct EmbeddingOp {
     contract::resize_output(out, sizes(weight, indices, f), op.c_str());
     return out;
   }
+
+  static at::Tensor autograd(const at::Tensor& weight, const at::Tensor& indices, c10::string_view format) {
+    refuse_gradients(kName, {{&weight, "weight"}});  // a row format's table may be float; indices are integers
+    static const auto op = c10::Dispatcher::singleton()
+                               .findSchemaOrThrow(kName, "")
+                               .typed<at::Tensor(const at::Tensor&, const at::Tensor&, c10::string_view)>();
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    return op.call(weight, indices, format);
+  }
 };
+
+// Defines the op of Op (a LinearOp or EmbeddingOp) in the registration source's TORCH_LIBRARY_FRAGMENT: its functional
+// `schema`, and each kernel by its dispatch key: CPU, Meta for both forms (codegen defines the out form) and Autograd.
+template <typename Op>
+void define_op(torch::Library& m, const char* schema) {
+  const std::string out = std::string(Op::name) + ".out";
+  m.def(schema);
+  m.impl(Op::name, torch::dispatch(c10::DispatchKey::CPU, TORCH_FN(Op::cpu)));
+  m.impl(Op::name, torch::dispatch(c10::DispatchKey::Meta, TORCH_FN(Op::meta)));
+  m.impl(out.c_str(), torch::dispatch(c10::DispatchKey::Meta, TORCH_FN(Op::out_meta)));
+  m.impl(Op::name, torch::dispatch(c10::DispatchKey::Autograd, TORCH_FN(Op::autograd)));
+}
 
 }  // namespace blocks
 }  // namespace native
 }  // namespace custom
+
+// Registers my_ops::NAME with PyTorch from its registration source, at global scope: define_op with OP (LinearOp or
+// EmbeddingOp) over NAME_out_impl, the op's out kernel (NAME_out.cpp, ATen mode), and the functional SCHEMA.
+#define CUSTOM_OPS_BLOCKS_REGISTRATION(NAME, OP, SCHEMA)                                                           \
+  namespace custom::native {                                                                                      \
+  at::Tensor& NAME##_out_impl(const at::Tensor&, const at::Tensor&, c10::string_view, at::Tensor&);               \
+  namespace {                                                                                                     \
+  constexpr char k_##NAME[] = "my_ops::" #NAME;                                                                   \
+  }                                                                                                               \
+  TORCH_LIBRARY_FRAGMENT(my_ops, m) {                                                                             \
+    blocks::define_op<blocks::OP<k_##NAME, NAME##_out_impl>>(m, SCHEMA);                                          \
+  }                                                                                                               \
+  }
