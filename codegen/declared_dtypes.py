@@ -13,7 +13,7 @@ import os
 
 # torch's dtype name -> ExecuTorch's and ATen's ScalarType enumerator: the dtypes a kernel can be compiled for
 # (kernel_helpers/kernel_contract.h's cpp_type).
-SCALAR_TYPES = {
+CPP_SCALAR_TYPES = {
     "float32": "Float", "float64": "Double", "float16": "Half", "bfloat16": "BFloat16", "uint8": "Byte",
     "int8": "Char", "int16": "Short", "int32": "Int", "int64": "Long",
 }
@@ -42,11 +42,11 @@ def header(ops) -> str:
     for namespace, members in by_namespace.items():
         lines.append(f"namespace {namespace} {{")
         for op in members:
-            unknown = [d for d in op.dtypes if d not in SCALAR_TYPES]
+            unknown = [d for d in op.dtypes if d not in CPP_SCALAR_TYPES]
             if unknown:
                 raise DtypeMismatch(f"custom_ops.bzl: {op.name} declares dtypes {', '.join(unknown)}, which no kernel "
-                                    f"can be compiled for; the dtypes kernels take: {', '.join(SCALAR_TYPES)}")
-            members_text = ", ".join(f"ScalarType::{SCALAR_TYPES[d]}" for d in op.dtypes)
+                                    f"can be compiled for; the dtypes kernels take: {', '.join(CPP_SCALAR_TYPES)}")
+            members_text = ", ".join(f"ScalarType::{CPP_SCALAR_TYPES[d]}" for d in op.dtypes)
             lines.append(f"using {op.short_name} = contract::DtypeSet<{members_text}>;")
         lines.append(f"}} // namespace {namespace}")
     lines += ["} // namespace declared_dtypes", "} // namespace native", "} // namespace custom", ""]
@@ -76,12 +76,12 @@ def check_python_modules(ops, repo_root: str) -> list[str]:
     """Each "python" op's module states the dtypes its declaration does, in the same order (one refusal message on
     both sides). A module that adds only the out variant of an op another library defines (defined_by) may leave the
     refusing to that library. Returns the files read."""
-    read = []
+    read: dict[str, None] = {}  # each file once: a module may register several ops (ops/gated/gated.py)
     for op in ops:
         if not op.python_file:
             continue
         path = os.path.join(repo_root, op.python_file)
-        read += [] if path in read else [path]
+        read[path] = None
         stated = module_dtypes(path, op.python_file)
         if stated is None:
             if op.defined_by:
@@ -92,4 +92,4 @@ def check_python_modules(ops, repo_root: str) -> list[str]:
         if stated != op.dtypes:
             raise DtypeMismatch(f"{op.python_file}: DTYPES is ({', '.join(stated)}) but custom_ops.bzl declares "
                                 f"{op.name}'s dtypes as ({', '.join(op.dtypes)}); make the two agree, in that order")
-    return read
+    return list(read)
