@@ -26,6 +26,17 @@ inline void refuse_gradients(const char* op, std::initializer_list<std::pair<con
 
 using OutImpl = at::Tensor& (*)(const at::Tensor&, const at::Tensor&, c10::string_view, at::Tensor&);
 
+// The op called kName (both ops take two tensors and a format) run below autograd: its Autograd kernel's second half,
+// once the gradients are refused.
+template <const char* kName>
+at::Tensor below_autograd(const at::Tensor& first, const at::Tensor& second, c10::string_view format) {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow(kName, "")
+                             .typed<at::Tensor(const at::Tensor&, const at::Tensor&, c10::string_view)>();
+  at::AutoDispatchBelowADInplaceOrView below;
+  return op.call(first, second, format);
+}
+
 // input [..., k] x weight (n rows, `format`) -> [..., n]. kName: the op's qualified name; Out: its out kernel.
 template <const char* kName, OutImpl Out>
 struct LinearOp {
@@ -72,11 +83,7 @@ struct LinearOp {
 
   static at::Tensor autograd(const at::Tensor& input, const at::Tensor& weight, c10::string_view format) {
     refuse_gradients(kName, {{&input, "input"}, {&weight, "weight"}});
-    static const auto op = c10::Dispatcher::singleton()
-                               .findSchemaOrThrow(kName, "")
-                               .typed<at::Tensor(const at::Tensor&, const at::Tensor&, c10::string_view)>();
-    at::AutoDispatchBelowADInplaceOrView below_autograd;
-    return op.call(input, weight, format);
+    return below_autograd<kName>(input, weight, format);
   }
 };
 
@@ -123,11 +130,7 @@ struct EmbeddingOp {
 
   static at::Tensor autograd(const at::Tensor& weight, const at::Tensor& indices, c10::string_view format) {
     refuse_gradients(kName, {{&weight, "weight"}});  // a row format's table may be float; indices are integers
-    static const auto op = c10::Dispatcher::singleton()
-                               .findSchemaOrThrow(kName, "")
-                               .typed<at::Tensor(const at::Tensor&, const at::Tensor&, c10::string_view)>();
-    at::AutoDispatchBelowADInplaceOrView below_autograd;
-    return op.call(weight, indices, format);
+    return below_autograd<kName>(weight, indices, format);
   }
 };
 
