@@ -22,7 +22,8 @@
 #                    codegen/python_op_schemas.py); built with its kernel_sources in ATen mode into
 #                    libcustom_ops_without_python.so (-DCUSTOM_OPS_BUILD_AOTI=ON), never loaded beside its module
 #   kernel_sources   its out variant's kernel: compiled for the ExecuTorch runtime and, for "cpp" ops, in ATen mode
-#                    into the AOT library too
+#                    into the AOT library too. In any list of sources a path with `*` (within one folder) stands for
+#                    the files it matches, sorted, as Buck2's glob() finds them; CMake reconfigures when one is added
 #   dtypes           the dtypes its kernels accept for the first tensor input, by torch name ("float32", ...), stated
 #                    here alone: the build writes them into declared_dtypes.h, the set its kernels take
 #                    (declared_dtypes::<namespace>::<name>), and stops when a "python" op's module states other DTYPES;
@@ -40,22 +41,11 @@
 #   runtime_registration  "codegen" (default): custom_ops.yaml binds the out variant, codegen registers it, selective
 #                    build decides; or "executorch_library" (ops registered from Python): the kernel source registers
 #                    it with EXECUTORCH_LIBRARY_CHECKED, no yaml entry, registered wherever its source is linked
-# The formats of my_ops::linear_blocks and embedding_blocks, one source each (their list and layouts are
-# ops/blocks/block_layouts.py's); both ops run every format, so both list them (each build compiles a shared source
-# once).
-BLOCK_FORMAT_SOURCES = [
-    "ops/blocks/formats/float_rows.cpp",
-    "ops/blocks/formats/q8_0.cpp",
-    "ops/blocks/formats/q4_0.cpp",
-    "ops/blocks/formats/q4_1.cpp",
-    "ops/blocks/formats/q5_0.cpp",
-    "ops/blocks/formats/q5_1.cpp",
-    "ops/blocks/formats/q2_k.cpp",
-    "ops/blocks/formats/q3_k.cpp",
-    "ops/blocks/formats/q4_k.cpp",
-    "ops/blocks/formats/q5_k.cpp",
-    "ops/blocks/formats/q6_k.cpp",
-]
+# The formats of my_ops::linear_blocks and embedding_blocks: each block format's traits in formats/<its GGUF type in
+# lower case>.cpp, the row formats' in formats/float_rows.cpp; their list and layouts are ops/blocks/block_layouts.py's,
+# whose build step stops when a stated format has no source here or a source here no stated format. Both ops run
+# every format, so both list them (each build compiles a shared source once).
+BLOCK_FORMAT_SOURCES = ["ops/blocks/formats/*.cpp"]
 
 CUSTOM_OPS = {
     "my_ops::mul3": {

@@ -121,6 +121,14 @@ def _unique(items):
     """Each item once, in order: ops may share sources (the block formats' serve both of their ops)."""
     return list({item: None for item in items}.keys())
 
+def _sources(name, keys):
+    """An op's sources of the given declaration fields, a pattern (`*`) as the files glob() finds for it."""
+    found = []
+    for key in keys:
+        for src in CUSTOM_OPS[name].get(key, []):
+            found += native.glob([src]) if "*" in src else [src]
+    return found
+
 def _out_variant(name):
     """The out variant a program calls and custom_ops.yaml binds: my_ops::mul3.out, aten::bucketize.Tensor_out."""
     return name + "." + CUSTOM_OPS[name].get("out_overload", "out")
@@ -138,7 +146,7 @@ def _define_example(suffix, ops):
     by_codegen = [name for name in ops if CUSTOM_OPS[name].get("runtime_registration", "codegen") == "codegen"]
     native.cxx_library(
         name = "custom_ops_kernels" + suffix,
-        srcs = _unique([src for name in ops for src in CUSTOM_OPS[name]["kernel_sources"]]),
+        srcs = _unique([src for name in ops for src in _sources(name, ["kernel_sources"])]),
         headers = _kernel_headers(),
         compiler_flags = _COMPILER_FLAGS,
         deps = [":executorch_threadpool"],
@@ -190,7 +198,7 @@ def _define_example(suffix, ops):
             name = "custom_ops_aot_lib" + suffix,
             operator_library = ":select_aot" + suffix,
             aten_mode = True,
-            srcs = _unique([src for name in cpp_ops for key in ("aot_sources", "kernel_sources") for src in CUSTOM_OPS[name][key]]),
+            srcs = _unique([src for name in cpp_ops for src in _sources(name, ["aot_sources", "kernel_sources"])]),
             headers = _kernel_headers(),
             # C++20 like torch's cpp_extension; USE_ATEN_LIB compiles the kernels against at::Tensor.
             compiler_flags = ["-std=c++20"] + _COMPILER_FLAGS,

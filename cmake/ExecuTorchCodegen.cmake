@@ -23,7 +23,8 @@
 #   generate_block_layouts_header(OUTPUT_DIR <dir>)
 #       at configure time, again whenever ops/blocks/block_layouts.py changes: <dir>/ops/blocks/block_layouts.h, the
 #       block formats' list and layouts as Python states them, which each format's traits are checked against when
-#       it compiles (ops/blocks/formats.h); <dir> joins the include path.
+#       it compiles (ops/blocks/formats.h); <dir> joins the include path. Stops when a stated format has no source in
+#       ops/blocks/formats/, or a source there no stated layout.
 #   generate_declared_dtypes_header(OUTPUT_DIR <dir>)
 #       at configure time, again whenever custom_ops.bzl or a Python op's module changes: <dir>/declared_dtypes.h, each
 #       declared op's dtypes as the DtypeSet its kernels take (declared_dtypes::<namespace>::<name>), after checking
@@ -130,7 +131,11 @@ function(generate_block_layouts_header)
     RESULT_VARIABLE status
     ERROR_VARIABLE error)
   if(NOT status EQUAL 0)
-    message(FATAL_ERROR "writing the block formats' C++ statement from ${statement} failed:\n${error}")
+    string(REGEX MATCH "error: [^\n]*" reason "${error}")  # its own line: a layout or a source without the other
+    if(NOT reason)
+      set(reason "writing the block formats' C++ statement from ${statement} failed:\n${error}")
+    endif()
+    message(FATAL_ERROR " ${reason}")  # indented: CMake prints it unwrapped, as one line
   endif()
   set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS "${statement}")
   include_directories("${ARG_OUTPUT_DIR}")

@@ -121,7 +121,7 @@ def block_layouts_header(name, visibility = ["PUBLIC"]):
     which each format's traits are checked against when it compiles (ops/blocks/formats.h)."""
     native.genrule(
         name = name,
-        srcs = ["ops/blocks/block_layouts.py"],
+        srcs = ["ops/blocks/block_layouts.py"] + native.glob(["ops/blocks/formats/*.cpp"]),
         out = "block_layouts.h",
         cmd = "{} $SRCDIR/ops/blocks/block_layouts.py $OUT".format(codegen_python()),
         visibility = visibility,

@@ -147,6 +147,8 @@ def checked_declarations(check_sources: bool = True) -> dict[str, declarations.D
                                  "registered twice; remove the yaml entry, or the runtime_registration field")
         sources = (*op.kernel_sources, *op.aot_sources, *op.cuda_sources, *op.without_python_sources)
         for source in sources if check_sources else ():
+            if "*" in source:  # a pattern is replaced by the files it matches: this one matched none
+                raise SelectionError(f"custom_ops.bzl: {op.name} names {source}, which matches no file")
             if not os.path.isfile(os.path.join(REPO_ROOT, source)):
                 raise SelectionError(f"custom_ops.bzl: {op.name} names {source}, which does not exist")
         if check_sources:
@@ -607,6 +609,10 @@ def plan(build_dir: str, *, root_ops=None, model_file=None, example=None) -> Non
         f'set(CUSTOM_OPS_WITHOUT_PYTHON_MODULES '
         f'"{cmake_list(f for op in without_python_ops for f in (op.python_file, defining_file(op)) if f)}")',
     ]
+    # A file added where a source pattern of a selected op matches reconfigures the tree (which lists it then).
+    for pattern in sorted({p for op in chosen for p in op.source_patterns}):
+        where = os.path.join(REPO_ROOT, pattern).replace("\\", "/")
+        lines.append(f'file(GLOB CUSTOM_OPS_GLOBBED CONFIGURE_DEPENDS "{where}")')
     plan_file = os.path.join(build_dir, "custom_ops_plan.cmake")
     with open(plan_file + ".new", "w") as f:
         f.write("\n".join(lines) + "\n")

@@ -14,6 +14,7 @@ loads this file by path.
 from __future__ import annotations
 
 import ast
+import glob
 import importlib
 import os
 import sys
@@ -48,6 +49,9 @@ class DeclaredOp:
     out_overload: str = "out"  # its out variant's overload; ATen names some otherwise (bucketize.Tensor_out)
     defined_by: str | None = None  # "python" ops another library defines: its module, imported before python_module
     replaces_executorch: bool = False  # "aten" ops ExecuTorch has too: this kernel runs in place of theirs
+    # Not a field of the declaration: the patterns its source lists hold (expanded in the lists above), which a build
+    # re-checks for added files.
+    source_patterns: tuple[str, ...] = ()
 
     @property
     def namespace(self) -> str:
@@ -156,7 +160,9 @@ class DeclaredOp:
         return tuple(inputs)
 
 
-_FIELDS = {f.name for f in DeclaredOp.__dataclass_fields__.values()} - {"name"}  # type: ignore[attr-defined]
+_FIELDS = {f.name for f in DeclaredOp.__dataclass_fields__.values()} - {  # type: ignore[attr-defined]
+    "name", "source_patterns"}
+SOURCE_FIELDS = ("kernel_sources", "aot_sources", "cuda_sources", "without_python_sources")
 _REQUIRED = {"registered_from", "kernel_sources", "example_program", "reference", "dtypes"}
 RUNTIME_REGISTRATIONS = ("codegen", "executorch_library")
 REGISTERED_FROM = ("python", "cpp", "aten")
@@ -303,9 +309,24 @@ def _check(name: str, entry: object, path: str) -> DeclaredOp:
         raise DeclarationError(f"{where}: reference must be 'module.function', a function computing the op with ATen "
                                f"ops; got {entry['reference']!r}")
     values = {**entry, "example_inputs": tuple(inputs), "dtypes": tuple(dtypes)}
-    for key in ("kernel_sources", "aot_sources", "cuda_sources", "without_python_sources"):
-        values[key] = tuple(entry.get(key, ()))
-    return DeclaredOp(name=name, **values)
+    root = os.path.dirname(os.path.abspath(path))
+    for key in SOURCE_FIELDS:
+        values[key] = _sources(entry.get(key, ()), root)
+    patterns = {item for key in SOURCE_FIELDS for item in entry.get(key, ()) if "*" in item}
+    return DeclaredOp(name=name, **values, source_patterns=tuple(sorted(patterns)))
+
+
+def _sources(items, root: str) -> tuple[str, ...]:
+    """A source list with each pattern (a `*` in a path, matching within one folder) replaced by the files it matches
+    under `root`, sorted, as buck2's glob() lists them; each file once. A pattern that matches nothing stays as it is:
+    a step that reads the declarations without the sources (Buck2's genrules) has no use for them; a build refuses it
+    (codegen/run_codegen.py checked_declarations)."""
+    listed = []
+    for item in items:
+        found = sorted(os.path.relpath(f, root).replace(os.sep, "/") for f in glob.glob(os.path.join(root, item))
+                       if os.path.isfile(f)) if "*" in item else []
+        listed += found or [item]
+    return tuple(dict.fromkeys(listed))
 
 
 # The modules the my_ops wheel carries flat beside the ops' own (setup.py copies each to my_ops/<file name>): the ops'

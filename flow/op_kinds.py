@@ -59,6 +59,8 @@ NOT_A_PATH = {
     "dtypes": "every op in each of them in test_references.py (both kernels) and the sanitized runner",
     "python_module": "its registration path is the 'registered from python' trait; test_imports.py checks every one",
     "aot_sources": "its registration path is the 'registered from cpp' trait",
+    "source_patterns": "the patterns of its source lists, which are expanded in them: CMake re-checks them for added "
+                       "files",
     "out_overload": "the out variant's name (every place reads DeclaredOp.out_name); the 'registered from aten' "
                     "trait covers the ops whose out variant is not '.out'",
 }

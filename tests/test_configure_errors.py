@@ -144,3 +144,48 @@ def test_a_python_module_refusing_a_declared_dtype_stops_configure_naming_both(t
     assert line == ("error: ops/rope/rope.py: DTYPES is (float32, float16) but custom_ops.bzl declares my_ops::rope's "
                     "dtypes as (float32, float16, bfloat16); make the two agree, in that order")
     assert not (tmp_path / "build" / "generated" / "declared" / "declared_dtypes.h").exists()
+
+
+def test_a_block_format_stated_without_its_traits_source_stops_configure(tmp_path):
+    # The formats' sources are compiled by a pattern (custom_ops.bzl's BLOCK_FORMAT_SOURCES); a layout whose source is
+    # missing would leave its kernels undefined until the library loads. The step that writes the layouts stops first.
+    repo = copy_repository(tmp_path / "repo")
+    path = os.path.join(repo, "ops", "blocks", "block_layouts.py")
+    with open(path) as f:
+        text = f.read()
+    stated = '    "Q8_0": Layout(32, 32, 128, ((8, 0),), (2,)),\n'
+    assert stated in text
+    with open(path, "w") as f:
+        f.write(text.replace(stated, stated + stated.replace("Q8_0", "Q9_0"), 1))
+    line = error_line(configure(tmp_path / "build", source=repo))
+    assert line == ("error: ops/blocks/block_layouts.py states the block format Q9_0, whose traits source "
+                    "ops/blocks/formats/q9_0.cpp does not exist: write it (as q8_0.cpp is) or remove the layout")
+
+
+def test_a_format_source_added_without_its_layout_stops_the_next_build(tmp_path):
+    # A file the pattern matches, added after configure: the build re-checks the pattern (CMake's CONFIGURE_DEPENDS
+    # glob in the plan), configures again, and stops at the source no layout is stated for.
+    repo = copy_repository(tmp_path / "repo")
+    build = tmp_path / "build"
+    assert configure(build, "CUSTOM_OPS_ROOT_OPS=my_ops::linear_blocks.out", "CUSTOM_OPS_BUILD_AOT_LIBRARY=OFF",
+                     source=repo).returncode == 0
+    formats = os.path.join(repo, "ops", "blocks", "formats")
+    with open(os.path.join(formats, "q8_0.cpp")) as f, open(os.path.join(formats, "q9_0.cpp"), "w") as copy:
+        copy.write(f.read())
+    proc = subprocess.run(["cmake", "--build", str(build), "--target", "help"], capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode != 0, proc.stdout[-2000:]
+    assert ("error: ops/blocks/formats/q9_0.cpp is compiled as a format's traits, but ops/blocks/block_layouts.py "
+            "states no layout for Q9_0: add its entry to LAYOUTS or remove the source") in proc.stdout + proc.stderr
+
+
+def test_a_source_pattern_that_matches_nothing_names_the_op_and_the_pattern(tmp_path):
+    repo = copy_repository(tmp_path / "repo")
+    bzl = os.path.join(repo, "custom_ops.bzl")
+    with open(bzl) as f:
+        text = f.read()
+    assert 'BLOCK_FORMAT_SOURCES = ["ops/blocks/formats/*.cpp"]' in text
+    with open(bzl, "w") as f:
+        f.write(text.replace('"ops/blocks/formats/*.cpp"', '"ops/blocks/formats/*.cc"', 1))
+    line = error_line(configure(tmp_path / "build", source=repo))
+    assert line == "error: custom_ops.bzl: my_ops::linear_blocks names ops/blocks/formats/*.cc, which matches no file"

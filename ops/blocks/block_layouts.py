@@ -3,8 +3,10 @@ of it. The reference (blocks.py) unpacks by it, the packer (my_ops/hf/quantize.p
 (my_ops/hf/gguf_blocks.py) pack by it; the wheel carries it as my_ops.block_layouts. The kernels state it in C++, once
 per format (ops/blocks/formats/<f>.cpp) and take this statement at build time: `python block_layouts.py OUT` writes
 the C++ header (ops/blocks/block_layouts.h in the build's generated tree) that lists the kernels' formats and that each
-format's traits are checked against when it compiles (ops/blocks/formats.h). tests/test_block_formats.py holds both to
-the gguf package's own table of llama.cpp's block sizes. Imports only the standard library.
+format's traits are checked against when it compiles (ops/blocks/formats.h), after checking that every format stated
+here has its source and every source its statement (custom_ops.bzl compiles formats/ by a pattern).
+tests/test_block_formats.py holds both to the gguf package's own table of llama.cpp's block sizes. Imports only the
+standard library.
 
 A packed weight is uint8 [n, k / weights * bytes]: rows in groups of 16 (the last group what remains); a group stores
 block after block, each block's codes 32 weights at a time as chunks of R rows x 4 bytes (per plane of b bits: b
@@ -51,6 +53,27 @@ ROW_DTYPES = {"F32": "float32", "F16": "float16", "BF16": "bfloat16"}
 FORMATS = (*ROW_DTYPES, *LAYOUTS)  # every format the ops take
 
 
+# Where each format's traits are: formats/<the GGUF type in lower case>.cpp, the row formats' all in one.
+ROW_FORMATS_SOURCE = "float_rows.cpp"
+
+
+def sources_problem(sources: list[str]) -> str | None:
+    """Whether the format sources (file names in ops/blocks/formats/, which custom_ops.bzl compiles by a pattern) are
+    one for each block format stated here and the row formats' one; else what is missing or extra, and the fix."""
+    expected = {f"{name.lower()}.cpp": name for name in LAYOUTS}
+    missing = sorted(expected.keys() - set(sources))
+    if missing:
+        return (f"ops/blocks/block_layouts.py states the block format {expected[missing[0]]}, whose traits source "
+                f"ops/blocks/formats/{missing[0]} does not exist: write it (as q8_0.cpp is) or remove the layout")
+    extra = sorted(set(sources) - expected.keys() - {ROW_FORMATS_SOURCE})
+    if extra:
+        return (f"ops/blocks/formats/{extra[0]} is compiled as a format's traits, but ops/blocks/block_layouts.py "
+                f"states no layout for {extra[0][:-4].upper()}: add its entry to LAYOUTS or remove the source")
+    if ROW_FORMATS_SOURCE not in sources:
+        return f"ops/blocks/formats/{ROW_FORMATS_SOURCE} (the row formats {', '.join(ROW_DTYPES)}) does not exist"
+    return None
+
+
 def layout(fmt: str) -> Layout:
     if fmt not in LAYOUTS:
         raise ValueError(f"no block format {fmt!r}; the block formats are {', '.join(LAYOUTS)}")
@@ -88,6 +111,10 @@ if __name__ == "__main__":  # the build's step: python block_layouts.py OUT
 
     if len(sys.argv) != 2:
         sys.exit("usage: python block_layouts.py OUT (the C++ header to write)")
+    formats = os.path.join(os.path.dirname(os.path.abspath(__file__)), "formats")
+    problem = sources_problem([f for f in os.listdir(formats) if f.endswith(".cpp")])
+    if problem:
+        sys.exit(f"error: {problem}")
     text = cpp_header()
     if not os.path.isfile(sys.argv[1]) or open(sys.argv[1]).read() != text:  # unchanged: nothing recompiles
         os.makedirs(os.path.dirname(os.path.abspath(sys.argv[1])), exist_ok=True)
