@@ -24,6 +24,22 @@ def error_line(proc):
     return lines[0]
 
 
+def edited_copy(tmp_path, path, old, new):
+    """A copy of the repository with one mistake made: `old` in `path` (relative to the root) replaced once by `new`,
+    or `new` appended where `old` is empty. The anchor must be there, else the test would check an unedited copy."""
+    repo = copy_repository(tmp_path / "repo")
+    with open(os.path.join(repo, path)) as f:
+        text = f.read()
+    if old:
+        assert old in text, f"the mistake's anchor is gone from {path}: {old!r}"
+        text = text.replace(old, new, 1)
+    else:
+        text += new
+    with open(os.path.join(repo, path), "w") as f:
+        f.write(text)
+    return repo
+
+
 @pytest.mark.parametrize("root_ops, expected", [
     ("my_ops::nope.out", "error: root op 'my_ops::nope.out' is not in custom_ops.yaml, which binds: my_ops::mul3.out, "
                          "my_ops::mul4.out"),
@@ -56,10 +72,9 @@ def test_a_model_file_that_is_not_a_program_fails_at_configure_time(tmp_path):
 
 
 def test_a_yaml_syntax_error_names_file_line_and_column(tmp_path):
-    repo = copy_repository(tmp_path / "repo")
+    repo = edited_copy(tmp_path, "custom_ops.yaml", "",
+                       "\n- func: my_ops::broken.out(Tensor input) -> Tensor\n  kernels: [unclosed\n")
     yaml_path = os.path.join(repo, "custom_ops.yaml")
-    with open(yaml_path, "a") as f:
-        f.write("\n- func: my_ops::broken.out(Tensor input) -> Tensor\n  kernels: [unclosed\n")
     line = error_line(configure(tmp_path / "build", source=repo))
     assert line.startswith(f"error: {yaml_path}:"), line
     assert "YAML syntax error" in line
@@ -68,19 +83,15 @@ def test_a_yaml_syntax_error_names_file_line_and_column(tmp_path):
 
 
 def test_a_declaration_mistake_names_the_op_and_field(tmp_path):
-    repo = copy_repository(tmp_path / "repo")
+    repo = edited_copy(tmp_path, "custom_ops.bzl", '"kernel_sources": ["custom_ops_1_out.cpp"]',
+                       '"kernel_source": ["custom_ops_1_out.cpp"]')
     bzl = os.path.join(repo, "custom_ops.bzl")
-    text = open(bzl).read().replace('"kernel_sources": ["custom_ops_1_out.cpp"]', '"kernel_source": ["custom_ops_1_out.cpp"]')
-    open(bzl, "w").write(text)
     line = error_line(configure(tmp_path / "build", source=repo))
     assert f"{bzl}: my_ops::mul3: unknown field(s) ['kernel_source']" in line
 
 
 def test_a_misspelled_kernel_name_fails_the_kernel_library_link_naming_the_symbol(tmp_path):
-    repo = copy_repository(tmp_path / "repo")
-    yaml_path = os.path.join(repo, "custom_ops.yaml")
-    text = open(yaml_path).read().replace("custom::mul3_out_impl", "custom::mul3_out_iml")
-    open(yaml_path, "w").write(text)
+    repo = edited_copy(tmp_path, "custom_ops.yaml", "custom::mul3_out_impl", "custom::mul3_out_iml")
     build = tmp_path / "build"
     assert configure(build, "CUSTOM_OPS_ROOT_OPS=my_ops::mul3.out", source=repo).returncode == 0
     proc = subprocess.run(["cmake", "--build", str(build), "--target", "custom_ops_lib"], capture_output=True,
@@ -94,8 +105,9 @@ def test_a_misspelled_kernel_name_fails_the_kernel_library_link_naming_the_symbo
 # kernel source: twice registered fails at load, never registered only when a program calls the op.
 REGISTRATION_MISTAKES = {
     "the yaml binds an op its source registers": (
-        "custom_ops.yaml", "", "\n- func: my_ops::update_cache.out(Tensor value, Tensor(a!) cache, SymInt start_pos, *, "
-        "Tensor(b!) out) -> Tensor(b!)\n  kernels:\n    - arg_meta: null\n      kernel_name: custom::x\n",
+        "custom_ops.yaml", "",
+        "\n- func: my_ops::update_cache.out(Tensor value, Tensor(a!) cache, SymInt start_pos, *, Tensor(b!) out) -> "
+        "Tensor(b!)\n  kernels:\n    - arg_meta: null\n      kernel_name: custom::x\n",
         "custom_ops.yaml binds my_ops::update_cache.out, which custom_ops.bzl registers with EXECUTORCH_LIBRARY"),
     "declared executorch_library, the source registers nothing": (
         "ops/update_cache/update_cache_out.cpp",
@@ -115,16 +127,7 @@ REGISTRATION_MISTAKES = {
 @pytest.mark.parametrize("mistake", REGISTRATION_MISTAKES)
 def test_a_registration_mistake_fails_at_configure_time(mistake, tmp_path):
     path, old, new, expected = REGISTRATION_MISTAKES[mistake]
-    repo = copy_repository(tmp_path / "repo")
-    with open(os.path.join(repo, path)) as f:
-        text = f.read()
-    if old:
-        assert old in text, f"the mistake's anchor is gone from {path}"
-        text = text.replace(old, new, 1)
-    else:
-        text += new
-    with open(os.path.join(repo, path), "w") as f:
-        f.write(text)
+    repo = edited_copy(tmp_path, path, old, new)
     line = error_line(configure(tmp_path / "build", source=repo))
     assert expected in line, line
 
@@ -132,14 +135,8 @@ def test_a_registration_mistake_fails_at_configure_time(mistake, tmp_path):
 def test_a_python_module_refusing_a_declared_dtype_stops_configure_naming_both(tmp_path):
     # rope.py refusing bfloat16 while custom_ops.bzl declares it: export would refuse programs the kernel runs. The
     # step that writes the kernels' dtype sets from the declarations (declared_dtypes.h) stops first.
-    repo = copy_repository(tmp_path / "repo")
-    path = os.path.join(repo, "ops", "rope", "rope.py")
-    with open(path) as f:
-        text = f.read()
-    stated = "DTYPES = (torch.float32, torch.float16, torch.bfloat16)"
-    assert stated in text
-    with open(path, "w") as f:
-        f.write(text.replace(stated, "DTYPES = (torch.float32, torch.float16)", 1))
+    repo = edited_copy(tmp_path, "ops/rope/rope.py", "DTYPES = (torch.float32, torch.float16, torch.bfloat16)",
+                       "DTYPES = (torch.float32, torch.float16)")
     line = error_line(configure(tmp_path / "build", "CUSTOM_OPS_ROOT_OPS=my_ops::rope.out", source=repo))
     assert line == ("error: ops/rope/rope.py: DTYPES is (float32, float16) but custom_ops.bzl declares my_ops::rope's "
                     "dtypes as (float32, float16, bfloat16); make the two agree, in that order")
@@ -149,14 +146,8 @@ def test_a_python_module_refusing_a_declared_dtype_stops_configure_naming_both(t
 def test_a_block_format_stated_without_its_traits_source_stops_configure(tmp_path):
     # The formats' sources are compiled by a pattern (custom_ops.bzl's BLOCK_FORMAT_SOURCES); a layout whose source is
     # missing would leave its kernels undefined until the library loads. The step that writes the layouts stops first.
-    repo = copy_repository(tmp_path / "repo")
-    path = os.path.join(repo, "ops", "blocks", "block_layouts.py")
-    with open(path) as f:
-        text = f.read()
     stated = '    "Q8_0": Layout(32, 32, 128, ((8, 0),), (2,)),\n'
-    assert stated in text
-    with open(path, "w") as f:
-        f.write(text.replace(stated, stated + stated.replace("Q8_0", "Q9_0"), 1))
+    repo = edited_copy(tmp_path, "ops/blocks/block_layouts.py", stated, stated + stated.replace("Q8_0", "Q9_0"))
     line = error_line(configure(tmp_path / "build", source=repo))
     assert line == ("error: ops/blocks/block_layouts.py states the block format Q9_0, whose traits source "
                     "ops/blocks/formats/q9_0.cpp does not exist: write it (as q8_0.cpp is) or remove the layout")
@@ -180,12 +171,7 @@ def test_a_format_source_added_without_its_layout_stops_the_next_build(tmp_path)
 
 
 def test_a_source_pattern_that_matches_nothing_names_the_op_and_the_pattern(tmp_path):
-    repo = copy_repository(tmp_path / "repo")
-    bzl = os.path.join(repo, "custom_ops.bzl")
-    with open(bzl) as f:
-        text = f.read()
-    assert 'BLOCK_FORMAT_SOURCES = ["ops/blocks/formats/*.cpp"]' in text
-    with open(bzl, "w") as f:
-        f.write(text.replace('"ops/blocks/formats/*.cpp"', '"ops/blocks/formats/*.cc"', 1))
+    repo = edited_copy(tmp_path, "custom_ops.bzl", 'BLOCK_FORMAT_SOURCES = ["ops/blocks/formats/*.cpp"]',
+                       'BLOCK_FORMAT_SOURCES = ["ops/blocks/formats/*.cc"]')
     line = error_line(configure(tmp_path / "build", source=repo))
     assert line == "error: custom_ops.bzl: my_ops::linear_blocks names ops/blocks/formats/*.cc, which matches no file"

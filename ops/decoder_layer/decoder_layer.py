@@ -26,10 +26,10 @@ import torch
 
 if __package__ == "my_ops":  # the wheel, or an editable install: the shared modules are carried beside this one
     from .block_layouts import LAYOUTS, ROW_DTYPES
-    from .cache_positions import check_positions
+    from .cache_positions import check_positions, llama_rotation, start_of
 else:  # the repository, where ops/blocks/ and ops/rope_sdpa_with_cache/ hold them
     from ops.blocks.block_layouts import LAYOUTS, ROW_DTYPES
-    from ops.rope_sdpa_with_cache.cache_positions import check_positions
+    from ops.rope_sdpa_with_cache.cache_positions import check_positions, llama_rotation, start_of
 
 OP = "my_ops::decoder_layer"
 DTYPES = (torch.float32,)  # its activations' and caches'
@@ -206,9 +206,7 @@ class LayerExample(torch.nn.Module):
         self.register_buffer("v_cache", torch.zeros(1, MAX_SEQ, KV_HEADS, HEAD_DIM))
 
     def forward(self, hidden, cos, sin, position):
-        start = position.item()
-        torch._check(start >= 0)
-        torch._check(start + hidden.shape[1] <= MAX_SEQ)
+        start = start_of(position, hidden.shape[1], MAX_SEQ)
         return torch.ops.my_ops.decoder_layer(hidden, self.input_norm, self.qkv, "F32", cos, sin, self.k_cache,
                                               self.v_cache, start, None, self.o, "F16", self.post_norm, self.gate_up,
                                               "BF16", self.down, "F32", 1e-5)
@@ -220,11 +218,7 @@ def example():
     generator = torch.Generator().manual_seed(22)
     runs = []
     for step in range(3):
-        positions = torch.arange(2 * step, 2 * step + 2, dtype=torch.float32)
-        angles = positions[:, None] * (10000.0 ** (-torch.arange(0, HEAD_DIM // 2, dtype=torch.float32) /
-                                                   (HEAD_DIM // 2)))
-        angles = torch.cat((angles, angles), dim=-1)[None]
-        runs.append((torch.randn(1, 2, MODEL, generator=generator), angles.cos(), angles.sin(),
+        runs.append((torch.randn(1, 2, MODEL, generator=generator), *llama_rotation(2 * step, 2, HEAD_DIM),
                      torch.tensor([2 * step])))
     return LayerExample(), runs
 

@@ -1,7 +1,8 @@
-"""The new positions' checks that my_ops::rope_sdpa_with_cache and my_ops::decoder_layer share, as their kernels share
-attention::positions_problem (qkv_rows.h): the rotation tables, where the positions go in the cache, the scale. Both
-ops' Python sides call it after their own shape checks, in the kernels' order, so each refuses as its kernel does. The
-wheel carries it as my_ops.cache_positions. Imports only the standard library and torch."""
+"""What my_ops::rope_sdpa_with_cache and my_ops::decoder_layer share about the new positions. The checks, as their
+kernels share attention::positions_problem (qkv_rows.h): the rotation tables, where the positions go in the cache, the
+scale; both ops' Python sides call them after their own shape checks, in the kernels' order, so each refuses as its
+kernel does. And their example programs' halves: the start position a program reads from its input, and Llama's
+rotation tables at it. The wheel carries it as my_ops.cache_positions. Imports only the standard library and torch."""
 
 from __future__ import annotations
 
@@ -27,3 +28,22 @@ def check_positions(op: str, cos, sin, batch: int, length: int, head_dim: int, p
                          "[0, positions]")
     torch._check(scale is None or math.isfinite(scale),
                  lambda: f"{op}: scale {scale} is not finite; pass a finite scale or None for 1/sqrt(head_dim)")
+
+
+def start_of(position: torch.Tensor, length: int, positions: int):
+    """The first new position, read from a one-element tensor in an exported program: an unbacked integer that export
+    must know puts `length` positions within a cache of `positions`."""
+    start = position.item()
+    torch._check(start >= 0)
+    torch._check(start + length <= positions)
+    return start
+
+
+def llama_rotation(start: int, length: int, head_dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin [1, length, head_dim] for positions [start, start + length) at Llama's angles (base 10000), each
+    frequency twice: once for either half of a head, as the ops rotate."""
+    positions = torch.arange(start, start + length, dtype=torch.float32)
+    frequencies = 10000.0 ** (-torch.arange(0, head_dim // 2, dtype=torch.float32) / (head_dim // 2))
+    angles = positions[:, None] * frequencies
+    angles = torch.cat((angles, angles), dim=-1)[None]
+    return angles.cos(), angles.sin()

@@ -23,9 +23,9 @@ import torch
 import torch.nn.functional as F
 
 if __package__ == "my_ops":  # the wheel, or an editable install: the shared module is carried beside this one
-    from .cache_positions import check_positions
+    from .cache_positions import check_positions, llama_rotation, start_of
 else:  # the repository
-    from ops.rope_sdpa_with_cache.cache_positions import check_positions
+    from ops.rope_sdpa_with_cache.cache_positions import check_positions, llama_rotation, start_of
 
 DTYPES = (torch.float32, torch.bfloat16)
 
@@ -165,9 +165,7 @@ class FusedAttentionExample(torch.nn.Module):
         self.register_buffer("v_cache", torch.zeros(1, MAX_SEQ, KV_HEADS, HEAD_DIM))
 
     def forward(self, qkv, cos, sin, position):
-        start = position.item()
-        torch._check(start >= 0)
-        torch._check(start + qkv.shape[1] <= MAX_SEQ)
+        start = start_of(position, qkv.shape[1], MAX_SEQ)
         return torch.ops.my_ops.rope_sdpa_with_cache(qkv, cos, sin, self.k_cache, self.v_cache, start,
                                                      1 / math.sqrt(HEAD_DIM) * 0.9)
 
@@ -178,12 +176,8 @@ def example():
     generator = torch.Generator().manual_seed(5)
     runs = []
     for step in range(3):
-        positions = torch.arange(2 * step, 2 * step + 2, dtype=torch.float32)
-        angles = positions[:, None] * (10000.0 ** (-torch.arange(0, HEAD_DIM // 2, dtype=torch.float32) /
-                                                   (HEAD_DIM // 2)))
-        angles = torch.cat((angles, angles), dim=-1)[None]
         qkv = torch.randn(1, 2, (HEADS + 2 * KV_HEADS) * HEAD_DIM, generator=generator)
-        runs.append((qkv, angles.cos(), angles.sin(), torch.tensor([2 * step])))
+        runs.append((qkv, *llama_rotation(2 * step, 2, HEAD_DIM), torch.tensor([2 * step])))
     return FusedAttentionExample(), runs
 
 
