@@ -749,3 +749,51 @@ def test_generate_on_a_cut_file_says_so_in_one_line(tmp_path, combined_build):
     assert len(errors) == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
     assert re.search(r"cut\.gguf: tensor 'blk\.\d+\.\w+\.weight' \(Q4_1 .*\) needs bytes \d+ to \d+ of the file, which "
                      r"has 50000000: the file is cut short .*download it again", errors[0]), errors[0]
+
+
+# The export command with its two steps noted in order: the tokenizer built (gguf_tokenizer.from_file, which every
+# GGUF tokenizer comes from) and the program written.
+_NOTED_EXPORT = """
+import sys
+from my_ops.hf import __main__ as command, gguf_tokenizer, to_program
+events = []
+def noting(module, name, event):
+    step = getattr(module, name)
+    def noted(*args, **kwargs):
+        result = step(*args, **kwargs)
+        events.append(event)
+        return result
+    setattr(module, name, noted)
+noting(gguf_tokenizer, "from_file", "tokenizer built")
+noting(to_program, "write_program", "program written")
+code = command.main(sys.argv[1:])
+print("events:", events)
+sys.exit(code)
+"""
+
+
+def test_the_export_command_builds_the_tokenizer_after_the_program_is_written(combined_build, tmp_path):
+    # An export needs no tokenizer; a large vocabulary's held through it raised the peak (Gemma 3's: ~0.4 GiB). The
+    # files it writes are still the tokenizer's: the same ids for a text, the normalizer ExecuTorch's runner reads.
+    import json
+    import subprocess
+    import sys
+
+    from tokenizers import Tokenizer
+
+    from helpers import REPO_ROOT
+    from models.real_models import gguf_path
+    from my_ops.hf.gguf_tokenizer import load
+
+    proc = subprocess.run([sys.executable, "-c", _NOTED_EXPORT, "export", "--model", gguf_path(), "--quantize", "gguf",
+                           "--layers", "1", "--max_seq_len", "16", "--output", str(tmp_path),
+                           "--build_dir", combined_build.build_dir],
+                          capture_output=True, text=True, timeout=600, cwd=REPO_ROOT,
+                          env=dict(os.environ, PYTHONPATH=REPO_ROOT))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "events: ['program written', 'tokenizer built']" in proc.stdout, proc.stdout
+    text = "The capital of France is Paris; 1,234 ¼ kilos."
+    written = str(tmp_path / "tokenizer.json")
+    assert Tokenizer.from_file(written).encode(text).ids == load(gguf_path())[0](text)["input_ids"]
+    with open(written, encoding="utf-8") as f:
+        assert json.load(f)["normalizer"] is None  # the converter's empty Sequence, which the runner refuses

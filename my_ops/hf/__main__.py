@@ -24,6 +24,7 @@ from the installed my_ops wheel with the kernels from --kernel_library.
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import sys
 import tempfile
@@ -124,7 +125,7 @@ def _run(args) -> int:
         # a file's own tensors wait on disk beside the output as they are packed, the export holding them once
         with tempfile.TemporaryDirectory(dir=args.output, prefix=".weights-") as weights:
             checkpoint = checkpoints.load(args.model, layers=args.layers, dequantize=not on_file_tensors,
-                                          weights_dir=weights if on_file_tensors else None)
+                                          weights_dir=weights if on_file_tensors else None, tokenizer=False)
             return _export(args, checkpoint, quantize)
     checkpoint = checkpoints.load(args.model, layers=args.layers, dequantize=not on_file_tensors)
     library = args.kernel_library or (os.path.join(args.build_dir, session.KERNEL_LIBRARY) if args.build_dir else None)
@@ -142,10 +143,12 @@ def _export(args, checkpoint, quantize) -> int:
     program = export_checkpoint(checkpoint, max_seq_len=args.max_seq_len, quantize=quantize, data_file=data_file)
     written = write_program(program, os.path.join(args.output, "model.pte"), data_file)
     del program
-    from .checkpoint import save_tokenizer
+    gc.collect()
+    # the tokenizer only now, in the memory the export freed: a large vocabulary's would add to the export's peak
+    from .checkpoint import save_tokenizer, tokenizer_of
 
     files = ", ".join(f"{path} ({os.path.getsize(path) / 2 ** 20:.1f} MiB)" for path in written)
-    print(f"Wrote {files} and {save_tokenizer(checkpoint.tokenizer, args.output)}")
+    print(f"Wrote {files} and {save_tokenizer(tokenizer_of(checkpoint.path), args.output)}")
     return 0
 
 

@@ -74,12 +74,14 @@ def gguf_file(path: str) -> str | None:
 
 
 def load(path: str, layers: int | None = None, *, dequantize: bool = True,
-         weights_dir: str | None = None) -> Checkpoint:
+         weights_dir: str | None = None, tokenizer: bool = True) -> Checkpoint:
     """The model and tokenizer at `path` (a folder transformers' from_pretrained reads, or a .gguf file); with
     `layers`, the model's first `layers` blocks only; dequantize=False: a .gguf file's model on the file's own tensors,
     no float32 copy of its matrices (for quantize="gguf"); and with weights_dir, those tensors wait on disk there as
     they are packed, for the export to take (my_ops/hf/disk_weights.py: the model holds placeholders, for export only;
-    the folder must outlive the program's writing)."""
+    the folder must outlive the program's writing). tokenizer=False: the model alone (tokenizer None, no stop_ids,
+    add_bos False), for an export, which needs no tokenizer and whose peak memory a large vocabulary's would raise
+    (Gemma 3's 262k tokens: ~0.4 GiB); tokenizer_of(path) builds it afterwards."""
     from transformers.utils import logging
 
     logging.disable_progress_bar()
@@ -95,7 +97,8 @@ def load(path: str, layers: int | None = None, *, dequantize: bool = True,
     if weights_dir is not None and dequantize:
         raise UnsupportedModelError("weights_dir keeps a GGUF file's own tensors on disk: it goes with "
                                     "dequantize=False")
-    checkpoint = _load_gguf(gguf, layers, dequantize, weights_dir) if gguf else _load_folder(path, layers)
+    checkpoint = (_load_gguf(gguf, layers, dequantize, weights_dir, tokenizer) if gguf
+                  else _load_folder(path, layers, tokenizer))
     checkpoint.layers, checkpoint.dequantized, checkpoint.weights_dir = layers, dequantize, weights_dir
     checkpoint.model.eval()
     return checkpoint
@@ -110,7 +113,19 @@ def _first_layers(path: str, layers: int | None, in_file: int | None) -> dict:
     return {"num_hidden_layers": layers}
 
 
-def _load_folder(path: str, layers: int | None) -> Checkpoint:
+def tokenizer_of(path: str):
+    """The tokenizer load(path) gives its checkpoint, built alone: a folder's, or a GGUF file's
+    (my_ops.hf.gguf_tokenizer)."""
+    if gguf := gguf_file(path):
+        from .gguf_tokenizer import load as load_gguf_tokenizer
+
+        return load_gguf_tokenizer(gguf)[0]
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(path)
+
+
+def _load_folder(path: str, layers: int | None, with_tokenizer: bool = True) -> Checkpoint:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     config = os.path.join(path, "config.json")
@@ -119,6 +134,8 @@ def _load_folder(path: str, layers: int | None) -> Checkpoint:
     with open(config, encoding="utf-8") as f:
         in_file = json.load(f).get("num_hidden_layers")
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, **_first_layers(path, layers, in_file))
+    if not with_tokenizer:
+        return Checkpoint(model, None, path)
     tokenizer = AutoTokenizer.from_pretrained(path)
     return Checkpoint(model, tokenizer, path, _stop_ids(model.generation_config.eos_token_id, tokenizer),
                       bool(getattr(tokenizer, "add_bos_token", False)))
@@ -134,7 +151,8 @@ def gguf_config(parsed: dict, overrides: dict | None = None):
     return AutoConfig.for_model(values.pop("model_type"), **values)
 
 
-def _load_gguf(path: str, layers: int | None, dequantize: bool, weights_dir: str | None = None) -> Checkpoint:
+def _load_gguf(path: str, layers: int | None, dequantize: bool, weights_dir: str | None = None,
+               with_tokenizer: bool = True) -> Checkpoint:
     from transformers import AutoModelForCausalLM
 
     from .gguf_tokenizer import from_file
@@ -154,6 +172,8 @@ def _load_gguf(path: str, layers: int | None, dequantize: bool, weights_dir: str
         apply_rope_freqs(model, header)
     else:
         model = _model_on_file_tensors(config, path, weights_dir, header)
+    if not with_tokenizer:
+        return Checkpoint(model, None, path)
     tokenizer, add_bos = from_file(path, header, parsed)
     return Checkpoint(model, tokenizer, path, _stop_ids(vocabulary.get("eos_token_id"), tokenizer), add_bos)
 
@@ -246,6 +266,11 @@ def save_tokenizer(tokenizer, directory: str) -> str:
     tokenizer.json's path."""
     tokenizer.save_pretrained(directory)
     path = os.path.join(directory, "tokenizer.json")
+    # read back only when the normalizer is that one: a large vocabulary's file parsed in Python takes ~10x its size
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None and (backend.normalizer is None or json.loads(backend.normalizer.__getstate__()) !=
+                                {"type": "Sequence", "normalizers": []}):
+        return path
     with open(path, encoding="utf-8") as f:
         spec = json.load(f)
     normalizer = spec.get("normalizer")
