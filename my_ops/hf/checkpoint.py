@@ -38,7 +38,7 @@ from .swap import UnsupportedModelError
 @dataclass
 class Checkpoint:
     model: torch.nn.Module  # float32, eval mode
-    tokenizer: object  # a transformers PreTrainedTokenizerFast
+    tokenizer: object  # a transformers PreTrainedTokenizerFast; None from load(tokenizer=False)
     path: str  # the folder or the .gguf file it came from
     stop_ids: list[int] = field(default_factory=list)  # the tokens that end a generation (eos)
     add_bos: bool = False  # whether the model's text starts with its BOS token (a GGUF file's add_bos_token)
