@@ -143,6 +143,23 @@ def test_a_scaled_embedding_keeps_its_scale_on_the_block_ops(hf, checkpoints):
     torch.testing.assert_close(embedding(tokens), expected, rtol=0.0, atol=float(expected.abs().max()) / 100)
 
 
+def test_the_program_does_not_depend_on_the_order_a_module_registered_its_buffers(hf, checkpoints):
+    # transformers registers Gemma 3's two rotary tables in the order of a set, which Python's hash seed decides, and
+    # the export takes the program's inputs in the modules' order: either order gives the same bytes.
+    import my_ops.hf
+    from examples import hf_models
+
+    programs = []
+    for reverse in (False, True):
+        model = hf_models.load(checkpoints["gemma3"])
+        assert len(model.model.rotary_emb._buffers) == 2
+        if reverse:
+            for module in model.modules():
+                module._buffers = dict(reversed(module._buffers.items()))
+        programs.append(my_ops.hf.export_program(model, max_seq_len=16).buffer)
+    assert programs[0] == programs[1]
+
+
 def test_unsupported_models_are_refused_by_name_before_export(hf):
     import my_ops.hf
     from transformers import AutoModelForCausalLM, GPT2Config, Qwen3Config

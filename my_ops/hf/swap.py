@@ -305,6 +305,11 @@ class ExportableDecoder(torch.nn.Module):
             self.register_buffer(f"value_cache_{i}", values, persistent=False)
 
     def forward(self, tokens: torch.Tensor, input_pos: torch.Tensor) -> torch.Tensor:
+        # The layers reach the caches through the cache object, so it is handed this module's buffers each step: an
+        # export that is not strict puts its own tensors in their place, and attention must write those.
+        layers = range(len(self.cache.key_tensors))
+        self.cache.key_tensors = [getattr(self, f"key_cache_{i}") for i in layers]
+        self.cache.value_tensors = [getattr(self, f"value_cache_{i}") for i in layers]
         positions = input_pos + torch.arange(tokens.shape[1], dtype=input_pos.dtype)
         self.cache.start = _start_of(input_pos, tokens.shape[1], self.max_seq_len)
         try:

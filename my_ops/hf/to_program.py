@@ -42,6 +42,10 @@ def prepare(model: torch.nn.Module, *, max_seq_len: int = 256, quantize: str | N
         raise UnsupportedModelError(f"max_seq_len={max_seq_len} passes the model's max_position_embeddings ({limit})")
     model = swap_ops(model.eval(), keep_unknown_norms=keep_unknown_norms).requires_grad_(False)
     put_linears_on_ops(model, quantize)
+    # The program's inputs follow the modules' buffer order, which transformers sometimes takes from a set (Gemma 3's
+    # rotary tables) and so from Python's hash seed: in name order, each export of a model writes the same bytes.
+    for module in model.modules():
+        module._buffers = dict(sorted(module._buffers.items()))
     # A model built without weights (my_ops.hf.checkpoint.load(dequantize=False)) has each now on the ops, or none
     if empty := [name for name, t in (*model.named_parameters(), *model.named_buffers()) if t.is_meta]:
         raise UnsupportedModelError(f"{', '.join(empty[:4])}{' ...' if len(empty) > 4 else ''} have no values: the "
@@ -78,7 +82,9 @@ def export_program(model: torch.nn.Module, *, max_seq_len: int = 256, quantize: 
         disk = DiskWeights(weights_dir)
         disk.hold_buffers(packed_buffers(decoder))
     inputs, dynamic_shapes = decoder.example_inputs(), decoder.dynamic_shapes()
-    exported = torch.export.export(decoder, inputs, dynamic_shapes=dynamic_shapes, strict=True)
+    # Not strict: strict mode's tracer keeps a real copy of every tensor attribute it meets, which for a model is a
+    # second copy of its weights in memory while it traces (the placeholders disk_weights leaves too).
+    exported = torch.export.export(decoder, inputs, dynamic_shapes=dynamic_shapes, strict=False)
     fused = fuse(exported, fusions)
     if fusions is None and (missing := fused.missing(FUSIONS)):
         warnings.warn(f"my_ops.hf: this model computes no {', '.join(missing)} pattern; those parts stay the ops "
