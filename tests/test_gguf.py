@@ -427,6 +427,53 @@ def test_a_weight_placeholder_that_does_not_reach_the_program_is_refused(gguf_mo
         disk.fill(program)
 
 
+# A model of 16-bit matrices exported with its weights on disk, in a fresh interpreter; the peak of the memory
+# Python allocated inside to_executorch (tracemalloc: the emitter's copies are bytes objects; a resident-memory figure
+# would miss them where the heap reuses what the model's making freed).
+_EMITTING = """
+import os
+import tracemalloc
+import torch
+import my_ops.gguf
+from executorch.exir.program._program import EdgeProgramManager
+from transformers import LlamaConfig, LlamaForCausalLM
+from my_ops.hf import export_program
+from test_gguf import write_model_gguf
+
+peaks = []
+to_executorch = EdgeProgramManager.to_executorch
+def measured(self, *args, **kwargs):
+    tracemalloc.start()
+    try:
+        return to_executorch(self, *args, **kwargs)
+    finally:
+        peaks.append(tracemalloc.get_traced_memory()[1])
+        tracemalloc.stop()
+EdgeProgramManager.to_executorch = measured
+
+torch.manual_seed(0)
+model = LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=1024, intermediate_size=4096, num_hidden_layers=4,
+                                     num_attention_heads=8, num_key_value_heads=8, head_dim=128)).eval()
+write_model_gguf(model, os.path.join(FOLDER, "wide.gguf"), kind="F16")
+my_ops.gguf.attach_blocks(model, os.path.join(FOLDER, "wide.gguf"))
+program = export_program(model, max_seq_len=16, quantize="gguf", weights_dir=FOLDER, data_file=DATA_FILE)
+written = [program._pte_data, *(program._tensor_data or {}).values()]
+result = {"peak": peaks[0], "program": sum(map(len, written))}
+"""
+
+
+@pytest.mark.parametrize("data_file", [None, "model"])
+def test_the_emitter_holds_one_weight_at_a_time_when_the_weights_wait_on_disk(data_file, combined_build, tmp_path):
+    # ExecuTorch's emitter copies every constant out of its tensor and keeps the copies until the program is written;
+    # a placeholder's copy is swapped for its file as the emitter stores it (in the program, or in its .ptd), so
+    # emitting holds about one weight's bytes, not all of them (8B parameters in Q4_K_M: 4.6 GiB).
+    from helpers import run_in_fresh_python
+
+    measured = run_in_fresh_python(f"FOLDER, DATA_FILE = {str(tmp_path)!r}, {data_file!r}\n" + _EMITTING, timeout=600)
+    assert measured["program"] > 64 << 20, measured  # the 16-bit matrices, 8 MiB each, 32 for the MLP's
+    assert measured["peak"] < measured["program"] / 4, measured
+
+
 def test_a_placeholder_is_forgotten_when_no_tensor_holds_its_memory(tmp_path):
     # disk_weights' registry of placeholders (tag -> file) lasts as long as a tensor over a placeholder's memory does:
     # a view keeps it, the last tensor's end removes it.

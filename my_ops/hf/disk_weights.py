@@ -6,6 +6,8 @@ written (the kernel maps zero pages, which cost nothing), but for a tag in its f
 distinct (the emitter merges equal constants). The written program then takes each file's bytes where its
 placeholder's bytes stand: the serialized program (a Cord, exir/_serialize/_cord.py) holds the emitter's bytes of each
 constant as one piece, which becomes the file (ExecuTorch's FileBackedData, streamed when the program is written).
+While the program is emitted (DiskWeights.emitting), each placeholder's copy becomes its file as soon as the emitter
+stores it, so the emitter holds one weight's bytes at a time, not every weight's until the program is written.
 
 A GGUF file's tensors can go to disk as they are packed (my_ops.hf.checkpoint.load(weights_dir=...)): the model then
 never holds them, and parts the swap joins (q, k and v; gate and up) are joined on disk too. A placeholder that does
@@ -15,6 +17,7 @@ program would hold the placeholder's bytes. The model is for exporting only: its
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import mmap
 import os
@@ -104,6 +107,36 @@ class DiskWeights:
             module._buffers[name] = held[id(tensor)]
         self.expected = {t for t in map(tag_of, held.values()) if t is not None}
 
+    @contextlib.contextmanager
+    def emitting(self):
+        """Around to_executorch: ExecuTorch's emitter copies each constant's bytes out of its tensor and keeps every
+        copy until the program is serialized; a placeholder's copy (a whole weight's bytes, its pages written) is
+        replaced by the placeholder's file as soon as the emitter stores it, in the program's constants or in those
+        of a named data file (.ptd). A copy of another size or tag is left for fill to refuse."""
+        from executorch.exir._serialize._cord import FileBackedData
+        from executorch.exir.emit._emitter import _Emitter
+        from executorch.exir.schema import Buffer
+
+        store = _Emitter._save_new_const_tensor
+
+        def stored(emitter, spec, buffer_data, *args, **kwargs):
+            index = store(emitter, spec, buffer_data, *args, **kwargs)
+            tag = bytes(buffer_data[:TAGGED])
+            if tag not in self.expected or os.path.getsize(_FILES[tag]) != len(buffer_data):
+                return index
+            state = emitter.program_state
+            if index < len(state.constant_buffer) and state.constant_buffer[index].storage is buffer_data:
+                state.constant_buffer[index] = Buffer(storage=FileBackedData(_FILES[tag]))
+            elif index < len(state.external_constant_buffer) and state.external_constant_buffer[index] is buffer_data:
+                state.external_constant_buffer[index] = FileBackedData(_FILES[tag])
+            return index
+
+        _Emitter._save_new_const_tensor = stored
+        try:
+            yield
+        finally:
+            _Emitter._save_new_const_tensor = store
+
     def fill(self, program):
         """`program` (an ExecutorchProgramManager exported from the model hold_buffers made placeholders in) with each
         placeholder's bytes taken from its file when it is written; returns it. Raises RuntimeError when a
@@ -113,9 +146,14 @@ class DiskWeights:
         # the serialized program and its named data files (.ptd), each a Cord, piece by piece
         cords = [program._pte_data, *(program._tensor_data or {}).values()]
         found = set()
+        emitted = {_FILES[tag]: tag for tag in self.expected if tag in _FILES}  # the files `emitting` put in
         for pieces in (cord._buffers for cord in cords):
             for index, piece in enumerate(pieces):
-                if isinstance(piece, bytes) and len(piece) >= TAGGED and piece.startswith(TAG):
+                if isinstance(piece, FileBackedData) and (tag := emitted.get(piece._path)) is not None:
+                    if tag in found:
+                        raise RuntimeError(f"the program holds the weight of placeholder {tag!r} twice")
+                    found.add(tag)
+                elif isinstance(piece, bytes) and len(piece) >= TAGGED and piece.startswith(TAG):
                     tag = piece[:TAGGED]
                     if tag not in self.expected or tag in found or os.path.getsize(_FILES[tag]) != len(piece):
                         raise RuntimeError(f"the program holds a weight placeholder {tag!r} it should not: an export "

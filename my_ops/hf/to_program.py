@@ -7,6 +7,7 @@ splits of the fused projections, views, the rotary table) runs on ExecuTorch's o
 
 from __future__ import annotations
 
+import contextlib
 import os
 import warnings
 
@@ -114,7 +115,7 @@ def export_program(model: torch.nn.Module, *, max_seq_len: int = 256, quantize: 
     config = ExecutorchBackendConfig(memory_planning_pass=MemoryPlanningPass(alignment=64),
                                      constant_tensor_alignment=64,
                                      external_constants=(lambda node: data_file) if data_file else False)
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), disk.emitting() if disk is not None else contextlib.nullcontext():
         warnings.filterwarnings("ignore", message="Mutation on a buffer in the model is detected")
         program = edge.to_executorch(config)
     return program if disk is None else disk.fill(program)
