@@ -11,7 +11,8 @@ models/scale_models.py makes (Q4_K_M; --kinds adds Q8_0):
 - prefill and decode at 1 thread and every core beside `llama-bench` on the same file (benchmark/bench_presets.py's
   measure: interleaved rounds, ratios within a round);
 - the program's next-token distributions against llama.cpp's on the same file and tokens (llama-perplexity's
-  --kl-divergence-base): mean KL divergence and the share of positions with the same most likely token; and both
+  --kl-divergence-base): mean KL divergence and the share of positions with the same most likely token, beside
+  llama.cpp's against itself (flash attention off: the floor two correct programs' arithmetic sets); and both
   sides' against the file's float32 model (its weights dequantized, every activation in float32: what both sides
   approximate), where that model fits in a third of this machine's memory (not the 8B shape's ~30 GiB);
 - each side's decode as a share of the machine's read bound: the bytes a step reads (every tensor but an untied
@@ -147,7 +148,10 @@ def agreement(pte: str, path: str, threads: int, work_dir: str) -> dict:
     times e^-16 at most), and the perplexity its distributions give the text's tokens is the one llama-perplexity
     --kl-divergence reads from the same file ("Mean PPL(base)"). Beside them, where it fits, the file's float32
     model's distributions (float32_log_probs): KL of each side's from it and each side's share of its top tokens, over
-    the tokens llama.cpp's file keeps (so its storage floor weighs on neither side)."""
+    the tokens llama.cpp's file keeps (so its storage floor weighs on neither side). And llama.cpp against itself:
+    its distributions with flash attention off (its attention's arithmetic in another order and precision) against
+    its default's, the same two figures: how far two correct programs' arithmetic moves this model's distributions,
+    the floor under the program's."""
     import numpy as np
 
     from flow.runtime import load_method_checked
@@ -158,6 +162,9 @@ def agreement(pte: str, path: str, threads: int, work_dir: str) -> dict:
     saved_file = os.path.join(work_dir, "llama_cpp_logits.bin")
     printed = llama_cpp.save_logits(path, TEXT, KL_CTX, KL_CHUNKS, threads, saved_file)
     saved = llama_cpp.SavedLogits(saved_file)
+    other_file = os.path.join(work_dir, "llama_cpp_logits_without_flash_attention.bin")
+    llama_cpp.save_logits(path, TEXT, KL_CTX, KL_CHUNKS, threads, other_file, ("-fa", "off"))
+    other = llama_cpp.SavedLogits(other_file)
     with open(TEXT, encoding="utf-8") as f:
         tokenized = llama_cpp.tokenize(path, f.read(), parse_special=False)[:saved.chunks * saved.ctx]
     if saved.tokens.reshape(-1).tolist() != tokenized:
@@ -167,8 +174,8 @@ def agreement(pte: str, path: str, threads: int, work_dir: str) -> dict:
     bos = metadata.get("tokenizer.ggml.bos_token_id") if metadata.get("tokenizer.ggml.add_bos_token") else None
     method = load_method_checked(pte)
     reference = float32_log_probs(path, saved, bos)
-    kl = nll = nll_base = 0.0
-    same = count = 0
+    kl = nll = nll_base = kl_itself = 0.0
+    same = same_itself = count = 0
     to_float = {"kl_program": 0.0, "kl_llama_cpp": 0.0, "top_program": 0, "top_llama_cpp": 0}
     first = saved.ctx // 2
     for chunk in range(saved.chunks):
@@ -186,6 +193,9 @@ def agreement(pte: str, path: str, threads: int, work_dir: str) -> dict:
             kept = base > -16  # llama-perplexity's sum leaves out what it stored as below e^-16
             kl += float(np.sum(np.exp(base[kept]) * (base[kept] - ours[kept])))
             same += int(np.argmax(ours) == np.argmax(base))
+            without = other.log_probs(chunk, position)
+            kl_itself += float(np.sum(np.exp(base[kept]) * (base[kept] - without[kept])))
+            same_itself += int(np.argmax(without) == np.argmax(base))
             if reference is not None:
                 exact = reference[chunk][position - first]
                 weights = np.exp(exact[kept])
@@ -202,6 +212,7 @@ def agreement(pte: str, path: str, threads: int, work_dir: str) -> dict:
                            f"llama-perplexity reads {read_back:.6f} from it: the file is not read as llama.cpp wrote it")
     return {"kl": kl / count, "same_top": same / count, "positions": count, "ppl": float(np.exp(nll / count)),
             "llama_cpp_ppl": printed,
+            "llama_cpp_itself": {"kl": kl_itself / count, "same_top": same_itself / count},
             "to_float32": None if reference is None else {key: value / count for key, value in to_float.items()}}
 
 
@@ -246,7 +257,9 @@ def main() -> int:
             row["read"] = read_rates(args.memcpy, row["step_bytes"], args.rounds)
             print(f"{name} {kind}: exported in {row['export_s']:.1f} s, peak {row['export_peak_gib']:.2f} GiB; "
                   f".pte {row['pte_gib']:.2f} GiB; runner peak {row['runner_peak_gib']:.2f} GiB; KL "
-                  f"{row['agreement']['kl']:.5f}, same top token {row['agreement']['same_top']:.1%}", flush=True)
+                  f"{row['agreement']['kl']:.5f}, same top token {row['agreement']['same_top']:.1%} (llama.cpp "
+                  f"against itself, flash attention off: {row['agreement']['llama_cpp_itself']['kl']:.5f}, "
+                  f"{row['agreement']['llama_cpp_itself']['same_top']:.1%})", flush=True)
             if (exact := row["agreement"]["to_float32"]) is not None:
                 print(f"  against the float32 model: KL {exact['kl_program']:.5f} (project), "
                       f"{exact['kl_llama_cpp']:.5f} (llama.cpp); its top token {exact['top_program']:.1%}, "
@@ -266,8 +279,9 @@ def main() -> int:
 def report(rows: list[dict]) -> list[str]:
     counts = thread_counts()
     lines = ["| model | file GiB | export s (llama-quantize s) | export peak GiB (x file) | .pte GiB | runner peak GiB "
-             "(x file) | first token s | KL vs llama.cpp | same top token | PPL project / llama.cpp |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+             "(x file) | first token s | KL vs llama.cpp | same top token | llama.cpp vs itself: KL | same top "
+             "token | PPL project / llama.cpp |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for row in rows:
         first = [rd[counts[-1]]["project"]["first_token_ms"] / 1e3 for rd in row["speed"]["rounds"]]
         quantize = f" ({row['quantize_s']:.0f})" if row["quantize_s"] else ""
@@ -276,6 +290,8 @@ def report(rows: list[dict]) -> list[str]:
                      f"{row['pte_gib']:.2f} | {row['runner_peak_gib']:.2f} "
                      f"({row['runner_peak_gib'] / row['file_gib']:.2f}x) | {statistics.median(first):.2f} | "
                      f"{row['agreement']['kl']:.4f} | {row['agreement']['same_top']:.1%} | "
+                     f"{row['agreement']['llama_cpp_itself']['kl']:.4f} | "
+                     f"{row['agreement']['llama_cpp_itself']['same_top']:.1%} | "
                      f"{row['agreement']['ppl']:.2f} / {row['agreement']['llama_cpp_ppl']:.2f} |")
     lines += ["", "| model | KL from the float32 model: project | llama.cpp | its top token: project | llama.cpp |",
               "| --- | ---: | ---: | ---: | ---: |"]

@@ -169,12 +169,13 @@ def bench(model_file: str, threads: int, prompt_tokens: int, new_tokens: int, re
     return row
 
 
-def save_logits(model_file: str, text_file: str, ctx: int, chunks: int, threads: int, out_file: str) -> float:
+def save_logits(model_file: str, text_file: str, ctx: int, chunks: int, threads: int, out_file: str,
+                options: tuple[str, ...] = ()) -> float:
     """llama-perplexity's distributions on `text_file` by its protocol (chunks of `ctx` tokens, BOS first where the
     model adds one, the second half of each scored), saved to `out_file` as its --kl-divergence-base writes them;
-    returns its final PPL estimate."""
+    returns its final PPL estimate. `options`: more of its command line (such as `-fa off`)."""
     command = [tools()["llama-perplexity"], "-m", model_file, "-f", text_file, "-c", str(ctx), "-b", str(ctx), "-t",
-               str(threads), "--chunks", str(chunks), "--kl-divergence-base", out_file]
+               str(threads), "--chunks", str(chunks), "--kl-divergence-base", out_file, *options]
     proc = subprocess.run(command, capture_output=True, text=True)
     found = re.search(r"Final estimate: PPL = ([0-9.]+)", proc.stdout + proc.stderr)
     if proc.returncode != 0 or not found:

@@ -6,13 +6,18 @@ fixed seed, written at 16 bits by the gguf package's writer, then made into Q4_K
 
     python -m models.scale_models [1b|8b ...] [--kinds Q4_K_M,Q8_0]   makes (or finds) the files, prints their paths
 
-The weights: every matrix N(0, 0.02^2) (transformers' initializer range), the norms 1; the output projection (the tied
+The weights: every matrix N(0, 0.02^2) (transformers' initializer range) but the two that write into the residual
+stream (attn_output, ffn_down), N(0, (0.02 / sqrt(2 * layers))^2) as GPT-2 initializes them; a separate token embedding
+(8B) N(0, 1), so that the stream starts at the scale the layers write at; the norms 1; the output projection (the tied
 embedding at 1B) N(0, (LOGIT_STD / sqrt(hidden))^2), so that the logits of a normalized hidden state spread with a
 standard deviation near LOGIT_STD = 4: over 128,256 tokens that puts a few tenths of the probability on the top token
-(far from a flat distribution, where a comparison of two programs' distributions would say nothing). The text is no
-language; the shapes, the bytes a step reads and the arithmetic are the real models', Llama 3's rope scaling included
-(their configs' factor, 32 at 1B and 8 at 8B, over an original context of 8,192): as llama.cpp's converter writes it,
-a rope_freqs tensor of each frequency's divisor, which llama.cpp and my_ops.hf both apply.
+(far from a flat distribution, where a comparison of two programs' distributions would say nothing). With every matrix
+at 0.02 the 1B model amplified any rounding (llama.cpp against itself, flash attention on and off: a mean KL of 0.022),
+and with its embedding at 0.02 the 8B model did (0.095), so no comparison could resolve less; now 0.007 and 0.010, near
+the real models' 0.003 and 0.006. The text is no language; the shapes, the bytes a step reads and the arithmetic are
+the real models', Llama 3's rope scaling included (their configs' factor, 32 at 1B and 8 at 8B, over an original
+context of 8,192): as llama.cpp's converter writes it, a rope_freqs tensor of each frequency's divisor, which llama.cpp
+and my_ops.hf both apply.
 
 The vocabulary is SentencePiece-style (llama.cpp's "llama" tokenizer): <unk>, <s>, </s>, the 256 byte tokens, then
 the words and letters of examples/alice_chapter1.txt, then filler pieces no text contains, so a text tokenizes into
@@ -35,7 +40,7 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ROOT = os.path.join(os.path.expanduser("~"), ".cache", "my_ops", "scale")
 TEXT = os.path.join(REPO_ROOT, "examples", "alice_chapter1.txt")
 SEED = 2026
-WEIGHT_STD, LOGIT_STD = 0.02, 4.0
+WEIGHT_STD, LOGIT_STD, EMBEDDING_STD = 0.02, 4.0, 1.0
 ROPE_THETA, RMS_EPS, CONTEXT = 500000.0, 1e-5, 131072
 KINDS = ("Q4_K_M", "Q8_0")
 
@@ -56,25 +61,26 @@ class Shape:
 SHAPES = {"1b": Shape(hidden=2048, layers=16, heads=32, kv_heads=8, ffn=8192, head_dim=64, tied=True, rope_factor=32),
           "8b": Shape(hidden=4096, layers=32, heads=32, kv_heads=8, ffn=14336, head_dim=128, tied=False, rope_factor=8)}
 LOW_FREQ_FACTOR, HIGH_FREQ_FACTOR, ORIGINAL_CONTEXT = 1.0, 4.0, 8192  # both configs' rope_scaling
-FILE_VERSION = 2  # in the files' names: a file made by an earlier version of this module is made again
+FILE_VERSION = 4  # in the files' names: a file made by an earlier version of this module is made again
 
 
 def tensors(shape: Shape) -> list[tuple[str, tuple[int, ...], float]]:
     """(GGUF name, numpy shape, standard deviation; 0: ones) of every tensor, in the order llama.cpp's converter
     writes them."""
     out_std = LOGIT_STD / np.sqrt(shape.hidden)
-    found = [("token_embd.weight", (shape.vocab, shape.hidden), out_std if shape.tied else WEIGHT_STD)]
+    found = [("token_embd.weight", (shape.vocab, shape.hidden), out_std if shape.tied else EMBEDDING_STD)]
     q, kv = shape.heads * shape.head_dim, shape.kv_heads * shape.head_dim
+    residual_std = WEIGHT_STD / np.sqrt(2 * shape.layers)
     for i in range(shape.layers):
         found += [(f"blk.{i}.attn_norm.weight", (shape.hidden,), 0.0),
                   (f"blk.{i}.attn_q.weight", (q, shape.hidden), WEIGHT_STD),
                   (f"blk.{i}.attn_k.weight", (kv, shape.hidden), WEIGHT_STD),
                   (f"blk.{i}.attn_v.weight", (kv, shape.hidden), WEIGHT_STD),
-                  (f"blk.{i}.attn_output.weight", (shape.hidden, q), WEIGHT_STD),
+                  (f"blk.{i}.attn_output.weight", (shape.hidden, q), residual_std),
                   (f"blk.{i}.ffn_norm.weight", (shape.hidden,), 0.0),
                   (f"blk.{i}.ffn_gate.weight", (shape.ffn, shape.hidden), WEIGHT_STD),
                   (f"blk.{i}.ffn_up.weight", (shape.ffn, shape.hidden), WEIGHT_STD),
-                  (f"blk.{i}.ffn_down.weight", (shape.hidden, shape.ffn), WEIGHT_STD)]
+                  (f"blk.{i}.ffn_down.weight", (shape.hidden, shape.ffn), residual_std)]
     found.append(("output_norm.weight", (shape.hidden,), 0.0))
     if not shape.tied:
         found.append(("output.weight", (shape.vocab, shape.hidden), out_std))
