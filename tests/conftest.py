@@ -289,6 +289,10 @@ def pytest_addoption(parser):
     parser.addoption("--quick", action="store_true",
                      help=f"run only the quick loop's files: {', '.join(QUICK)} (tests/conftest.py), and every op's "
                           "own tests (ops/<name>/test_*.py)")
+    parser.addoption("--cpu-report", metavar="FILE",
+                     help="append each test file's CPU seconds and wall seconds to FILE: the worker's own and the "
+                          "processes it waited for, its fixtures' setups included (a fixture shared by several "
+                          "files counts in the first that asked for it)")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -298,3 +302,29 @@ def pytest_collection_modifyitems(config, items):
         items[:] = quick
     rank = {name: i for i, name in enumerate(HEAVIEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each file keeps its own order
+
+
+# --cpu-report: where a run's time goes, by test file.
+_cost_by_file: dict[str, list[float]] = {}
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    if not item.config.getoption("--cpu-report"):
+        yield
+        return
+    before = os.times()
+    yield
+    after = os.times()
+    cost = _cost_by_file.setdefault(os.path.relpath(item.path, REPO_ROOT), [0.0, 0.0])
+    cost[0] += sum(getattr(after, field) - getattr(before, field)
+                   for field in ("user", "system", "children_user", "children_system"))
+    cost[1] += after.elapsed - before.elapsed
+
+
+def pytest_sessionfinish(session):
+    report = session.config.getoption("--cpu-report")
+    if report and _cost_by_file:  # each xdist worker appends its own files' lines
+        with open(report, "a") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            f.writelines(f"{cpu:9.1f} {wall:9.1f}  {path}\n" for path, (cpu, wall) in sorted(_cost_by_file.items()))
