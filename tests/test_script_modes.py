@@ -1,4 +1,5 @@
-"""test_custom_ops.sh's command line: usage on a missing or unknown mode, a clear message where buck2 is absent."""
+"""test_custom_ops.sh's command line: usage on a missing or unknown mode, a clear message where buck2 is absent, the
+test mode's --cpu-report."""
 
 import os
 import shutil
@@ -76,3 +77,17 @@ def test_the_real_modes_checks_name_each_miss_and_go_on(capsys):
                starts=r"^The capital of France is Paris")
     assert checks.missed == ["first", "third"]
     assert "error: first: failed (above); the mode goes on" in capsys.readouterr().err
+
+
+def test_the_cpu_report_names_each_file_with_the_cpu_its_tests_used(tmp_path):
+    # `test --cpu-report FILE` (tests/conftest.py): this process's own time and its waited-for children's both count.
+    report = tmp_path / "cpu.txt"
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-n0", "-q", "-p", "no:cacheprovider", "--cpu-report",
+                           str(report), "tests/test_schema_types.py", "tests/test_docs.py"],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    lines = [line.split() for line in report.read_text().splitlines()]
+    assert sorted(path for _, _, path in lines) == ["tests/test_docs.py", "tests/test_schema_types.py"]
+    cost = {path: (float(cpu), float(wall)) for cpu, wall, path in lines}
+    cpu, wall = cost["tests/test_schema_types.py"]  # its tests export programs: seconds of CPU
+    assert 1 < cpu < 2 * wall + 1, (cpu, wall)
