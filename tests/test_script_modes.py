@@ -80,7 +80,7 @@ def test_the_real_modes_checks_name_each_miss_and_go_on(capsys):
 
 
 def test_the_cpu_report_names_each_file_with_the_cpu_its_tests_used(tmp_path):
-    # `test --cpu-report FILE` (tests/conftest.py): this process's own time and its waited-for children's both count.
+    # `test --cpu-report FILE` (tests/conftest.py): one line a file; the processes a test waited for count in its file.
     report = tmp_path / "cpu.txt"
     proc = subprocess.run([sys.executable, "-m", "pytest", "-n0", "-q", "-p", "no:cacheprovider", "--cpu-report",
                            str(report), "tests/test_schema_types.py", "tests/test_docs.py"],
@@ -89,5 +89,5 @@ def test_the_cpu_report_names_each_file_with_the_cpu_its_tests_used(tmp_path):
     lines = [line.split() for line in report.read_text().splitlines()]
     assert sorted(path for _, _, path in lines) == ["tests/test_docs.py", "tests/test_schema_types.py"]
     cost = {path: (float(cpu), float(wall)) for cpu, wall, path in lines}
-    cpu, wall = cost["tests/test_schema_types.py"]  # its tests export programs: seconds of CPU
+    cpu, wall = cost["tests/test_schema_types.py"]  # its exports run in child processes
     assert 1 < cpu < 2 * wall + 1, (cpu, wall)
