@@ -170,9 +170,9 @@ def _checked_copy(path: str) -> tuple[Any, int | None]:
     """(the bytes of the file at `path` to check, a descriptor of a file no path reaches that holds exactly those bytes,
     or None where the system makes none: the runtime then takes the bytes themselves). A large file is written into an
     unnamed file beside it (_unnamed_file) from a mapping of it, and checked where the runtime reads it, in a mapping
-    of that copy: the process neither reads it into memory first nor holds it twice (an 8B program's 4.6 GB loaded in
-    11.6-16.6 s at a peak of 9.7 GiB read and written, in 3.7-3.8 s at 5.1 GiB so). A small one is read and handed over
-    in a sealed memfd (_as_file)."""
+    of that copy: the process neither reads it into memory first nor holds it twice (an 8B program's 4.6 GB loads in
+    3.7-3.8 s at a 5.1 GiB peak; read and written back, twice the memory). A small one is read and handed over in a
+    sealed memfd (_as_file)."""
     with open(path, "rb") as f:
         if os.fstat(f.fileno()).st_size > LARGE_PROGRAM_BYTES:
             # Populated first: a write from pages not yet mapped reaches the page cache 4 KiB at a time, and the copy
