@@ -25,9 +25,10 @@
 #                    into the AOT library too. In any list of sources a path with `*` (within one folder) stands for
 #                    the files it matches, sorted, as Buck2's glob() finds them; CMake reconfigures when one is added
 #   dtypes           the dtypes its kernels accept for the first tensor input, by torch name ("float32", ...), stated
-#                    here alone: the build writes them into declared_dtypes.h, the set its kernels take
-#                    (declared_dtypes::<namespace>::<name>), and stops when a "python" op's module states other DTYPES;
-#                    the tests compute the op in each against its reference, and expect every other real dtype refused
+#                    here alone: the build writes them into declared_dtypes/<namespace>/<name>.h, the set its
+#                    kernels take (declared_dtypes::<namespace>::<name>), and stops when a "python" op's module states
+#                    other DTYPES; the tests compute the op in each against its reference, and expect every other real
+#                    dtype refused
 #   elementwise      True: one input, output shaped and laid out like it (gives "cpp" ops the batched vmap rule)
 #   bit_exact        True: results equal the reference bit for bit (flow/compare.py; the verifier then compares so)
 #   reference        "module.function": the op computed with ATen ops, independent of its kernels. The verifier, the

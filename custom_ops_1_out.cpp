@@ -2,7 +2,7 @@
 // custom::mul3_out_impl and the registration codegen writes calls it; in ATen mode (-DUSE_ATEN_LIB) it is the CPU
 // kernel that ops/mul3/custom_ops_1_without_python.cpp registers for processes without Python (AOTInductor's C++ runner).
 // The work is the MultiplyBy<3> functor run by the one kernel helper, which holds the out-variant contract.
-#include "declared_dtypes.h"
+#include "declared_dtypes/my_ops/mul3.h"
 #include "kernel_helpers/unary_elementwise.h"
 #include "kernel_helpers/multiply_by_constant.h"
 

@@ -10,7 +10,7 @@
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/library.h>
 
-#include "declared_dtypes.h"
+#include "declared_dtypes/my_ops/mul4.h"
 #include "kernel_helpers/unary_elementwise.h"
 
 namespace custom {

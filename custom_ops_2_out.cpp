@@ -1,7 +1,7 @@
 // The kernel of my_ops::mul4.out, one source compiled twice: in ExecuTorch mode into libcustom_ops_lib.so (the runtime
 // kernel), and in ATen mode (-DUSE_ATEN_LIB) into libcustom_ops_aot_lib.so, where codegen registers it as mul4.out's
 // CPU kernel in PyTorch and custom_ops_2.cpp's mul4 calls it.
-#include "declared_dtypes.h"
+#include "declared_dtypes/my_ops/mul4.h"
 #include "kernel_helpers/unary_elementwise.h"
 #include "kernel_helpers/multiply_by_constant.h"
 

@@ -19,7 +19,8 @@ load(
     "//codegen:codegen.bzl",
     "argument_kinds_header",
     "block_layouts_header",
-    "declared_dtypes_header",
+    "declared_dtypes_headers",
+    "declared_dtypes_path",
     "et_operator_library",
     "executorch_generated_lib",
 )
@@ -138,7 +139,8 @@ def _kernel_headers():
     # the ops' dtype sets from custom_ops.bzl.
     headers = {h: h for h in native.glob(["kernel_helpers/*.h", "ops/**/*.h"])}
     headers["ops/blocks/block_layouts.h"] = ":block_layouts"
-    headers["declared_dtypes.h"] = ":declared_dtypes"
+    for name in CUSTOM_OPS:
+        headers[declared_dtypes_path(name)] = ":declared_dtypes[{}]".format(declared_dtypes_path(name))
     return headers
 
 def _define_example(suffix, ops):
@@ -213,8 +215,9 @@ def define_common_targets():
     native.export_file(name = "custom_ops.yaml", visibility = ["PUBLIC"])
     argument_kinds_header(name = "argument_kinds")
     block_layouts_header(name = "block_layouts")
-    declared_dtypes_header(
+    declared_dtypes_headers(
         name = "declared_dtypes",
+        ops = list(CUSTOM_OPS),
         python_modules = _unique([
             CUSTOM_OPS[name]["python_module"].replace(".", "/") + ".py"
             for name in CUSTOM_OPS

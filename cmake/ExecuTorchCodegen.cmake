@@ -25,10 +25,12 @@
 #       block formats' list and layouts as Python states them, which each format's traits are checked against when
 #       it compiles (ops/blocks/formats.h); <dir> joins the include path. Stops when a stated format has no source in
 #       ops/blocks/formats/, or a source there no stated layout.
-#   generate_declared_dtypes_header(OUTPUT_DIR <dir>)
-#       at configure time, again whenever custom_ops.bzl or a Python op's module changes: <dir>/declared_dtypes.h, each
-#       declared op's dtypes as the DtypeSet its kernels take (declared_dtypes::<namespace>::<name>), after checking
-#       that each Python-registered op's module states the same DTYPES; <dir> joins the include path.
+#   generate_declared_dtypes_headers(OUTPUT_DIR <dir>)
+#       at configure time, again whenever custom_ops.bzl or a Python op's module changes: each declared op's dtypes
+#       as the DtypeSet its kernels take (declared_dtypes::<namespace>::<name>), in
+#       <dir>/declared_dtypes/<namespace>/<name>.h, after checking that each Python-registered op's module states the
+#       same DTYPES; <dir> joins the include path. One header per op, rewritten only when its op's set changes: an op
+#       added or changed recompiles its own kernels, not every kernel.
 
 set(CODEGEN_ENTRY_POINT "${CMAKE_CURRENT_LIST_DIR}/../codegen/run_codegen.py")
 get_filename_component(CODEGEN_ENTRY_POINT "${CODEGEN_ENTRY_POINT}" ABSOLUTE)
@@ -141,11 +143,11 @@ function(generate_block_layouts_header)
   include_directories("${ARG_OUTPUT_DIR}")
 endfunction()
 
-function(generate_declared_dtypes_header)
+function(generate_declared_dtypes_headers)
   cmake_parse_arguments(ARG "" "OUTPUT_DIR" "" ${ARGN})
   execute_process(
     COMMAND "${Python3_EXECUTABLE}" "${CODEGEN_ENTRY_POINT}" declared_dtypes
-            --output "${ARG_OUTPUT_DIR}/declared_dtypes.h"
+            --output_dir "${ARG_OUTPUT_DIR}"
     RESULT_VARIABLE status
     OUTPUT_VARIABLE modules
     ERROR_VARIABLE error)

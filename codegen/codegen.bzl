@@ -105,14 +105,25 @@ def argument_kinds_header(name, custom_ops_yaml_target = ":custom_ops.yaml", vis
         visibility = visibility,
     )
 
-def declared_dtypes_header(name, python_modules, custom_ops_yaml_target = ":custom_ops.yaml", visibility = ["PUBLIC"]):
-    """declared_dtypes.h: each declared op's dtypes as the contract::DtypeSet its kernels take, after checking that
-    each Python-registered op's module (`python_modules`, read as text) states the same DTYPES."""
+def declared_dtypes_path(op_name):
+    """Where op_name's dtype set is written: declared_dtypes/<namespace>/<name>.h (codegen/declared_dtypes.py)."""
+    return "declared_dtypes/" + op_name.replace("::", "/") + ".h"
+
+def declared_dtypes_headers(
+        name,
+        ops,
+        python_modules,
+        custom_ops_yaml_target = ":custom_ops.yaml",
+        visibility = ["PUBLIC"]):
+    """One header per declared op (`ops`), its dtypes as the contract::DtypeSet its kernels take, each a named output
+    (`:<name>[declared_dtypes/<namespace>/<op>.h]`), after checking that each Python-registered op's module
+    (`python_modules`, read as text) states the same DTYPES."""
     native.genrule(
         name = name,
         srcs = _codegen_srcs(custom_ops_yaml_target) + ["codegen/declared_dtypes.py"] + python_modules,
-        out = "declared_dtypes.h",
-        cmd = "{} $SRCDIR/codegen/run_codegen.py declared_dtypes --output $OUT".format(codegen_python()),
+        outs = {declared_dtypes_path(op): [declared_dtypes_path(op)] for op in ops},
+        default_outs = ["."],
+        cmd = "{} $SRCDIR/codegen/run_codegen.py declared_dtypes --output_dir $OUT".format(codegen_python()),
         visibility = visibility,
     )
 

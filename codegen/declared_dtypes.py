@@ -1,9 +1,10 @@
 """Each op's dtypes, stated once in custom_ops.bzl, for the code that enforces them: the C++ header its kernels take
-their dtype sets from (`declared_dtypes::<namespace>::<name>`, a contract::DtypeSet), written at build time, and the
-check that each Python-registered op's module refuses what the declaration refuses (its module-level `DTYPES`, read
-without importing the module). CMake's configure step and Buck2's genrule call it through the codegen entry point:
+their dtype sets from (`declared_dtypes::<namespace>::<name>`, a contract::DtypeSet, in
+`declared_dtypes/<namespace>/<name>.h`), written at build time, and the check that each Python-registered op's module
+refuses what the declaration refuses (its module-level `DTYPES`, read without importing the module). CMake's configure
+step and Buck2's genrule call it through the codegen entry point:
 
-    run_codegen.py declared_dtypes --output declared_dtypes.h
+    run_codegen.py declared_dtypes --output_dir <generated include directory>
 """
 
 from __future__ import annotations
@@ -23,34 +24,38 @@ class DtypeMismatch(Exception):
     """A declaration names a dtype no kernel can be compiled for, or a Python module's DTYPES disagrees with it."""
 
 
-def header(ops) -> str:
-    """The C++ dtype set of each declared op, in its namespace, in the declared order (its messages' order)."""
-    lines = [
-        "// Written by codegen/run_codegen.py declared_dtypes from custom_ops.bzl: each op's dtypes as a",
-        "// contract::DtypeSet, the set its kernels compile and accept for their first tensor input.",
-        "#pragma once",
-        "",
-        '#include "kernel_helpers/kernel_contract.h"',
-        "",
-        "namespace custom {",
-        "namespace native {",
-        "namespace declared_dtypes {",
-    ]
-    by_namespace: dict[str, list] = {}
+HEADER_DIR = "declared_dtypes"
+
+
+def header_path(name: str) -> str:
+    """Where a declared op's set is written, under the generated include directory: one header per op, so that
+    declaring or changing one op leaves every other kernel's inputs, and its compiled object, as they were."""
+    return f"{HEADER_DIR}/{name.replace('::', '/')}.h"
+
+
+def headers(ops) -> dict[str, str]:
+    """Each declared op's C++ dtype set, in the declared order (its messages' order), as the header its kernels
+    include: {header_path(op.name): text}."""
+    written = {}
     for op in ops:
-        by_namespace.setdefault(op.namespace, []).append(op)
-    for namespace, members in by_namespace.items():
-        lines.append(f"namespace {namespace} {{")
-        for op in members:
-            unknown = [d for d in op.dtypes if d not in CPP_SCALAR_TYPES]
-            if unknown:
-                raise DtypeMismatch(f"custom_ops.bzl: {op.name} declares dtypes {', '.join(unknown)}, which no kernel "
-                                    f"can be compiled for; the dtypes kernels take: {', '.join(CPP_SCALAR_TYPES)}")
-            members_text = ", ".join(f"ScalarType::{CPP_SCALAR_TYPES[d]}" for d in op.dtypes)
-            lines.append(f"using {op.short_name} = contract::DtypeSet<{members_text}>;")
-        lines.append(f"}} // namespace {namespace}")
-    lines += ["} // namespace declared_dtypes", "} // namespace native", "} // namespace custom", ""]
-    return "\n".join(lines)
+        unknown = [d for d in op.dtypes if d not in CPP_SCALAR_TYPES]
+        if unknown:
+            raise DtypeMismatch(f"custom_ops.bzl: {op.name} declares dtypes {', '.join(unknown)}, which no kernel "
+                                f"can be compiled for; the dtypes kernels take: {', '.join(CPP_SCALAR_TYPES)}")
+        members = ", ".join(f"ScalarType::{CPP_SCALAR_TYPES[d]}" for d in op.dtypes)
+        written[header_path(op.name)] = "\n".join([
+            f"// Written by codegen/run_codegen.py declared_dtypes from custom_ops.bzl: {op.name}'s dtypes as a",
+            "// contract::DtypeSet, the set its kernels compile and accept for their first tensor input.",
+            "#pragma once",
+            "",
+            '#include "kernel_helpers/kernel_contract.h"',
+            "",
+            f"namespace custom::native::declared_dtypes::{op.namespace} {{",
+            f"using {op.short_name} = contract::DtypeSet<{members}>;",
+            f"}} // namespace custom::native::declared_dtypes::{op.namespace}",
+            "",
+        ])
+    return written
 
 
 def module_dtypes(path: str, shown_as: str) -> tuple[str, ...] | None:

@@ -18,8 +18,8 @@ the fix. CMake's configure step and custom commands, the JIT build (custom_ops_2
   run_codegen.py python_schemas --ops a,b --output FILE
       the C++ definitions of the schemas the named ops' Python modules define, for a process without Python, each
       op's out schema checked against custom_ops.yaml's (codegen/python_op_schemas.py).
-  run_codegen.py declared_dtypes --output FILE
-      the header of each declared op's dtype set for its kernels, after checking each Python-registered op's module
+  run_codegen.py declared_dtypes --output_dir DIR
+      DIR/declared_dtypes/<namespace>/<name>.h: each declared op's dtype set for its kernels, after checking each Python-registered op's module
       states the same dtypes (codegen/declared_dtypes.py); prints the files it read.
 
 Errors go to stderr as one `error:` line and exit 1.
@@ -468,21 +468,29 @@ def python_schemas(names: list[str], output: str) -> None:
     replace_if_changed(output + ".new", output)
 
 
-def declared_dtypes(output: str) -> list[str]:
-    """Each op's dtypes as its kernels' C++ set, its Python module checked against the same declaration; returns the
-    modules read (a build reruns this when one changes)."""
+def declared_dtypes(output_dir: str) -> list[str]:
+    """Each op's dtypes as its kernels' C++ set, one header per op under output_dir (a file rewritten only when its
+    op's set changed, one of an op no longer declared removed), each Python module checked against the same
+    declaration; returns the modules read (a build reruns this when one changes)."""
     from codegen import declared_dtypes as dtypes
 
     ops = checked_declarations(check_sources=False).values()
     try:
         read = dtypes.check_python_modules(ops, REPO_ROOT)
-        text = dtypes.header(ops)
+        written = dtypes.headers(ops)
     except dtypes.DtypeMismatch as err:
         raise SelectionError(str(err)) from None
-    os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
-    with open(output + ".new", "w") as f:
-        f.write(text)
-    replace_if_changed(output + ".new", output)
+    for relative, text in written.items():
+        path = os.path.join(output_dir, relative)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path + ".new", "w") as f:
+            f.write(text)
+        replace_if_changed(path + ".new", path)
+    root = os.path.join(output_dir, dtypes.HEADER_DIR)
+    for directory, _, files in os.walk(root):
+        for name in files:
+            if os.path.relpath(os.path.join(directory, name), output_dir) not in written:
+                os.remove(os.path.join(directory, name))
     return read
 
 
@@ -645,7 +653,7 @@ def main() -> int:
     w.add_argument("--ops", required=True, help="comma-separated ops registered from Python, e.g. my_ops::mul3")
     w.add_argument("--output", required=True)
     d = sub.add_parser("declared_dtypes")
-    d.add_argument("--output", required=True)
+    d.add_argument("--output_dir", required=True, help="the include directory: declared_dtypes/<namespace>/<name>.h")
     args = parser.parse_args()
 
     root_ops = [op.strip() for op in args.root_ops.split(",") if op.strip()] if getattr(args, "root_ops", None) else None
@@ -662,7 +670,7 @@ def main() -> int:
         elif args.command == "argument_kinds":
             argument_kinds(args.output)
         elif args.command == "declared_dtypes":
-            print("\n".join(declared_dtypes(args.output)))
+            print("\n".join(declared_dtypes(args.output_dir)))
         elif args.command == "python_schemas":
             python_schemas([name.strip() for name in args.ops.split(",") if name.strip()], args.output)
         else:

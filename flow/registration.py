@@ -106,7 +106,7 @@ def build_jit_library(ops=None, verbose: bool = False) -> str:
     run_codegen.write_selection(selection, [op.out_name for op in ops])
     sources = [os.path.join(REPO_ROOT, s) for op in ops for s in (*op.aot_sources, *op.kernel_sources)]
     sources += run_codegen.generate(selection, generated, aten=True)
-    run_codegen.declared_dtypes(os.path.join(generated, "declared_dtypes.h"))  # the ops' dtype sets, as CMake's
+    run_codegen.declared_dtypes(generated)  # the ops' dtype sets, as CMake's
     from flow import compiler_flags
 
     flags = ["-O3", *compiler_flags.ATEN_MODE]

@@ -11,7 +11,8 @@
 //   return elementwise_out<declared_dtypes::my_ops::scaled_add>(ctx, "my_ops::scaled_add.out", ScaledAdd{alpha},
 //                                                               {out, "out"}, {{input, "input"}, {other, "other"}});
 //
-// (declared_dtypes.h, written by the build from custom_ops.bzl, holds each op's declared dtypes as its DtypeSet.)
+// (declared_dtypes/<namespace>/<name>.h, written by the build from custom_ops.bzl, holds the op's declared dtypes as
+// its DtypeSet.)
 //
 // apply<T> follows elementwise_functor.h (T is the compute type: Half/BFloat16 arrive as float and are rounded once,
 // integers wrap) and must not change the functor (threads share it). unary_elementwise.h is the one-input case: a

@@ -9,7 +9,6 @@
 #include <string>
 #include <utility>
 
-#include "declared_dtypes.h"
 #include "kernel_helpers/kernel_contract.h"
 #include "kernel_helpers/row_wise.h"
 
@@ -97,7 +96,8 @@ Tensor& out_kernel(const char* op, KernelContext& ctx, const Tensor& gate, const
 
 // Defines custom::native::NAME_out_impl, the out kernel of my_ops::NAME.out that custom_ops.yaml binds, in the mode the
 // source is compiled in, over RANGE (the member's element range in its _rows.h, e.g. swiglu::silu_mul_range). Used
-// once per member, at global scope, in its NAME_out.cpp.
+// once per member, at global scope, in its NAME_out.cpp, after that source includes its declared set
+// ("declared_dtypes/my_ops/NAME.h").
 #ifdef USE_ATEN_LIB
 #define CUSTOM_OPS_GATED_OUT_KERNEL(NAME, RANGE)                                                     \
   namespace custom::native {                                                                         \

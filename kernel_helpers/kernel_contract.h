@@ -90,8 +90,8 @@ inline const char* dtype_name(ScalarType type) {
 
 // The dtypes an op supports, e.g. DtypeSet<ScalarType::Float, ScalarType::Half, ScalarType::BFloat16>: only these are
 // compiled (visit instantiates the kernel once per member), every other is refused with the op's name and this list.
-// An op's own set is the one custom_ops.bzl declares: declared_dtypes::<namespace>::<name> (declared_dtypes.h, which
-// the build writes).
+// An op's own set is the one custom_ops.bzl declares: declared_dtypes::<namespace>::<name>
+// (declared_dtypes/<namespace>/<name>.h, which the build writes).
 template <ScalarType... kTypes>
 struct DtypeSet {
   static bool contains(ScalarType type) {

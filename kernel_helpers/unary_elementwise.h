@@ -26,7 +26,7 @@ namespace native {
 #ifdef USE_ATEN_LIB
 
 // Every helper here takes the op's dtype set, Dtypes (its declared one, declared_dtypes::<namespace>::<name> from
-// declared_dtypes.h), and refuses the others with the out kernel's words.
+// declared_dtypes/<namespace>/<name>.h), and refuses the others with the out kernel's words.
 template <typename Dtypes>
 void check_supported_dtype(at::ScalarType dtype, const char* op_name) {
   TORCH_CHECK(Dtypes::contains(dtype), op_name, ": input has unsupported dtype ", contract::dtype_name(dtype),

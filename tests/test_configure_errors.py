@@ -134,13 +134,13 @@ def test_a_registration_mistake_fails_at_configure_time(mistake, tmp_path):
 
 def test_a_python_module_refusing_a_declared_dtype_stops_configure_naming_both(tmp_path):
     # rope.py refusing bfloat16 while custom_ops.bzl declares it: export would refuse programs the kernel runs. The
-    # step that writes the kernels' dtype sets from the declarations (declared_dtypes.h) stops first.
+    # step that writes the kernels' dtype sets from the declarations (declared_dtypes/) stops first.
     repo = edited_copy(tmp_path, "ops/rope/rope.py", "DTYPES = (torch.float32, torch.float16, torch.bfloat16)",
                        "DTYPES = (torch.float32, torch.float16)")
     line = error_line(configure(tmp_path / "build", "CUSTOM_OPS_ROOT_OPS=my_ops::rope.out", source=repo))
     assert line == ("error: ops/rope/rope.py: DTYPES is (float32, float16) but custom_ops.bzl declares my_ops::rope's "
                     "dtypes as (float32, float16, bfloat16); make the two agree, in that order")
-    assert not (tmp_path / "build" / "generated" / "declared" / "declared_dtypes.h").exists()
+    assert not (tmp_path / "build" / "generated" / "declared" / "declared_dtypes").exists()
 
 
 def test_a_block_format_stated_without_its_traits_source_stops_configure(tmp_path):

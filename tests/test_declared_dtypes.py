@@ -1,23 +1,27 @@
 """An op's dtypes are stated once, in custom_ops.bzl: its kernels take their set from the header the build writes from
-it (declared_dtypes.h), and a Python-registered op's module, which must refuse the same dtypes before export, is
+it (declared_dtypes/<namespace>/<name>.h, one per op, so that adding or changing an op recompiles its kernels alone), and a Python-registered op's module, which must refuse the same dtypes before export, is
 checked against it when the build is configured (tests/test_configure_errors.py). What each kernel then accepts is
 held by tests/test_references.py."""
 
+import glob
 import os
 import re
 
 import pytest
 
 
-def _header_sets(path):
-    """{"namespace::name": [ScalarType enumerator, ...]} from the header's `using <name> = ...DtypeSet<...>;` lines."""
-    sets, namespace = {}, None
-    with open(path) as f:
-        for line in f:
-            if m := re.match(r"namespace (\w+) \{$", line.strip()):
-                namespace = m.group(1)
-            elif m := re.match(r"using (\w+) = contract::DtypeSet<(.*)>;$", line.strip()):
-                sets[f"{namespace}::{m.group(1)}"] = re.findall(r"ScalarType::(\w+)", m.group(2))
+def _header_sets(directory):
+    """{"namespace::name": [ScalarType enumerator, ...]} from each header under directory (<namespace>/<name>.h) and its
+    `using <name> = ...DtypeSet<...>;` line, which must name the op of its path."""
+    sets = {}
+    for path in sorted(glob.glob(os.path.join(directory, "*", "*.h"))):
+        namespace, name = os.path.relpath(path, directory)[:-len(".h")].split(os.sep)
+        with open(path) as f:
+            text = f.read()
+        assert f"namespace custom::native::declared_dtypes::{namespace} {{" in text, path
+        (member, values), = re.findall(r"^using (\w+) = contract::DtypeSet<(.*)>;$", text, re.M)
+        assert member == name, path
+        sets[f"{namespace}::{name}"] = re.findall(r"ScalarType::(\w+)", values)
     return sets
 
 
@@ -29,7 +33,7 @@ def test_the_kernels_dtype_sets_are_the_declared_dtypes_in_order(declared, combi
     et_names = {"float32": "FLOAT", "float64": "DOUBLE", "float16": "HALF", "bfloat16": "BFLOAT16", "uint8": "BYTE",
                 "int8": "CHAR", "int16": "SHORT", "int32": "INT", "int64": "LONG"}
     assert set(et_names.values()) <= set(ScalarType.__members__)
-    sets = _header_sets(os.path.join(combined_build.build_dir, "generated", "declared", "declared_dtypes.h"))
+    sets = _header_sets(os.path.join(combined_build.build_dir, "generated", "declared", "declared_dtypes"))
     assert sets.keys() == declared.keys()
     for name, op in declared.items():
         assert [s.upper() for s in sets[name]] == [et_names[d] for d in op.dtypes], name
@@ -79,11 +83,39 @@ def test_a_python_modules_dtypes_are_checked_against_the_declaration(tmp_path, m
 
 
 def test_a_declared_dtype_no_kernel_can_be_compiled_for_is_refused_by_name(tmp_path):
-    from codegen.declared_dtypes import DtypeMismatch, header
+    from codegen.declared_dtypes import DtypeMismatch, headers
 
     with pytest.raises(DtypeMismatch) as err:
-        header([_python_op(tmp_path, "", dtypes=("float32", "complex64"))])
+        headers([_python_op(tmp_path, "", dtypes=("float32", "complex64"))])
     assert str(err.value) == ("custom_ops.bzl: my_ops::scaled declares dtypes complex64, which no kernel can be compiled "
                               "for; the dtypes kernels take: float32, float64, float16, bfloat16, uint8, int8, int16, "
                               "int32, int64")
 
+
+
+def test_an_op_added_changed_or_removed_touches_its_own_header_alone(declared, tmp_path, monkeypatch):
+    # What keeps a new op from recompiling every kernel (and a copy of the repository with one more op from missing
+    # the compiler cache for all of them): the other headers keep their bytes and their modification times.
+    import dataclasses
+
+    from codegen import run_codegen
+
+    def write(ops):
+        monkeypatch.setattr(run_codegen, "checked_declarations", lambda check_sources: {op.name: op for op in ops})
+        run_codegen.declared_dtypes(str(tmp_path))
+        return {os.path.relpath(p, tmp_path / "declared_dtypes"): (open(p).read(), os.stat(p).st_mtime_ns)
+                for p in glob.glob(str(tmp_path / "declared_dtypes" / "*" / "*.h"))}
+
+    *kept, removed = declared.values()
+    before = write([*kept, removed])
+    assert sorted(before) == sorted(f"{op.name.replace('::', '/')}.h" for op in declared.values())
+    os.utime(tmp_path / "declared_dtypes" / "my_ops" / "rms_norm.h", ns=(1, 1))  # rewritten, it would move
+    before["my_ops/rms_norm.h"] = (before["my_ops/rms_norm.h"][0], 1)
+
+    added = dataclasses.replace(removed, name="my_ops::new_op", dtypes=("float32",))
+    changed = dataclasses.replace(declared["my_ops::mul4"], dtypes=("float32",))
+    after = write([added, *(changed if op.name == changed.name else op for op in kept)])
+    assert "using new_op = contract::DtypeSet<ScalarType::Float>;" in after.pop("my_ops/new_op.h")[0]
+    assert after.pop("my_ops/mul4.h")[0] != before.pop("my_ops/mul4.h")[0]
+    assert before.pop(f"{removed.name.replace('::', '/')}.h")
+    assert after == before

@@ -2,7 +2,7 @@
 // (in float for the 16-bit types, rounded once, as ATen's add), then that row of sum normalized by rms_norm's own row
 // code while it is still in cache (ops/rms_norm/rms_norm_rows.h: the same bits as my_ops::rms_norm of the sum).
 // ExecuTorch mode: the runtime kernel; ATen mode: the CPU kernel add_rms_norm_without_python.cpp registers.
-#include "declared_dtypes.h"
+#include "declared_dtypes/my_ops/add_rms_norm.h"
 #include "kernel_helpers/kernel_contract.h"
 #include "kernel_helpers/row_wise.h"
 #include "ops/rms_norm/rms_norm_rows.h"

@@ -14,7 +14,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "declared_dtypes.h"
+#include "declared_dtypes/my_ops/linear_blocks.h"
 #include "kernel_helpers/block_formats.h"
 #include "kernel_helpers/kernel_contract.h"
 #include "ops/blocks/formats.h"

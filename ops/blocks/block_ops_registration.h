@@ -10,7 +10,7 @@
 #include <ATen/core/grad_mode.h>
 #include <torch/library.h>
 
-#include "declared_dtypes.h"
+#include "declared_dtypes/my_ops/linear_blocks.h"
 #include "ops/blocks/block_ops.h"
 
 namespace custom {

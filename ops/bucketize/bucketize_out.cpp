@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <limits>
 
-#include "declared_dtypes.h"
+#include "declared_dtypes/aten/bucketize.h"
 #include "kernel_helpers/kernel_contract.h"
 
 namespace custom {

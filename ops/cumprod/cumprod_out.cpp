@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <optional>
 
-#include "declared_dtypes.h"
+#include "declared_dtypes/aten/cumprod.h"
 #include "kernel_helpers/scan_along_dim.h"
 
 namespace custom {

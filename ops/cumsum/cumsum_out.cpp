@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <optional>
 
-#include "declared_dtypes.h"
+#include "declared_dtypes/aten/cumsum.h"
 #include "kernel_helpers/scan_along_dim.h"
 
 namespace custom {

@@ -14,7 +14,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "declared_dtypes.h"
+#include "declared_dtypes/my_ops/decoder_layer.h"
 #include "kernel_helpers/kernel_contract.h"
 #include "kernel_helpers/steps_region.h"
 #include "ops/blocks/block_ops.h"

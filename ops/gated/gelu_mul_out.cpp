@@ -3,6 +3,7 @@
 // dtype, then the product). Within a few ulp of ATen's gelu(approximate="tanh") * up, not its bits: ExecuTorch's gelu
 // calls libm's tanhf lane by lane, which cost a third of Gemma 3's prefill.
 // ExecuTorch mode: the runtime kernel; ATen mode: the CPU kernel gelu_mul_without_python.cpp registers.
+#include "declared_dtypes/my_ops/gelu_mul.h"
 #include "kernel_helpers/gated_activation.h"
 #include "ops/gated/gelu_mul_rows.h"
 

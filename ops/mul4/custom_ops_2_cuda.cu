@@ -13,7 +13,7 @@
 
 #include <algorithm>
 
-#include "declared_dtypes.h"
+#include "declared_dtypes/my_ops/mul4.h"
 #include "kernel_helpers/unary_elementwise.h"
 #include "kernel_helpers/multiply_by_constant.h"
 

@@ -6,7 +6,7 @@
 #include <atomic>
 #include <cmath>
 
-#include "declared_dtypes.h"
+#include "declared_dtypes/my_ops/quantize_rows.h"
 #include "kernel_helpers/kernel_contract.h"
 #include "kernel_helpers/row_wise.h"
 

@@ -10,7 +10,7 @@
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/library.h>
 
-#include "declared_dtypes.h"
+#include "declared_dtypes/my_ops/rms_norm.h"
 #include "kernel_helpers/kernel_contract.h"
 
 namespace custom {

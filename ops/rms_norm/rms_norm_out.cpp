@@ -4,7 +4,7 @@
 // same math in ATen ops is five passes with four intermediates. Half types are accumulated and computed in float.
 // On a CPU with AVX-512 the rows run in a variant compiled for it (the same sums in the same order: the same bits);
 // bfloat16 rows there convert in registers and prefetch the next row while normalizing this one.
-#include "declared_dtypes.h"
+#include "declared_dtypes/my_ops/rms_norm.h"
 #include "kernel_helpers/kernel_contract.h"
 #include "kernel_helpers/row_wise.h"
 #include "ops/rms_norm/rms_norm_rows.h"

@@ -5,7 +5,7 @@
 // for processes without Python (AOTInductor's C++ runner).
 #include <array>
 
-#include "declared_dtypes.h"
+#include "declared_dtypes/my_ops/rope.h"
 #include "kernel_helpers/kernel_contract.h"
 #include "kernel_helpers/row_wise.h"
 #include "ops/rope/rope_rows.h"

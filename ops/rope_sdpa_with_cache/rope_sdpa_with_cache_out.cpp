@@ -9,7 +9,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "declared_dtypes.h"
+#include "declared_dtypes/my_ops/rope_sdpa_with_cache.h"
 #include "kernel_helpers/kernel_contract.h"
 #include "ops/rope_sdpa_with_cache/qkv_rows.h"
 #include "ops/sdpa_with_cache/attention.h"

@@ -11,7 +11,7 @@
 #include <c10/core/SymBool.h>
 #include <torch/library.h>
 
-#include "declared_dtypes.h"
+#include "declared_dtypes/my_ops/sdpa_with_cache.h"
 #include "kernel_helpers/kernel_contract.h"
 
 namespace custom {

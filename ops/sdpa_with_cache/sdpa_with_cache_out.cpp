@@ -14,7 +14,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "declared_dtypes.h"
+#include "declared_dtypes/my_ops/sdpa_with_cache.h"
 #include "kernel_helpers/elementwise_loop.h"
 #include "kernel_helpers/kernel_contract.h"
 #include "kernel_helpers/vector.h"

@@ -7,7 +7,7 @@
 // registers for processes without Python (AOTInductor's C++ runner).
 #include <cstring>
 
-#include "declared_dtypes.h"
+#include "declared_dtypes/my_ops/update_cache.h"
 #include "kernel_helpers/kernel_contract.h"
 #ifndef USE_ATEN_LIB
 #include "kernel_helpers/checked_unboxing.h"
