@@ -19,8 +19,8 @@ the fix. CMake's configure step and custom commands, the JIT build (custom_ops_2
       the C++ definitions of the schemas the named ops' Python modules define, for a process without Python, each
       op's out schema checked against custom_ops.yaml's (codegen/python_op_schemas.py).
   run_codegen.py declared_dtypes --output_dir DIR
-      DIR/declared_dtypes/<namespace>/<name>.h: each declared op's dtype set for its kernels, after checking each Python-registered op's module
-      states the same dtypes (codegen/declared_dtypes.py); prints the files it read.
+      DIR/declared_dtypes/<namespace>/<name>.h: each declared op's dtype set for its kernels, after checking each
+      Python-registered op's module states the same dtypes (codegen/declared_dtypes.py); prints the files it read.
 
 Errors go to stderr as one `error:` line and exit 1.
 """
@@ -239,6 +239,13 @@ def replace_if_changed(fresh: str, path: str) -> None:
     except FileNotFoundError:
         pass
     os.replace(fresh, path)
+
+
+def write_if_changed(path: str, text: str) -> None:
+    """`text` into `path` through replace_if_changed: the file keeps its time when it already holds that text."""
+    with open(path + ".new", "w") as f:
+        f.write(text)
+    replace_if_changed(path + ".new", path)
 
 
 def write_selection(output: str, root_ops: list[str]) -> None:
@@ -463,9 +470,7 @@ def python_schemas(names: list[str], output: str) -> None:
         text = python_op_schemas.source([ops[name] for name in names], yaml_schemas())
     except python_op_schemas.SchemaMismatch as err:
         raise SelectionError(str(err)) from None
-    with open(output + ".new", "w") as f:
-        f.write(text)
-    replace_if_changed(output + ".new", output)
+    write_if_changed(output, text)
 
 
 def declared_dtypes(output_dir: str) -> list[str]:
@@ -483,9 +488,7 @@ def declared_dtypes(output_dir: str) -> list[str]:
     for relative, text in written.items():
         path = os.path.join(output_dir, relative)
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path + ".new", "w") as f:
-            f.write(text)
-        replace_if_changed(path + ".new", path)
+        write_if_changed(path, text)
     root = os.path.join(output_dir, dtypes.HEADER_DIR)
     for directory, _, files in os.walk(root):
         for name in files:
@@ -622,9 +625,7 @@ def plan(build_dir: str, *, root_ops=None, model_file=None, example=None) -> Non
         where = os.path.join(REPO_ROOT, pattern).replace("\\", "/")
         lines.append(f'file(GLOB CUSTOM_OPS_GLOBBED CONFIGURE_DEPENDS "{where}")')
     plan_file = os.path.join(build_dir, "custom_ops_plan.cmake")
-    with open(plan_file + ".new", "w") as f:
-        f.write("\n".join(lines) + "\n")
-    replace_if_changed(plan_file + ".new", plan_file)
+    write_if_changed(plan_file, "\n".join(lines) + "\n")
 
 
 def main() -> int:

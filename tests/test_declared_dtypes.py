@@ -1,7 +1,8 @@
 """An op's dtypes are stated once, in custom_ops.bzl: its kernels take their set from the header the build writes from
-it (declared_dtypes/<namespace>/<name>.h, one per op, so that adding or changing an op recompiles its kernels alone), and a Python-registered op's module, which must refuse the same dtypes before export, is
-checked against it when the build is configured (tests/test_configure_errors.py). What each kernel then accepts is
-held by tests/test_references.py."""
+it (declared_dtypes/<namespace>/<name>.h, one per op, so that adding or changing an op recompiles its kernels alone),
+and a Python-registered op's module, which must refuse the same dtypes before export, is checked against it when the
+build is configured (tests/test_configure_errors.py). What each kernel then accepts is held by
+tests/test_references.py."""
 
 import glob
 import os
