@@ -24,6 +24,7 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import forked_python  # noqa: E402
 from helpers import CMakeBuild, fuzzing_toolchain_problem  # noqa: E402
 
 # One compiler cache for every build tree of the session, the repository copies' included (cmake/CompilerCache.cmake).
@@ -313,12 +314,13 @@ def pytest_runtest_protocol(item, nextitem):
     if not item.config.getoption("--cpu-report"):
         yield
         return
-    before = os.times()
+    before, forked_before = os.times(), forked_python.cpu_seconds
     yield
     after = os.times()
     cost = _cost_by_file.setdefault(os.path.relpath(item.path, REPO_ROOT), [0.0, 0.0])
     cost[0] += sum(getattr(after, field) - getattr(before, field)
                    for field in ("user", "system", "children_user", "children_system"))
+    cost[0] += forked_python.cpu_seconds - forked_before  # the template's children are not this process's
     cost[1] += after.elapsed - before.elapsed
 
 

@@ -17,6 +17,7 @@ REPO_ROOT = os.path.dirname(TESTS_DIR)
 if REPO_ROOT not in sys.path:
     sys.path.insert(0, REPO_ROOT)
 from flow.dtypes import ELEMENTWISE_DTYPES as ALL_DTYPES  # noqa: E402  (the elementwise kernels' dtypes, by name)
+import forked_python  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -126,16 +127,19 @@ def compile_commands(build_dir: str) -> list[list[str]]:
     return [c for c in commands if "-c" in c and any(a.endswith((".cpp", ".cu", ".cc")) for a in c)]
 
 
-def run_in_fresh_python(code: str, timeout: int = 300, env: dict[str, str] | None = None) -> dict:
-    """Runs `code` in a new interpreter (with `env` added to the environment); the code sets `result` to something
-    JSON-serializable, which is returned."""
+def run_in_fresh_python(code: str, timeout: int = 300, env: dict[str, str] | None = None,
+                        fresh_imports: bool = False) -> dict:
+    """Runs `code` in a new process (with `env` added to the environment): forked from an interpreter that has
+    imported torch and executorch.exir and nothing of this repository (forked_python.py), or, with `fresh_imports`
+    (a check of what an import imports), a new interpreter. The code sets `result` to something JSON-serializable,
+    which is returned."""
     script = textwrap.dedent(code) + "\nimport json as _json, sys as _sys\n_sys.stdout.write('\\n@@RESULT@@' + _json.dumps(result))\n"
     path = os.pathsep.join([REPO_ROOT, TESTS_DIR, os.environ.get("PYTHONPATH", "")])
     env = dict(os.environ, **(env or {}), PYTHONPATH=path)
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=timeout, env=env)
-    if proc.returncode != 0 or "@@RESULT@@" not in proc.stdout:
-        raise AssertionError(f"fresh interpreter failed ({proc.returncode}):\n{proc.stderr[-5000:]}")
-    return json.loads(proc.stdout.split("@@RESULT@@")[-1])
+    returncode, stdout, stderr = forked_python.run(script, env, timeout, fresh_imports)
+    if returncode != 0 or "@@RESULT@@" not in stdout:
+        raise AssertionError(f"fresh interpreter failed ({returncode}):\n{stderr[-5000:]}")
+    return json.loads(stdout.split("@@RESULT@@")[-1])
 
 
 def registered_operators(kernel_lib: str) -> tuple[list[str], list[str]]:

@@ -24,8 +24,8 @@ def test_reading_checking_and_running_a_program_leaves_the_exporter_unimported(m
         result = [operators, after_reading, {INIT_RAN}]
     """
     # The first check makes the kinds table (importing the registries, which import the exporter): the probe sees it.
-    assert run_in_fresh_python(check, env=env) == [["my_ops::mul3.out"], False, True]
-    assert run_in_fresh_python(check, env=env) == [["my_ops::mul3.out"], False, False]
+    assert run_in_fresh_python(check, env=env, fresh_imports=True) == [["my_ops::mul3.out"], False, True]
+    assert run_in_fresh_python(check, env=env, fresh_imports=True) == [["my_ops::mul3.out"], False, False]
     run = f"""
         import sys, torch
         from flow.runtime import load_kernel_library, load_method_checked
@@ -34,7 +34,7 @@ def test_reading_checking_and_running_a_program_leaves_the_exporter_unimported(m
         outputs = [method.execute([torch.ones(2, 3)])[0].tolist() for _ in range(2)]
         result = [outputs, {INIT_RAN}]
     """
-    assert run_in_fresh_python(run, env=env) == [[[[3.0] * 3] * 2] * 2, False]
+    assert run_in_fresh_python(run, env=env, fresh_imports=True) == [[[[3.0] * 3] * 2] * 2, False]
 
 
 def test_each_light_module_loads_without_the_packages_init():
@@ -46,7 +46,7 @@ def test_each_light_module_loads_without_the_packages_init():
             importlib.import_module("executorch.exir." + name)
         from executorch.exir import schema  # an attribute that is a light module: imported, not the package
         result = [{INIT_RAN}, lazy_exir.is_deferred(), schema.__name__]
-    """)
+    """, fresh_imports=True)
     assert result == [False, True, "executorch.exir.schema"]
 
 
@@ -71,7 +71,7 @@ def test_a_process_that_goes_on_to_export_gets_the_whole_package(first_use):
         method = program.load_method("forward")
         outputs = [method.execute([torch.ones(3)])[0].tolist() for _ in range(2)]
         result = [before, {INIT_RAN}, lazy_exir.is_deferred(), outputs]
-    """)
+    """, fresh_imports=True)
     assert result == [False, True, False, [[2.0, 2.0, 2.0]] * 2]
 
 

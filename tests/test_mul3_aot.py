@@ -57,7 +57,7 @@ def test_importing_registers_the_ops_and_does_nothing_else(tmp_path):
             "inductor_imported": "torch._inductor" in sys.modules,
             "y": torch.ops.my_ops.mul3(torch.ones(2)).tolist(),
         }}
-    """)
+    """, fresh_imports=True)
     assert result == {"project_modules": ["custom_ops_1"], "files": [], "rng_untouched": True,
                       "inductor_imported": False, "y": [3.0, 3.0]}
 

@@ -219,7 +219,7 @@ def test_importing_custom_ops_2_registers_nothing_and_loading_imports_no_inducto
         from flow import registration
         registration.load_aot_library({mul4_build.aot_lib!r})
         result = [registered_on_import, "torch._inductor" in sys.modules, torch.equal(rng, torch.random.get_rng_state())]
-    """)
+    """, fresh_imports=True)
     assert result == [False, False, True]
 
 

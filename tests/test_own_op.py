@@ -15,6 +15,7 @@ import sys
 import pytest
 import torch
 
+import forked_python
 from flow.compare import mismatches
 from flow.runner import run_pte
 from helpers import REPO_ROOT, copy_repository, full_range, qemu
@@ -104,12 +105,12 @@ BROADCASTS = [[(3, 40), (3, 1)], [(2, 1, 5), (4, 1)], [(1,), (2, 3)], [(4, 1, 3)
 
 
 def run_on_the_copys_modules(repo, code):
-    """`code` in a fresh interpreter that imports the copy's modules first and has loaded the copy's AOT library of
-    scaled_add (its C++ registration)."""
+    """`code` in a new process (forked_python.py) that imports the copy's modules first and has loaded the copy's AOT
+    library of scaled_add (its C++ registration)."""
     aot_library = os.path.join(repo, "cmake-out", "scaled_add", "libcustom_ops_aot_lib.so")
     preamble = f"import sys\nsys.path.insert(0, {repo!r})\nimport torch\ntorch.ops.load_library({aot_library!r})\n"
-    proc = subprocess.run([sys.executable, "-c", preamble + code], capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    returncode, _, stderr = forked_python.run(preamble + code, dict(os.environ), 300)
+    assert returncode == 0, stderr[-3000:]
 
 
 @pytest.fixture(scope="module")

@@ -104,7 +104,7 @@ def test_nothing_happens_on_a_torch_without_the_patched_module():
         from flow import torch_compat
         torch_compat.apply("my_ops")
         result = sorted(torch_compat.applied_namespaces())
-    """)
+    """, fresh_imports=True)
     assert result == []
 
 
