@@ -34,7 +34,8 @@ READ_AFTER_START = ("PYTHONPATH", "TORCHINDUCTOR_CACHE_DIR", "_TORCHINDUCTOR_PYO
 READ_AFTER_START_PREFIXES = ("CUSTOM_OPS_", "PYTEST_")
 
 # The template: imports PREIMPORTED, then forks a child per request (a JSON line on one pipe) and replies on another
-# with the child's pid and its own CPU seconds so far, then with the child's exit status and CPU seconds. A child runs the code as `python -c` would, in a new __main__.
+# with the child's pid and its own CPU seconds so far, then with the child's exit status and CPU seconds. A child
+# runs the code as `python -c` would, in a new __main__.
 _TEMPLATE = r"""
 import gc, importlib, json, os, sys, types
 for name in sys.argv[3:]:
