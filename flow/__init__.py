@@ -31,6 +31,7 @@ models on the ops and benchmark/ times both; nothing here imports either.
     artifact_cache   slow artifacts (AOTInductor packages, programs) kept by a hash of what they are made from
     modes            test_custom_ops.sh's op modes (cmake, buck2, aarch64, profile NAME, wheel, doctor), each a
                      function over the modules above                         python -m flow.modes MODE
+    forked_steps     a mode's Python steps forked from its process once it imported torch and the exporter
 
 Importing this package imports nothing heavy; each module imports torch or executorch itself. It does quiet what
 packages the flow does not use print when executorch imports them (below).

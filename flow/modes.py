@@ -17,7 +17,7 @@ import subprocess
 import sys
 from collections import defaultdict
 
-from . import declarations
+from . import declarations, forked_steps
 
 REPO_ROOT = declarations.REPO_ROOT
 BUILD_ROOT = os.path.join(REPO_ROOT, "cmake-out")
@@ -47,6 +47,13 @@ def run(*command, **kwargs) -> None:
 
 
 def python(*arguments, **kwargs) -> None:
+    """A Python step: `-m MODULE ARGS` in a child of this process that imported torch once for all the steps
+    (forked_steps.py), anything else in a new interpreter."""
+    if arguments[:1] == ("-m",) and not kwargs:
+        returncode = forked_steps.run_module(str(arguments[1]), [str(a) for a in arguments[2:]])
+        if returncode != 0:
+            raise SystemExit(returncode)
+        return
     run(PYTHON, *arguments, **kwargs)
 
 

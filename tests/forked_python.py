@@ -82,13 +82,14 @@ def template_environment(env: dict[str, str]) -> dict[str, str]:
 class _Template:
     def __init__(self, env: dict[str, str]):
         self.environment = template_environment(env)
+        self._messages = tempfile.TemporaryFile()  # what the template says while it imports, shown if it dies
         requests_read, self._requests = os.pipe()
         self._replies, replies_write = os.pipe()
         try:  # started in / so that nothing of the working directory is importable while it imports
             self.process = subprocess.Popen(
                 [sys.executable, "-c", _TEMPLATE, str(requests_read), str(replies_write), *PREIMPORTED],
                 pass_fds=(requests_read, replies_write), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL, env=self.environment, cwd="/")
+                stderr=self._messages, env=self.environment, cwd="/")
         finally:
             os.close(requests_read), os.close(replies_write)
         self._pending = b""
@@ -101,7 +102,9 @@ class _Template:
                 return None
             chunk = os.read(self._replies, 4096)
             if not chunk:
-                raise RuntimeError(f"the template interpreter exited ({self.process.wait()})")
+                self._messages.seek(0)
+                raise RuntimeError(f"the template interpreter exited ({self.process.wait()}):\n"
+                                   f"{self._messages.read().decode(errors='replace')[-3000:]}")
             self._pending += chunk
         line, self._pending = self._pending.split(b"\n", 1)
         return json.loads(line)

@@ -88,3 +88,39 @@ def test_exit_status_errors_and_timeouts_are_a_new_interpreters():
     with pytest.raises(subprocess.TimeoutExpired):
         forked_python.run("import time; time.sleep(60)", env, 2)
     assert forked_python.run("print('next')", env, 60)[:2] == (0, "next\n")  # the template serves the next call
+
+
+# flow/forked_steps.py: a mode's `python -m` step forked from the mode's process.
+PROBE_MODULE = """
+import sys
+if __name__ == "__main__":
+    print(repr([sys.argv[1:], __name__, __file__ == sys.argv[0]]), flush=True)
+    if sys.argv[1] == "raise":
+        raise ValueError("probe")
+    if sys.argv[1] == "message":
+        sys.exit("a message")
+    sys.exit(int(sys.argv[1]))
+"""
+
+
+def test_a_modes_step_forked_from_it_runs_as_python_m_would(tmp_path):
+    (tmp_path / "step_probe.py").write_text(PROBE_MODULE)
+    env = dict(environment(), PYTHONPATH=os.pathsep.join([str(tmp_path), REPO_ROOT]))
+    cases = ["0", "3", "raise", "message"]
+    forking = ("from flow import forked_steps\n"
+               f"codes = [forked_steps.run_module('step_probe', [case]) for case in {cases!r}]\n"
+               "print(repr(codes))\n")
+    returncode, forked_out, forked_err = forked_python.run(forking, env, 120)
+    assert returncode == 0, forked_err[-3000:]
+    *printed, codes = forked_out.splitlines()
+    expected_codes, expected_printed, expected_last_error_lines = [], [], []
+    for case in cases:
+        proc = subprocess.run([sys.executable, "-m", "step_probe", case], capture_output=True, text=True, env=env,
+                              timeout=120)
+        expected_codes.append(proc.returncode)
+        expected_printed.append(proc.stdout.strip())
+        expected_last_error_lines += proc.stderr.splitlines()[-1:]
+    assert eval(codes) == expected_codes == [0, 3, 1, 1]
+    assert printed == expected_printed
+    assert [line for line in forked_err.splitlines() if line in expected_last_error_lines] == \
+        expected_last_error_lines == ["ValueError: probe", "a message"]
