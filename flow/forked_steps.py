@@ -50,10 +50,10 @@ def run_module(module: str, arguments: list[str]) -> int:
         except BaseException:
             traceback.print_exc()
         finally:
-            try:  # what an interpreter does at its exit (logging's flush, temporary files' cleanup), then exit here:
-                atexit._run_exitfuncs()  # never back into the mode's own frames
+            try:  # what an interpreter does at its exit: logging's flush, temporary files' cleanup
+                atexit._run_exitfuncs()
                 sys.stdout.flush(), sys.stderr.flush()
             finally:
-                os._exit(status)
+                os._exit(status)  # here: never back into the mode's own frames
     _, status = os.waitpid(pid, 0)
     return os.waitstatus_to_exitcode(status)
