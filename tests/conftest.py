@@ -29,6 +29,9 @@ from helpers import CMakeBuild, fuzzing_toolchain_problem  # noqa: E402
 
 # One compiler cache for every build tree of the session, the repository copies' included (cmake/CompilerCache.cmake).
 os.environ.setdefault("CCACHE_DIR", os.path.join(REPO_ROOT, "cmake-out", "ccache"))
+# One Inductor cache for every process of the session (torch.compile, AOTInductor, the copies' runs): a new cache
+# folder first compiles Inductor's checks of this CPU's vector ISAs, ~9 CPU-s each time.
+os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(REPO_ROOT, "cmake-out", "inductor_cache"))
 # Without a precompiled header (it names its tree's paths), the AOT objects too are shared between those trees.
 os.environ.setdefault("CUSTOM_OPS_PRECOMPILED_HEADER", "OFF")
 
