@@ -14,9 +14,10 @@ Both bugs are in Inductor's lowering of a functional custom op with one output t
 The workaround: for ops in the namespaces given to apply() that one of the bugs would hit, Inductor is told there is
 no out variant, so it calls the functional op as a plain fallback kernel: correct, only without output-buffer reuse.
 Other libraries' ops are untouched. Whether each bug is present is decided by behaviour: the first time Inductor asks
-about one of our ops, a subprocess compiles probe ops (about 6 s, once per process). On a torch without
-`torch._library._out_variant` there is nothing to patch and apply() does nothing. One patch per process, whichever copy
-of this module applies it first: the namespaces live on the patched function itself.
+about one of our ops, a subprocess compiles probe ops (about 6 s, once per torch build: the verdicts are kept in
+Inductor's cache folder). On a torch without `torch._library._out_variant` there is nothing to patch and apply() does
+nothing. One patch per process, whichever copy of this module applies it first: the namespaces live on the patched
+function itself.
 
 Inductor caches compiled graphs, and the workaround changes what a graph compiles to, so it must change the cache key:
 a graph compiled in a process without it (importing an op module alone is allowed) would otherwise be replayed, broken,
@@ -28,9 +29,12 @@ when Inductor's config is first imported (or at once, if it already was).
 from __future__ import annotations
 
 import functools
+import hashlib
 import importlib.abc
 import importlib.util
+import json
 import logging
+import os
 import subprocess
 import sys
 
@@ -65,9 +69,26 @@ BUGS = ("out_kwarg", "dynamic_shapes")
 CACHE_KEY_VERSION = 2  # bump when the workaround's effect on compiled graphs changes
 
 
+def _verdicts_path() -> str:
+    """Where this torch's verdicts are kept: Inductor's cache folder, named by the probe and the torch build."""
+    import torch
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+    build = f"{_PROBE}\0{torch.__version__}\0{torch.version.git_version}\0{torch.__file__}"
+    return os.path.join(cache_dir(), f"my_ops_torch_compat-{hashlib.sha256(build.encode()).hexdigest()[:32]}.json")
+
+
 @functools.cache
 def _probe() -> dict[str, bool]:
-    """Which of BUGS this torch's Inductor has."""
+    """Which of BUGS this torch's Inductor has: probed once per torch build, then read from Inductor's cache folder."""
+    path = _verdicts_path()
+    try:
+        with open(path) as f:
+            kept = json.load(f)
+        if isinstance(kept, dict) and sorted(kept) == sorted(BUGS) and all(isinstance(v, bool) for v in kept.values()):
+            return kept
+    except (OSError, ValueError):  # not probed yet, or damaged: probed again
+        pass
     try:
         proc = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=600)
         verdicts = dict(line[len("PROBE:"):].split(":", 1) for line in proc.stdout.splitlines()
@@ -81,6 +102,14 @@ def _probe() -> dict[str, bool]:
             # The fallback kernel is always correct, so an inconclusive probe keeps the workaround on.
             log.warning("torch_compat: Inductor probe %s inconclusive (%s); keeping the workaround", bug, verdict)
         found[bug] = verdict != "works"
+    if all(verdicts.get(bug) in ("works", "bug") for bug in BUGS):  # an inconclusive probe is asked again next time
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(f"{path}.{os.getpid()}.tmp", "w") as f:
+                json.dump(found, f)
+            os.replace(f"{path}.{os.getpid()}.tmp", path)  # whole or absent for a concurrent reader
+        except OSError as err:  # a folder it cannot write: probed again by the next process
+            log.info("torch_compat: could not keep the probe's verdicts in %s: %s", path, err)
     return found
 
 

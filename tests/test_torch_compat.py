@@ -2,7 +2,10 @@
 custom op to its out variant under dynamic shapes): they reach only this project's namespaces, are decided by a
 behavioural probe, and do nothing where they cannot apply."""
 
+import os
+import subprocess
 import textwrap
+from types import SimpleNamespace
 
 import torch
 
@@ -16,6 +19,39 @@ def test_the_probe_finds_both_bugs_in_the_pinned_torch():
     assert torch.__version__.startswith("2.13.0")
     assert torch_compat.inductor_hardcodes_out_kwarg() is True
     assert torch_compat.inductor_fails_dynamic_out_lowering() is True
+
+
+def test_the_verdicts_are_probed_once_per_torch_build_and_kept_in_inductors_cache(tmp_path, monkeypatch):
+    probes = []
+
+    def probe(command, **kwargs):  # a torch with bug 1 only
+        probes.append(command)
+        return subprocess.CompletedProcess(command, 0, stdout=answer, stderr="")
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(torch_compat, "subprocess",
+                        SimpleNamespace(run=probe, SubprocessError=subprocess.SubprocessError))
+    answer = "PROBE:out_kwarg:bug\nPROBE:dynamic_shapes:works\n"
+
+    def verdicts():
+        torch_compat._probe.cache_clear()
+        return torch_compat._probe()
+
+    try:
+        path = torch_compat._verdicts_path()
+        assert os.path.dirname(path) == str(tmp_path)
+        assert verdicts() == verdicts() == {"out_kwarg": True, "dynamic_shapes": False} and len(probes) == 1
+        with open(path, "w") as f:
+            f.write("{")  # damaged
+        assert verdicts() == {"out_kwarg": True, "dynamic_shapes": False} and len(probes) == 2
+        assert verdicts() and len(probes) == 2  # kept again
+        monkeypatch.setattr(torch.version, "git_version", "another build")
+        assert torch_compat._verdicts_path() != path
+        answer = "PROBE:out_kwarg:error RuntimeError()\n"  # inconclusive: the workaround stays on, nothing kept
+        assert verdicts() == verdicts() == {"out_kwarg": True, "dynamic_shapes": True} and len(probes) == 4
+        assert not os.path.exists(torch_compat._verdicts_path())
+    finally:
+        torch_compat._probe.cache_clear()
 
 
 def test_our_ops_report_no_out_variant_only_while_the_bug_is_present(monkeypatch):
