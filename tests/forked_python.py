@@ -35,9 +35,9 @@ READ_AFTER_START_PREFIXES = ("CUSTOM_OPS_", "PYTEST_")
 
 # The template: imports PREIMPORTED, then forks a child per request (a JSON line on one pipe) and replies on another
 # with the child's pid and its own CPU seconds so far, then with the child's exit status and CPU seconds. A child
-# runs the code as `python -c` would, in a new __main__.
+# runs its arguments as `python -c CODE ARG...` or `python -m MODULE ARG...` would, in a new __main__.
 _TEMPLATE = r"""
-import gc, importlib, json, os, sys, types
+import gc, importlib, json, os, runpy, sys, types
 for name in sys.argv[3:]:
     importlib.import_module(name)
 gc.freeze()  # the children's collections skip these objects: they would touch (and copy) every page of them
@@ -56,14 +56,19 @@ for line in requests:
         os.environ.clear()
         os.environ.update(request["env"])
         os.chdir(request["cwd"])
-        sys.path[:] = ["", *filter(None, request["env"].get("PYTHONPATH", "").split(os.pathsep)), *base_path]
+        option, target, *arguments = request["args"]
+        first = "" if option == "-c" else os.getcwd()  # what each option puts first on the path
+        sys.path[:] = [first, *filter(None, request["env"].get("PYTHONPATH", "").split(os.pathsep)), *base_path]
         sys.path_importer_cache.clear()
         importlib.invalidate_caches()
-        sys.argv = ["-c"]
+        sys.argv = [option, *arguments]
         main = types.ModuleType("__main__")
         main.__builtins__ = __builtins__
         sys.modules["__main__"] = main
-        exec(compile(request["code"], "<string>", "exec"), main.__dict__)
+        if option == "-c":
+            exec(compile(target, "<string>", "exec"), main.__dict__)
+        else:  # sets argv[0] to the module's file, as -m does
+            runpy.run_module(target, run_name="__main__", alter_sys=True)
         sys.exit(0)
     replies.write(json.dumps({"pid": pid, "cpu": os.times().user + os.times().system}) + "\n")
     replies.flush()
@@ -109,10 +114,10 @@ class _Template:
         line, self._pending = self._pending.split(b"\n", 1)
         return json.loads(line)
 
-    def run(self, code: str, env: dict[str, str], timeout: float) -> tuple[int, str, str, float]:
+    def run(self, args: list[str], env: dict[str, str], cwd: str, timeout: float) -> tuple[int, str, str, float]:
         with tempfile.TemporaryDirectory(prefix="forked_python") as folder:
             out, err = os.path.join(folder, "stdout"), os.path.join(folder, "stderr")
-            request = {"code": code, "env": env, "cwd": os.getcwd(), "stdout": out, "stderr": err}
+            request = {"args": args, "env": env, "cwd": cwd, "stdout": out, "stderr": err}
             os.write(self._requests, (json.dumps(request) + "\n").encode())
             started = self._reply(None)
             pid, template_cpu = started["pid"], started["cpu"] - self._template_cpu
@@ -121,7 +126,7 @@ class _Template:
             if done is None:
                 os.kill(pid, signal.SIGKILL)
                 self._reply(None)
-                raise subprocess.TimeoutExpired(["forked python -c", code[:200]], timeout)
+                raise subprocess.TimeoutExpired(["forked python", *(a[:200] for a in args)], timeout)
             with open(out, errors="replace") as o, open(err, errors="replace") as e:
                 return done["returncode"], o.read(), e.read(), template_cpu + done["cpu"]
 
@@ -131,17 +136,27 @@ _lock = threading.Lock()
 cpu_seconds = 0.0  # of this process's template and its children (os.times() counts only this process's own children)
 
 
-def run(code: str, env: dict[str, str], timeout: float, fresh_imports: bool = False) -> tuple[int, str, str]:
-    """`python -c code` with `env` (returncode, stdout, stderr): a child of the template where it can be one."""
+def python(args: list[str], env: dict[str, str], timeout: float, cwd: str | None = None,
+           fresh_imports: bool = False) -> subprocess.CompletedProcess:
+    """`python -c CODE ARG...` or `python -m MODULE ARG...` with `env`, in `cwd` (else this process's), its output
+    captured as text: a child of the template where it can be one."""
     global _template, cpu_seconds
+    if args[:1] not in (["-c"], ["-m"]) or len(args) < 2:
+        raise ValueError(f"expected -c CODE or -m MODULE, then the arguments: {args[:2]}")
+    cwd = os.path.abspath(cwd or os.getcwd())
     with _lock:
         if not fresh_imports and os.environ.get("CUSTOM_OPS_FORKED_PYTHON") != "0":
             if _template is None or _template.process.poll() is not None:
                 _template = _Template(os.environ)
             if template_environment(env) == _template.environment:
-                returncode, out, err, cpu = _template.run(code, env, timeout)
+                returncode, out, err, cpu = _template.run(list(args), env, cwd, timeout)
                 cpu_seconds += cpu
-                return returncode, out, err
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, errors="replace",
-                          timeout=timeout, env=env)
+                return subprocess.CompletedProcess([sys.executable, *args], returncode, out, err)
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, errors="replace", timeout=timeout,
+                          env=env, cwd=cwd)
+
+
+def run(code: str, env: dict[str, str], timeout: float, fresh_imports: bool = False) -> tuple[int, str, str]:
+    """`python -c code` with `env` (returncode, stdout, stderr)."""
+    proc = python(["-c", code], env, timeout, fresh_imports=fresh_imports)
     return proc.returncode, proc.stdout, proc.stderr

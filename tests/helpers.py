@@ -106,13 +106,13 @@ def run_runner(runner: str, *args: str, timeout: int = 120) -> subprocess.Comple
                           env=dict(os.environ, **SANITIZER_ENV))
 
 
-def run_flow(module: str, *args: str, repo: str = REPO_ROOT, timeout: int = 600, **kwargs) -> subprocess.CompletedProcess:
+def run_flow(module: str, *args: str, repo: str = REPO_ROOT, timeout: int = 600,
+             env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """`python -m flow.<module> ARGS` (or `python -m <package.module>`) of the repository `repo` (this one, or a
-    copy), as the README runs it."""
-    env = dict(os.environ, PYTHONPATH=repo, **kwargs.pop("env", {}))
+    copy), as the README runs it: forked from the tests' template interpreter where it can be (forked_python.py)."""
     name = module if "." in module else f"flow.{module}"
-    return subprocess.run([sys.executable, "-m", name, *args], capture_output=True, text=True,
-                          timeout=timeout, env=env, cwd=repo, **kwargs)
+    return forked_python.python(["-m", name, *args], dict(os.environ, PYTHONPATH=repo, **(env or {})), timeout,
+                                cwd=repo)
 
 
 # The kernels' path counters (flow/runtime.py reads them), counted only in a process started with COUNT_PATHS.

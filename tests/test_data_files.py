@@ -6,12 +6,11 @@ where it cannot, and ends in one error line."""
 
 import os
 import random
-import subprocess
-import sys
 
 import pytest
 import torch
 
+import forked_python
 from helpers import REPO_ROOT, run_runner
 
 PROMPT = "1,2,3,4"
@@ -30,11 +29,9 @@ def programs(combined_build, aot_ops, python_ops, tmp_path_factory):
     (root / "single").mkdir()
     program = to_program.export_checkpoint(checkpoint.load(model), max_seq_len=32, quantize="8da8w")
     single = to_program.write_program(program, str(root / "single" / "model.pte"))
-    proc = subprocess.run([sys.executable, "-m", "my_ops.hf", "export", "--model", model, "--quantize", "8da8w",
-                           "--max_seq_len", "32", "--output", str(root / "ptd"), "--ptd",
-                           "--build_dir", combined_build.build_dir],
-                          capture_output=True, text=True, timeout=600, cwd=REPO_ROOT,
-                          env=dict(os.environ, PYTHONPATH=REPO_ROOT))
+    proc = forked_python.python(["-m", "my_ops.hf", "export", "--model", model, "--quantize", "8da8w", "--max_seq_len",
+                                 "32", "--output", str(root / "ptd"), "--ptd", "--build_dir", combined_build.build_dir],
+                                dict(os.environ, PYTHONPATH=REPO_ROOT), 600, cwd=REPO_ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
     ptd = [str(root / "ptd" / "model.pte"), str(root / "ptd" / "model.ptd")]
     assert all(path in proc.stdout for path in ptd), proc.stdout

@@ -41,6 +41,22 @@ def test_a_forked_child_starts_as_a_new_interpreter_would_after_the_imports(tmp_
     assert not fresh_preimported and fresh_parent == os.getpid()
 
 
+def test_a_module_and_code_with_arguments_start_as_python_m_and_c_would(tmp_path):
+    (tmp_path / "started_probe.py").write_text("import sys\nprint(repr([__spec__ and __spec__.name, sys.argv]))\n"
+                                               + STARTED)
+    env = environment(CUSTOM_OPS_PROBE="module")
+    for args in (["-m", "started_probe", "one", "--two"], ["-c", "import started_probe", "one"],
+                 ["-c", STARTED, "one", "--two"]):
+        forked = forked_python.python(args, env, 120, cwd=str(tmp_path))
+        fresh = subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env, cwd=tmp_path,
+                               timeout=120)
+        assert forked.returncode == fresh.returncode == 0, (forked.stderr[-3000:], fresh.stderr[-3000:])
+        assert forked.stdout.splitlines()[:-1] == fresh.stdout.splitlines()[:-1]  # all but the parent's pid
+        assert eval(forked.stdout.splitlines()[-1])[0] and not eval(fresh.stdout.splitlines()[-1])[0]
+    started = eval(forked.stdout.splitlines()[0])
+    assert (started[0][0], started[1], started[3]) == ("", str(tmp_path), ["-c", "one", "--two"])
+
+
 def test_each_child_imports_this_repository_from_its_own_path(tmp_path, monkeypatch):
     # A copy of the repository (the recipe's tests make one) gets its own modules, though a child before it imported
     # this checkout's.

@@ -779,18 +779,15 @@ def test_random_damage_to_the_header_is_never_another_exception(tmp_path):
 
 def test_generate_on_a_cut_file_says_so_in_one_line(tmp_path, combined_build):
     # The user's command on the shipped file cut short at 50 MB, as a stopped download leaves it.
-    import subprocess
-    import sys
-
+    import forked_python
     from models.real_models import gguf_path
     from helpers import REPO_ROOT
 
     with open(gguf_path(), "rb") as f:
         (tmp_path / "cut.gguf").write_bytes(f.read(50_000_000))
-    proc = subprocess.run([sys.executable, "-m", "my_ops.hf", "generate", "--model", str(tmp_path / "cut.gguf"),
-                           "--quantize", "gguf", "--prompt", "Hi", "--build_dir", combined_build.build_dir],
-                          capture_output=True, text=True, timeout=600, cwd=REPO_ROOT,
-                          env=dict(os.environ, PYTHONPATH=REPO_ROOT))
+    proc = forked_python.python(["-m", "my_ops.hf", "generate", "--model", str(tmp_path / "cut.gguf"), "--quantize",
+                                 "gguf", "--prompt", "Hi", "--build_dir", combined_build.build_dir],
+                                dict(os.environ, PYTHONPATH=REPO_ROOT), 600, cwd=REPO_ROOT)
     assert proc.returncode == 1 and proc.stdout == "", proc.stderr[-3000:]
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
@@ -823,20 +820,18 @@ def test_the_export_command_builds_the_tokenizer_after_the_program_is_written(co
     # An export needs no tokenizer; a large vocabulary's held through it raised the peak (Gemma 3's: ~0.4 GiB). The
     # files it writes are still the tokenizer's: the same ids for a text, the normalizer ExecuTorch's runner reads.
     import json
-    import subprocess
-    import sys
 
     from tokenizers import Tokenizer
 
+    import forked_python
     from helpers import REPO_ROOT
     from models.real_models import gguf_path
     from my_ops.hf.gguf_tokenizer import load
 
-    proc = subprocess.run([sys.executable, "-c", _NOTED_EXPORT, "export", "--model", gguf_path(), "--quantize", "gguf",
-                           "--layers", "1", "--max_seq_len", "16", "--output", str(tmp_path),
-                           "--build_dir", combined_build.build_dir],
-                          capture_output=True, text=True, timeout=600, cwd=REPO_ROOT,
-                          env=dict(os.environ, PYTHONPATH=REPO_ROOT))
+    proc = forked_python.python(["-c", _NOTED_EXPORT, "export", "--model", gguf_path(), "--quantize", "gguf",
+                                 "--layers", "1", "--max_seq_len", "16", "--output", str(tmp_path),
+                                 "--build_dir", combined_build.build_dir],
+                                dict(os.environ, PYTHONPATH=REPO_ROOT), 600, cwd=REPO_ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "events: ['program written', 'tokenizer built']" in proc.stdout, proc.stdout
     text = "The capital of France is Paris; 1,234 ¼ kilos."

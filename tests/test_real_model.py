@@ -15,12 +15,11 @@ exports all 30 blocks and asserts both."""
 
 import copy
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
+import forked_python
 from helpers import REPO_ROOT
 
 
@@ -178,10 +177,10 @@ def test_generate_prints_the_programs_text_from_the_command_line(real, programs,
     if stop := next((i for i, t in enumerate(tokens) if t in checkpoint.stop_ids), None):
         tokens = tokens[:stop]
     env = dict(os.environ, PYTHONPATH=REPO_ROOT)
-    proc = subprocess.run([sys.executable, "-m", "my_ops.hf", "generate", "--model", real.gguf_path(), "--prompt",
-                           prompt, "--quantize", "gguf", "--max_new_tokens", str(new_tokens),
-                           "--layers", str(real.TESTED_LAYERS), "--build_dir", combined_build.build_dir],
-                          capture_output=True, text=True, timeout=600, env=env, cwd=REPO_ROOT)
+    proc = forked_python.python(["-m", "my_ops.hf", "generate", "--model", real.gguf_path(), "--prompt", prompt,
+                                 "--quantize", "gguf", "--max_new_tokens", str(new_tokens),
+                                 "--layers", str(real.TESTED_LAYERS), "--build_dir", combined_build.build_dir],
+                                env, 600, cwd=REPO_ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout == prompt + checkpoint.tokenizer.decode(tokens) + "\n", proc.stdout
     (line,) = proc.stderr.splitlines()
