@@ -1,10 +1,11 @@
 """New interpreters for the tests, forked from one that has already imported torch and executorch.exir.
 
 A test that needs an empty kernel registry, or an environment of its own, runs its code in another process
-(helpers.run_in_fresh_python). Started as `python -c`, each such process spends 4-7 CPU-s importing torch and the
-exporter before its own work: most of that work on two cores. Here a template interpreter imports them once per pytest
-worker and forks a child per call; the child takes the caller's environment, path and working directory, so it is
-where a new interpreter would be after those imports, with nothing of this repository imported.
+(helpers.run_in_fresh_python), and a test of a command line runs it as a user would (`python -m flow.verify ...`).
+Started anew, each such process spends 4-7 CPU-s importing torch and the exporter before its own work: most of that
+work on two cores. Here a template interpreter imports them once per pytest worker and forks a child per call
+(python(): `-c CODE` or `-m MODULE`, then the arguments); the child takes the caller's environment, path and working
+directory, so it is where a new interpreter would be after those imports, with nothing of this repository imported.
 
 A fork cannot change what was read while the template imported (libgomp reads OMP_* at load, Inductor its config), so
 a call whose environment differs from the template's in anything but READ_AFTER_START still starts a new interpreter,
