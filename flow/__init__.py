@@ -29,6 +29,7 @@ models on the ops and benchmark/ times both; nothing here imports either.
     profile          ETDump + ETRecord + Inspector, every op of every execution checked   python -m flow.profile
     aoti             the same ops through AOTInductor, run from C++ beside ExecuTorch   python -m flow.aoti
     artifact_cache   slow artifacts (AOTInductor packages, programs) kept by a hash of what they are made from
+    file_cache       files made once per key, whole or absent for a reader (artifact_cache's and my_ops.hf's)
     modes            test_custom_ops.sh's op modes (cmake, buck2, aarch64, profile NAME, wheel, doctor), each a
                      function over the modules above                         python -m flow.modes MODE
     forked_steps     a mode's Python steps forked from its process once it imported torch and the exporter

@@ -11,6 +11,9 @@ imported when a program is loaded), and _declared.py, the op list it was built w
 this package. An editable install (`pip install -e .`) has no copies: it loads the checkout's shared files under the
 same my_ops.<module> names, and my_ops.hf loads programs through the checkout's flow.runtime.
 
+Besides the ops: my_ops.gguf (a GGUF file as a program on its own blocks) and my_ops.hf (Hugging Face and GGUF
+models put on the ops: export, generate, perplexity; `python -m my_ops.hf`).
+
 Registration happens once per process: when a CMake-built AOT library or the repository's custom_ops_1 came first,
 their ops are used and nothing is registered twice.
 """
