@@ -4,7 +4,7 @@ op's declared reference, every execution in order; and the torch 2.13 workaround
 Inductor's cache, so a graph compiled before the workaround was applied is not replayed after. Each mode compiles
 every op in one fresh process with the graph caches off (every graph traced, lowered and generated anew; only
 Inductor's C++ objects, named by their generated source, are reused from cmake-out/); the workaround's sequence has a
-private Inductor cache (TORCHINDUCTOR_CACHE_DIR), so no other test's entries are read."""
+private Inductor cache (TORCHINDUCTOR_CACHE_DIR) seeded with those objects alone, so no other test's graphs are read."""
 
 import os
 import shutil
