@@ -10,8 +10,7 @@ import random
 import pytest
 import torch
 
-import forked_python
-from helpers import REPO_ROOT, run_runner
+from helpers import run_flow, run_runner
 
 PROMPT = "1,2,3,4"
 NEW_TOKENS = "6"
@@ -29,9 +28,8 @@ def programs(combined_build, aot_ops, python_ops, tmp_path_factory):
     (root / "single").mkdir()
     program = to_program.export_checkpoint(checkpoint.load(model), max_seq_len=32, quantize="8da8w")
     single = to_program.write_program(program, str(root / "single" / "model.pte"))
-    proc = forked_python.python(["-m", "my_ops.hf", "export", "--model", model, "--quantize", "8da8w", "--max_seq_len",
-                                 "32", "--output", str(root / "ptd"), "--ptd", "--build_dir", combined_build.build_dir],
-                                dict(os.environ, PYTHONPATH=REPO_ROOT), 600, cwd=REPO_ROOT)
+    proc = run_flow("my_ops.hf", "export", "--model", model, "--quantize", "8da8w", "--max_seq_len", "32", "--output",
+                    str(root / "ptd"), "--ptd", "--build_dir", combined_build.build_dir)
     assert proc.returncode == 0, proc.stderr[-3000:]
     ptd = [str(root / "ptd" / "model.pte"), str(root / "ptd" / "model.ptd")]
     assert all(path in proc.stdout for path in ptd), proc.stdout

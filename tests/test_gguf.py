@@ -779,15 +779,13 @@ def test_random_damage_to_the_header_is_never_another_exception(tmp_path):
 
 def test_generate_on_a_cut_file_says_so_in_one_line(tmp_path, combined_build):
     # The user's command on the shipped file cut short at 50 MB, as a stopped download leaves it.
-    import forked_python
     from models.real_models import gguf_path
-    from helpers import REPO_ROOT
+    from helpers import run_flow
 
     with open(gguf_path(), "rb") as f:
         (tmp_path / "cut.gguf").write_bytes(f.read(50_000_000))
-    proc = forked_python.python(["-m", "my_ops.hf", "generate", "--model", str(tmp_path / "cut.gguf"), "--quantize",
-                                 "gguf", "--prompt", "Hi", "--build_dir", combined_build.build_dir],
-                                dict(os.environ, PYTHONPATH=REPO_ROOT), 600, cwd=REPO_ROOT)
+    proc = run_flow("my_ops.hf", "generate", "--model", str(tmp_path / "cut.gguf"), "--quantize", "gguf", "--prompt",
+                    "Hi", "--build_dir", combined_build.build_dir)
     assert proc.returncode == 1 and proc.stdout == "", proc.stderr[-3000:]
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]

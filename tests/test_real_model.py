@@ -19,8 +19,7 @@ import os
 import numpy as np
 import pytest
 
-import forked_python
-from helpers import REPO_ROOT
+from helpers import run_flow
 
 
 @pytest.fixture(scope="module")
@@ -176,11 +175,9 @@ def test_generate_prints_the_programs_text_from_the_command_line(real, programs,
     tokens = decode_runtime(programs["gguf"], real.prompt_ids(checkpoint.tokenizer, prompt, False), new_tokens).tokens
     if stop := next((i for i, t in enumerate(tokens) if t in checkpoint.stop_ids), None):
         tokens = tokens[:stop]
-    env = dict(os.environ, PYTHONPATH=REPO_ROOT)
-    proc = forked_python.python(["-m", "my_ops.hf", "generate", "--model", real.gguf_path(), "--prompt", prompt,
-                                 "--quantize", "gguf", "--max_new_tokens", str(new_tokens),
-                                 "--layers", str(real.TESTED_LAYERS), "--build_dir", combined_build.build_dir],
-                                env, 600, cwd=REPO_ROOT)
+    proc = run_flow("my_ops.hf", "generate", "--model", real.gguf_path(), "--prompt", prompt, "--quantize", "gguf",
+                    "--max_new_tokens", str(new_tokens), "--layers", str(real.TESTED_LAYERS),
+                    "--build_dir", combined_build.build_dir)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout == prompt + checkpoint.tokenizer.decode(tokens) + "\n", proc.stdout
     (line,) = proc.stderr.splitlines()
