@@ -234,7 +234,8 @@ def test_the_fused_attention_gives_the_bits_of_rope_update_cache_and_sdpa_with_c
 class LayerOps(torch.nn.Module):
     """A pre-norm decoder layer, as the unfused program runs it (rms_norm, linear_blocks, rope_sdpa_with_cache, the
     residual add, rms_norm, linear_blocks, the gate/up split, silu_mul, linear_blocks, the residual add) or as one
-    my_ops::decoder_layer; each projection in its own format. Large enough for the pool at one token."""
+    my_ops::decoder_layer; each projection in its own format (a fifth format: v's projection apart from q and k's, in
+    that format, as a file of llama-quantize's Q4_K_M has some layers). Large enough for the pool at one token."""
 
     MODEL, HEADS, KV_HEADS, HEAD_DIM, MLP, POSITIONS = 512, 8, 2, 64, 1024, 64
 
@@ -247,8 +248,11 @@ class LayerOps(torch.nn.Module):
         m, h, kv, d, i = self.MODEL, self.HEADS, self.KV_HEADS, self.HEAD_DIM, self.MLP
         for name in ("input_norm", "post_norm"):
             self.register_buffer(name, 1 + 0.1 * torch.randn(m, generator=generator))
-        for name, fmt, outputs, inputs in (("qkv", formats[0], (h + 2 * kv) * d, m), ("o", formats[1], m, h * d),
-                                           ("gate_up", formats[2], 2 * i, m), ("down", formats[3], m, i)):
+        v_apart = len(formats) == 5
+        for name, fmt, outputs, inputs in (("qkv", formats[0], (h + (1 if v_apart else 2) * kv) * d, m),
+                                           ("o", formats[1], m, h * d), ("gate_up", formats[2], 2 * i, m),
+                                           ("down", formats[3], m, i), *((("v", formats[4], kv * d, m),) if v_apart
+                                                                          else ())):
             self.register_buffer(name, random_weight(fmt, outputs, inputs, generator))
         for name in ("k_cache", "v_cache"):
             self.register_buffer(name, torch.zeros(1, self.POSITIONS, kv, d))
@@ -258,11 +262,15 @@ class LayerOps(torch.nn.Module):
         torch._check(start >= 0)
         torch._check(start + hidden.shape[1] <= self.POSITIONS)
         ops, f = torch.ops.my_ops, self.formats
+        v_apart = (self.v, f[4]) if len(f) == 5 else ()
         if self.fused:
             return ops.decoder_layer(hidden, self.input_norm, self.qkv, f[0], cos, sin, self.k_cache, self.v_cache,
                                      start, None, self.o, f[1], self.post_norm, self.gate_up, f[2], self.down, f[3],
-                                     self.eps[0])
-        qkv = ops.linear_blocks(ops.rms_norm(hidden, self.input_norm, self.eps[0]), self.qkv, f[0])
+                                     self.eps[0], *v_apart)
+        normed = ops.rms_norm(hidden, self.input_norm, self.eps[0])
+        qkv = ops.linear_blocks(normed, self.qkv, f[0])
+        if v_apart:
+            qkv = torch.cat([qkv, ops.linear_blocks(normed, *v_apart)], dim=-1)
         attended = ops.rope_sdpa_with_cache(qkv, cos, sin, self.k_cache, self.v_cache, start, None, self.window)
         h = hidden + ops.linear_blocks(attended.reshape(*hidden.shape[:2], -1), self.o, f[1])
         gate, up = ops.linear_blocks(ops.rms_norm(h, self.post_norm, self.eps[1]), self.gate_up, f[2]).split(
@@ -284,7 +292,10 @@ class LayerOps(torch.nn.Module):
 
 LAYER_FORMATS = {"Q8_0 Q4_1 Q4_K Q6_K": ("Q8_0", "Q4_1", "Q4_K", "Q6_K"),
                  "F32 BF16 F16 F32": ("F32", "BF16", "F16", "F32"),
-                 "Q5_K Q3_K Q2_K Q5_0": ("Q5_K", "Q3_K", "Q2_K", "Q5_0")}
+                 "Q5_K Q3_K Q2_K Q5_0": ("Q5_K", "Q3_K", "Q2_K", "Q5_0"),
+                 # v apart: Q4_K_M's layers with more bits in attn_v; q and k in a row format, v's blocks prepared
+                 "Q4_K Q4_K Q4_K Q6_K, v Q6_K": ("Q4_K", "Q4_K", "Q4_K", "Q6_K", "Q6_K"),
+                 "F32 BF16 F16 F32, v Q8_0": ("F32", "BF16", "F16", "F32", "Q8_0")}
 
 LAYER_PROBE = """
 import torch
@@ -338,7 +349,8 @@ def test_the_decoder_layer_gives_the_bits_of_the_ops_it_replaces_in_one_hand_off
     # Each format's kernels, prompts and decode steps over the caches the steps before wrote, at 1, 2 and 3 threads
     # (a fresh process: the pool is the process's): every output equal to the unfused program's, bit for bit. At a
     # decode step on 2 threads the layer hands the pool one range where the ops it replaces hand it four (the
-    # projections; attention over 6 positions stays on the calling thread), and its time counts as a layer's.
+    # projections; attention over 6 positions and a v apart, 128 outputs, stay on the calling thread), and its time
+    # counts as a layer's.
     from helpers import COUNT_PATHS, run_in_fresh_python
     from test_kernel_paths import expected_isa
 
@@ -366,7 +378,8 @@ hidden, cos, sin, position = runs[0]
 good = dict(hidden=hidden, input_norm=model.input_norm, qkv_weight=model.qkv, qkv_format="F32", cos=cos, sin=sin,
             key_cache=model.k_cache, value_cache=model.v_cache, start_pos=0, scale=None, o_weight=model.o,
             o_format="F16", post_norm=model.post_norm, gate_up_weight=model.gate_up, gate_up_format="BF16",
-            down_weight=model.down, down_format="F32", eps=1e-5)
+            down_weight=model.down, down_format="F32", eps=1e-5, v_weight=None, v_format=None)
+q_and_k = model.qkv.shape[0] - model.k_cache.shape[2] * model.k_cache.shape[3]  # the rows before v's
 bad = {{
     "an unknown format": dict(o_format="Q9_K"),
     "a row format's dtype": dict(gate_up_weight=model.gate_up.float()),
@@ -379,6 +392,13 @@ bad = {{
     "positions past the cache": dict(start_pos=model.k_cache.shape[1] - 1),
     "a negative start": dict(start_pos=-1),
     "a scale that is not finite": dict(scale=float("inf")),
+    "v_weight without its format": dict(qkv_weight=model.qkv[:q_and_k], v_weight=model.qkv[q_and_k:]),
+    "v_format without a weight": dict(v_format="F32"),
+    "v apart, and q, k and v's rows in qkv_weight": dict(v_weight=model.qkv[q_and_k:], v_format="F32"),
+    "a v_weight of other outputs": dict(qkv_weight=model.qkv[:q_and_k], v_weight=model.qkv[q_and_k + 1:],
+                                        v_format="F32"),
+    "a v_weight in a format it is not": dict(qkv_weight=model.qkv[:q_and_k], v_weight=model.qkv[q_and_k:],
+                                             v_format="BF16"),
 }}
 
 
@@ -435,11 +455,14 @@ def test_a_near_miss_of_a_layer_keeps_its_ops(model):
     assert "my_ops.decoder_layer.default" not in targets(program)
 
 
-def test_the_pass_finds_the_layer_it_is_written_for():
-    report, program = assert_same_bits(DecoderLayerNearMiss(False, ("F32", "F16", "BF16", "F32")),
-                                       DecoderLayerNearMiss.steps()[0])
+@pytest.mark.parametrize("formats", [("F32", "F16", "BF16", "F32"), ("F32", "F16", "BF16", "F32", "BF16")],
+                         ids=["q, k and v in one projection", "v's projection apart"])
+def test_the_pass_finds_the_layer_it_is_written_for(formats):
+    report, program = assert_same_bits(DecoderLayerNearMiss(False, formats), DecoderLayerNearMiss.steps()[0])
     assert report.counts["layer"] == 1 and report.missing(report.counts) == []
     assert [t for t in targets(program) if t.startswith("my_ops.")] == ["my_ops.decoder_layer.default"]
+    layer = next(n for n in program.graph.nodes if str(n.target) == "my_ops.decoder_layer.default")
+    assert layer.args[18:] == (() if len(formats) == 4 else (layer.args[18], "BF16"))  # v's weight and format
 
 
 # ---- The pass ----------------------------------------------------------------------------------------------------

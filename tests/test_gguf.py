@@ -282,6 +282,45 @@ def test_a_file_of_many_formats_runs_each_tensor_in_its_own_and_decodes_like_its
     torch.testing.assert_close(decoded.logits, reference.logits, atol=1e-3, rtol=0)
 
 
+# llama-quantize's Q4_K_M and Q5_K_M: q and k in one format, v in another (half the layers of a Llama 3 file).
+Q4_K_M_LAYER = {"attn_q": "Q4_K", "attn_k": "Q4_K", "attn_v": "Q6_K", "attn_output": "Q4_K", "ffn_gate": "Q4_K",
+                "ffn_up": "Q4_K", "ffn_down": "Q6_K", "token_embd": "Q6_K"}
+
+
+def test_a_layer_with_v_in_more_bits_is_one_fused_layer_and_decodes_like_its_eager_reference(gguf_module, tmp_path,
+                                                                                            combined_build):
+    # q and k joined into one projection, v beside it in its own format: the export pass still puts the whole layer
+    # into my_ops::decoder_layer (v_weight, v_format), and the program decodes the eager model's tokens.
+    import copy
+
+    from models.hf_checkpoints import reference_decode
+    from models.decoding import decode_runtime
+    from flow.runtime import load_kernel_library
+    from my_ops.hf import export_program
+    from my_ops.hf.quantize import formats_in
+
+    model = mixed_llama()
+    write_model_gguf(model, tmp_path / "q4_k_m.gguf", overrides={
+        name: kind for name in gguf_names(model) for part, kind in Q4_K_M_LAYER.items() if f"{part}." in name})
+    gguf_module.attach_blocks(model, str(tmp_path / "q4_k_m.gguf"))
+    reference = reference_decode(copy.deepcopy(model), "gguf", 32, [1, 5, 9], 6)
+    swapped = copy.deepcopy(model)
+    program = export_program(swapped, max_seq_len=32, quantize="gguf")
+    # per layer: q|k, o, gate|up in Q4_K; v and down in Q6_K; the tied table (embedding and output projection)
+    assert formats_in(swapped) == {"Q4_K": 6, "Q6_K": 6}
+    calls = [str(n.target) for n in program.exported_program().graph.nodes if n.op == "call_function"]
+    layers = [n for n in program.exported_program().graph.nodes if "decoder_layer" in str(n.target)]
+    assert len(layers) == 2 and all(len(n.args) == 20 and n.args[19] == "Q6_K" for n in layers), calls
+    assert sum("linear_blocks" in c for c in calls) == 1  # the output projection alone
+    pte = tmp_path / "q4_k_m.pte"
+    with open(pte, "wb") as f:
+        program.write_to_file(f)
+    load_kernel_library(combined_build.kernel_lib)
+    decoded = decode_runtime(str(pte), [1, 5, 9], 6, generations=2)
+    assert decoded.tokens == reference.tokens
+    torch.testing.assert_close(decoded.logits, reference.logits, atol=1e-3, rtol=0)
+
+
 def test_a_model_built_without_weights_takes_the_files_tensors_and_exports_the_same_program(gguf_module, tmp_path):
     # The file's tensors given to a model built without weights (my_ops.hf.checkpoint.load(dequantize=False)): the
     # block and 16-bit matrices stay unallocated as float32 (no float copy of them exists), the norms and the float32

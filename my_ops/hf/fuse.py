@@ -262,6 +262,18 @@ def _projection(node):
     return node.args
 
 
+def _q_k_and_v(qkv, v_width: int):
+    """(q and k's projection, v's projection) when `qkv` is their outputs side by side, both of one input: a layer
+    whose v is in another format than q and k (my_ops.hf.quantize.Linears), v's `v_width` outputs last, else None."""
+    if not (_is(qkv, aten.cat.default) and len(qkv.args[0]) == 2 and _argument(qkv, 1, "dim", 0) in (-1, 2)):
+        return None
+    q_k, v = (_projection(part) for part in qkv.args[0])
+    if not (q_k and v and q_k[0] is v[0] and _value(qkv.args[0][1]) is not None
+            and _value(qkv.args[0][1]).shape[-1] == v_width):
+        return None
+    return q_k, v
+
+
 def _halves(act):
     """(the gate/up projection, its split's nodes) when `act` is my_ops::silu_mul of the two halves of one tensor's
     last dimension (split into equal parts, the first the gate), else None."""
@@ -285,9 +297,10 @@ def _halves(act):
 
 def _layer_operands(out_add):
     """((hidden, input_norm, qkv weight, format, cos, sin, key_cache, value_cache, start, scale, o weight, format,
-    post_norm, gate_up weight, format, down weight, format, eps), [out_add], [the attention]) when `out_add` ends a
-    pre-norm decoder layer whose parts the earlier fusions made (rope_sdpa_with_cache, silu_mul) over linear_blocks
-    projections and my_ops::rms_norm, each part used by the layer alone, else None."""
+    post_norm, gate_up weight, format, down weight, format, eps[, v weight, format]), [out_add], [the attention]) when
+    `out_add` ends a pre-norm decoder layer whose parts the earlier fusions made (rope_sdpa_with_cache, silu_mul) over
+    linear_blocks projections (q, k and v's one, or q and k's beside v's) and my_ops::rms_norm, each part used by the
+    layer alone, else None."""
     if not _is(out_add, aten.add.Tensor) or len(out_add.args) != 2 or out_add.kwargs.get("alpha", 1) != 1:
         return None
     for h, down in (out_add.args, out_add.args[::-1]):
@@ -308,14 +321,18 @@ def _layer_operands(out_add):
             # decoder_layer attends over every earlier position: a sliding window's layer stays as its parts.
             if not _is(attention, "my_ops.rope_sdpa_with_cache.default") or _argument(attention, 7, "window", 0):
                 continue
-            qkv_proj = _projection(attention.args[0])
+            qkv = attention.args[0]
+            keys = _value(attention.args[3])
+            qkv_proj, v_proj = _projection(qkv), None
+            if qkv_proj is None and keys is not None and keys.dim() == 4:
+                qkv_proj, v_proj = _q_k_and_v(qkv, keys.shape[2] * keys.shape[3]) or (None, None)
             norm = qkv_proj and qkv_proj[0]
             if not (qkv_proj and _is(norm, "my_ops.rms_norm.default") and norm.args[0] is hidden):
                 continue
             eps = [_eps(n) for n in (norm, post)]
-            users = {norm: [attention.args[0]], attention.args[0]: [attention], attention: [flat], flat: [o],
-                     o: [h], h: [post, out_add], post: [halves[0]], halves[0]: [halves[1][0]],
-                     down_proj[0]: [down], down: [out_add]}
+            users = {norm: [qkv] if v_proj is None else list(qkv.args[0]), qkv: [attention], attention: [flat],
+                     flat: [o], o: [h], h: [post, out_add], post: [halves[0]], halves[0]: [halves[1][0]],
+                     down_proj[0]: [down], down: [out_add], **({part: [qkv] for part in qkv.args[0]} if v_proj else {})}
             if eps[0] != eps[1] or not all(_only_used_by(node, *users[node]) for node in users):
                 continue
             if (_value(hidden) is None or _value(hidden).dtype != torch.float32 or _value(hidden).dim() != 3
@@ -323,9 +340,10 @@ def _layer_operands(out_add):
                 continue
             qkv, cos, sin, key_cache, value_cache, start = attention.args[:6]
             scale = _argument(attention, 6, "scale")
-            return ((hidden, norm.args[1], qkv_proj[1], qkv_proj[2], cos, sin, key_cache, value_cache, start, scale,
-                     o_proj[1], o_proj[2], post.args[1], gate_up_proj[1], gate_up_proj[2], down_proj[1],
-                     down_proj[2], eps[0]), [out_add], [attention])
+            operands = (hidden, norm.args[1], qkv_proj[1], qkv_proj[2], cos, sin, key_cache, value_cache, start, scale,
+                        o_proj[1], o_proj[2], post.args[1], gate_up_proj[1], gate_up_proj[2], down_proj[1],
+                        down_proj[2], eps[0])
+            return operands + (() if v_proj is None else (v_proj[1], v_proj[2])), [out_add], [attention]
     return None
 
 
@@ -337,7 +355,7 @@ _PATTERNS = {"rope": "x * cos + cat(-x[..., D/2:], x[..., :D/2]) * sin",
              "swiglu": "silu(gate) * up",
              "geglu": 'gelu(gate, approximate="tanh") * up',
              "layer": "h = x + o(attention(qkv(rms_norm(x)))); h + down(silu_mul(gate_up(rms_norm(h)))) on "
-                      "linear_blocks projections without a bias",
+                      "linear_blocks projections without a bias (qkv one projection, or q and k's beside v's)",
              "add_norm": "my_ops::rms_norm(x + residual)"}
 # The ops a matched pattern is made of: erased once nothing uses them (never an op with an effect: a matcher names the
 # writes its op takes over, and only those are erased).

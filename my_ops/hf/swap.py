@@ -75,8 +75,6 @@ def sdpa_with_cache_attention(module, query, key, value, attention_mask, scaling
 def _fused_linear(*linears: torch.nn.Linear) -> torch.nn.Linear:
     """One linear layer computing `linears` side by side (their weights, and biases, concatenated). A model loaded
     without float32 weights (my_ops.hf.checkpoint.load(dequantize=False)) keeps them unallocated here too."""
-    from .disk_weights import join_rows
-
     empty = any(m.weight.is_meta for m in linears)
     fused = torch.nn.Linear(linears[0].in_features, sum(m.out_features for m in linears),
                             bias=linears[0].bias is not None, dtype=linears[0].weight.dtype,
@@ -89,16 +87,40 @@ def _fused_linear(*linears: torch.nn.Linear) -> torch.nn.Linear:
         elif fused.bias is not None:
             fused.bias = torch.nn.Parameter(torch.cat([m.bias for m in linears]))
     # A GGUF file's own tensors (my_ops.gguf.attach_blocks) follow the rows: joined when every part has one format
-    # (and the packed layout allows it), else kept as parts (my_ops.hf.quantize.Linears computes each in its own).
+    # (and the packed layout allows it), else kept as parts (my_ops.hf.quantize.Linears computes each in its own), the
+    # neighbours of one format joined: q and k beside a v of more bits (llama-quantize's Q4_K_M), which
+    # my_ops::decoder_layer takes as two projections.
     blocks = [getattr(m, "gguf_blocks", None) for m in linears]
     if any(b is not None for b in blocks):
-        blocks = [(m.weight.detach(), "F32") if b is None else b for b, m in zip(blocks, linears)]
-        joined = join_rows([w for w, _ in blocks], blocks[0][1]) if len({f for _, f in blocks}) == 1 else None
-        if joined is not None:
-            fused.gguf_blocks = (joined, blocks[0][1])
+        parts = [((m.weight.detach(), "F32") if b is None else b, m.out_features) for b, m in zip(blocks, linears)]
+        parts = _join_neighbours_of_one_format(parts)
+        if len(parts) == 1:
+            fused.gguf_blocks = parts[0][0]
         else:
-            fused.gguf_parts = [(b, m.out_features) for b, m in zip(blocks, linears)]
+            fused.gguf_parts = parts
     return fused
+
+
+def _join_neighbours_of_one_format(parts: list) -> list:
+    """[((weight, format), rows)] with each run of neighbours in one format joined into one part where the packed
+    layout allows it (my_ops.hf.disk_weights.join_rows), each run in one join."""
+    from .disk_weights import join_rows
+
+    runs = []
+    for part in parts:
+        if runs and runs[-1][-1][0][1] == part[0][1]:
+            runs[-1].append(part)
+        else:
+            runs.append([part])
+    joined = []
+    for run in runs:
+        fmt = run[0][0][1]
+        together = join_rows([weight for (weight, _), _ in run], fmt) if len(run) > 1 else None
+        if together is None:
+            joined += run
+        else:
+            joined.append(((together, fmt), sum(rows for _, rows in run)))
+    return joined
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

@@ -4,12 +4,14 @@
   decoder_layer(Tensor hidden, Tensor input_norm, Tensor qkv_weight, str qkv_format, Tensor cos, Tensor sin,
                 Tensor(a!) key_cache, Tensor(b!) value_cache, SymInt start_pos, float? scale, Tensor o_weight,
                 str o_format, Tensor post_norm, Tensor gate_up_weight, str gate_up_format, Tensor down_weight,
-                str down_format, float eps) -> Tensor
+                str down_format, float eps, Tensor? v_weight=None, str? v_format=None) -> Tensor
 
   h   = hidden + o_proj(rope_sdpa_with_cache(qkv_proj(rms_norm(hidden, input_norm))))
   out = h + down_proj(silu_mul(gate, up)),  gate | up = gate_up_proj(rms_norm(h, post_norm))
 
-each projection my_ops::linear_blocks of its weight in its format (any the op takes, one per projection). Where a
+each projection my_ops::linear_blocks of its weight in its format (any the op takes, one per projection; v's apart from
+q and k's, in v_weight and v_format, where its format is another: llama-quantize's Q4_K_M and Q5_K_M give some
+layers' attn_v more bits). Where a
 program ran the layer's nine ops and handed the thread pool five ranges, it runs this op once, in one parallel region
 (decoder_layer_out.cpp); my_ops.hf's export pass (fuse.py) puts it there. PyTorch's kernel calls those ops in turn, so
 eager gives the runtime's bits.
@@ -75,7 +77,7 @@ def _check_projection(op: str, weight, fmt: str, name: str, inputs: int, outputs
 
 def _check(op: str, hidden, input_norm, qkv_weight, qkv_format, cos, sin, key_cache, value_cache, start_pos, scale,
            o_weight, o_format, post_norm, gate_up_weight, gate_up_format, down_weight, down_format, eps,
-           out=None) -> None:
+           v_weight=None, v_format=None, out=None) -> None:
     """The runtime kernel's checks, in its order (decoder_layer_out.cpp), so both refuse alike."""
     for name, t in (("hidden", hidden), ("input_norm", input_norm), ("post_norm", post_norm), ("cos", cos),
                     ("sin", sin), ("key_cache", key_cache), ("value_cache", value_cache), ("out", out)):
@@ -97,12 +99,20 @@ def _check(op: str, hidden, input_norm, qkv_weight, qkv_format, cos, sin, key_ca
     torch._check(head_dim > 0 and head_dim % 2 == 0 and kv_heads > 0,
                  lambda: f"{op}: key_cache {list(key_cache.shape)} must have kv heads and an even head_dim (the rotary "
                          "embedding rotates its halves)")
+    alone = "v_weight is given without v_format" if v_format is None else "v_format is given without v_weight"
+    torch._check((v_weight is None) == (v_format is None),
+                 lambda: f"{op}: {alone}; give both (v's projection in a format of its own) or neither")
     _check_projection(op, qkv_weight, qkv_format, "qkv_weight", model, None, "hidden's features")
+    parts = 2 if v_weight is None else 1  # k and v's share of qkv_weight's rows, in kv heads
     qkv_outputs = qkv_weight.shape[0]
-    heads = qkv_outputs // head_dim - 2 * kv_heads
+    heads = qkv_outputs // head_dim - parts * kv_heads
     torch._check(qkv_outputs % head_dim == 0 and heads >= kv_heads and heads % kv_heads == 0,
-                 lambda: f"{op}: qkv_weight's {qkv_outputs} outputs are not (heads + 2 * {kv_heads}) * {head_dim} for "
-                         f"a number of query heads that is a multiple of the cache's {kv_heads} kv heads")
+                 lambda: f"{op}: qkv_weight's {qkv_outputs} outputs are not (heads + {parts} * {kv_heads}) * "
+                         f"{head_dim} for a number of query heads that is a multiple of the cache's {kv_heads} kv heads"
+                         + (" (q, k and v's rows; with v_weight, q and k's)" if v_weight is None
+                            else " (q and k's rows: v_weight holds v's)"))
+    if v_weight is not None:
+        _check_projection(op, v_weight, v_format, "v_weight", model, kv_heads * head_dim, "hidden's features")
     _check_projection(op, o_weight, o_format, "o_weight", heads * head_dim, model, "the attention's heads * head_dim")
     _check_projection(op, gate_up_weight, gate_up_format, "gate_up_weight", model, None, "hidden's features")
     torch._check(gate_up_weight.shape[0] > 0 and gate_up_weight.shape[0] % 2 == 0,
@@ -116,7 +126,7 @@ def _check(op: str, hidden, input_norm, qkv_weight, qkv_format, cos, sin, key_ca
 
 def decoder_layer_reference(hidden, input_norm, qkv_weight, qkv_format, cos, sin, key_cache, value_cache, start_pos,
                             scale, o_weight, o_format, post_norm, gate_up_weight, gate_up_format, down_weight,
-                            down_format, eps):
+                            down_format, eps, v_weight=None, v_format=None):
     """The layer in ATen ops, declared as its reference: each part the reference of the op the layer runs (the norms'
     and SwiGLU's math here, the projections' and attention's from their modules). Mutates the caches like the op."""
     from ops.blocks.blocks import linear_blocks_reference
@@ -125,7 +135,10 @@ def decoder_layer_reference(hidden, input_norm, qkv_weight, qkv_format, cos, sin
     def normalized(x, weight):
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
 
-    qkv = linear_blocks_reference(normalized(hidden, input_norm), qkv_weight, qkv_format)
+    normed = normalized(hidden, input_norm)
+    qkv = linear_blocks_reference(normed, qkv_weight, qkv_format)
+    if v_weight is not None:
+        qkv = torch.cat([qkv, linear_blocks_reference(normed, v_weight, v_format)], dim=-1)
     attended = rope_sdpa_with_cache_reference(qkv, cos, sin, key_cache, value_cache, start_pos, scale)
     h = hidden + linear_blocks_reference(attended.flatten(2), o_weight, o_format)
     gate, up = linear_blocks_reference(normalized(h, post_norm), gate_up_weight, gate_up_format).chunk(2, dim=-1)
@@ -133,7 +146,8 @@ def decoder_layer_reference(hidden, input_norm, qkv_weight, qkv_format, cos, sin
 
 
 def _layer(op: str, hidden, input_norm, qkv_weight, qkv_format, cos, sin, key_cache, value_cache, start_pos, scale,
-           o_weight, o_format, post_norm, gate_up_weight, gate_up_format, down_weight, down_format, eps):
+           o_weight, o_format, post_norm, gate_up_weight, gate_up_format, down_weight, down_format, eps, v_weight=None,
+           v_format=None):
     """PyTorch's kernel: the ops the layer replaces, in turn (the runtime kernel runs their row code: the same bits)."""
     my_ops = torch.ops.my_ops
     for needed in ("rms_norm", "linear_blocks", "rope_sdpa_with_cache", "silu_mul"):
@@ -141,7 +155,10 @@ def _layer(op: str, hidden, input_norm, qkv_weight, qkv_format, cos, sin, key_ca
             raise RuntimeError(f"{op}: PyTorch's kernel runs my_ops::{needed}, which is not registered: load the "
                                "build's libcustom_ops_aot_lib.so (torch.ops.load_library) and import the op modules "
                                "(models.decoding.register_ops does both)")
-    qkv = my_ops.linear_blocks(my_ops.rms_norm(hidden, input_norm, eps), qkv_weight, qkv_format)
+    normed = my_ops.rms_norm(hidden, input_norm, eps)
+    qkv = my_ops.linear_blocks(normed, qkv_weight, qkv_format)
+    if v_weight is not None:
+        qkv = torch.cat([qkv, my_ops.linear_blocks(normed, v_weight, v_format)], dim=-1)
     attended = my_ops.rope_sdpa_with_cache(qkv, cos, sin, key_cache, value_cache, start_pos, scale)
     h = hidden + my_ops.linear_blocks(attended.flatten(2), o_weight, o_format)
     gate, up = my_ops.linear_blocks(my_ops.rms_norm(h, post_norm, eps), gate_up_weight, gate_up_format).chunk(2, -1)
@@ -153,26 +170,26 @@ def _register() -> torch.library.Library:
     arguments = ("Tensor hidden, Tensor input_norm, Tensor qkv_weight, str qkv_format, Tensor cos, Tensor sin, "
                  "Tensor(a!) key_cache, Tensor(b!) value_cache, SymInt start_pos, float? scale, Tensor o_weight, "
                  "str o_format, Tensor post_norm, Tensor gate_up_weight, str gate_up_format, Tensor down_weight, "
-                 "str down_format, float eps")
+                 "str down_format, float eps, Tensor? v_weight=None, str? v_format=None")
     lib.define(f"decoder_layer({arguments}) -> Tensor")
     lib.define(f"decoder_layer.out({arguments}, *, Tensor(c!) out) -> Tensor(c!)")
     functional, out_variant = OP, OP + ".out"
 
-    def compute(*args):
-        _check(functional, *args)
-        return _layer(functional, *args)
+    def compute(*args, **v):
+        _check(functional, *args, **v)
+        return _layer(functional, *args, **v)
 
-    def compute_out(*args, out):
-        _check(out_variant, *args, out=out)
-        result = _layer(out_variant, *args)
+    def compute_out(*args, out, **v):
+        _check(out_variant, *args, **v, out=out)
+        result = _layer(out_variant, *args, **v)
         return out.resize_(result.shape).copy_(result)
 
-    def fake(*args):
-        _check(functional, *args)
+    def fake(*args, **v):
+        _check(functional, *args, **v)
         return args[0].new_empty(args[0].shape)
 
-    def fake_out(*args, out):
-        _check(out_variant, *args, out=out)
+    def fake_out(*args, out, **v):
+        _check(out_variant, *args, **v, out=out)
         return out.resize_(args[0].shape)
 
     torch.library.impl(functional, "CompositeExplicitAutograd", lib=lib)(compute)

@@ -38,11 +38,14 @@ constexpr int64_t kSiluChunk = 256;
 
 using blocks::FormatKernels;
 
-// The layer's weights, as the program passes them.
+// The layer's weights, as the program passes them. v: v's projection when its format is not q and k's (llama-quantize's
+// Q4_K_M and Q5_K_M give some layers' attn_v more bits); qkv then holds q and k alone.
 struct Weights {
   const Tensor& input_norm;
   const Tensor& qkv;
   std::string_view qkv_format;
+  const Tensor* v;
+  std::string_view v_format;
   const Tensor& o;
   std::string_view o_format;
   const Tensor& post_norm;
@@ -52,29 +55,38 @@ struct Weights {
   std::string_view down_format;
 };
 
-// Its four projections' formats, found by name.
+// Its projections' formats, found by name (v's none when q, k and v are one projection).
 struct Formats {
-  const FormatKernels *qkv, *o, *gate_up, *down;
+  const FormatKernels *qkv, *v, *o, *gate_up, *down;
 
   explicit Formats(const Weights& w)
-      : qkv(blocks::find_format(w.qkv_format)), o(blocks::find_format(w.o_format)),
-        gate_up(blocks::find_format(w.gate_up_format)), down(blocks::find_format(w.down_format)) {}
+      : qkv(blocks::find_format(w.qkv_format)), v(w.v == nullptr ? nullptr : blocks::find_format(w.v_format)),
+        o(blocks::find_format(w.o_format)), gate_up(blocks::find_format(w.gate_up_format)),
+        down(blocks::find_format(w.down_format)) {}
 };
 
 // The sizes, read from the arguments once they are checked.
 struct Shape {
   int64_t batch, length, model, heads, kv_heads, head_dim, positions, hidden_mlp;
 
-  Shape(const Tensor& hidden, const Tensor& key_cache, const Tensor& qkv_weight, const Tensor& gate_up_weight)
+  Shape(const Tensor& hidden, const Tensor& key_cache, const Weights& w)
       : batch(hidden.size(0)), length(hidden.size(1)), model(hidden.size(2)), heads(0), kv_heads(key_cache.size(2)),
-        head_dim(key_cache.size(3)), positions(key_cache.size(1)), hidden_mlp(gate_up_weight.size(0) / 2) {
-    heads = head_dim > 0 ? qkv_weight.size(0) / head_dim - 2 * kv_heads : 0;
+        head_dim(key_cache.size(3)), positions(key_cache.size(1)), hidden_mlp(w.gate_up.size(0) / 2) {
+    heads = head_dim > 0 ? w.qkv.size(0) / head_dim - (w.v == nullptr ? 2 : 1) * kv_heads : 0;
   }
   int64_t tokens() const { return batch * length; }
   int64_t qkv_width() const { return (heads + 2 * kv_heads) * head_dim; }
 };
 
 // ---- Checks: one body for both modes, before `out` is resized ------------------------------------------------------
+contract::Problem v_pair_problem(bool has_weight, bool has_format) {
+  if (has_weight != has_format) {
+    return std::string(kOp) + ": " + (has_weight ? "v_weight is given without v_format" : "v_format is given "
+        "without v_weight") + "; give both (v's projection in a format of its own) or neither";
+  }
+  return std::nullopt;
+}
+
 using Dtypes = declared_dtypes::my_ops::decoder_layer;
 static_assert(std::is_same_v<Dtypes, contract::DtypeSet<ScalarType::Float>>,
               "my_ops::decoder_layer computes in float32 alone: declare its dtypes as [\"float32\"] in custom_ops.bzl");
@@ -139,11 +151,19 @@ contract::Problem arguments_problem(const Tensor& hidden, const Weights& w, cons
   if (auto p = projection_problem(w.qkv, w.qkv_format, f.qkv, "qkv_weight", model, -1, "hidden's features")) {
     return p;
   }
-  const int64_t qkv_outputs = w.qkv.size(0), heads = qkv_outputs / head_dim - 2 * kv_heads;
+  const int64_t parts = w.v == nullptr ? 2 : 1;  // k and v's share of qkv_weight's rows, in kv heads
+  const int64_t qkv_outputs = w.qkv.size(0), heads = qkv_outputs / head_dim - parts * kv_heads;
   if (qkv_outputs % head_dim != 0 || heads < kv_heads || heads % kv_heads != 0) {
-    return op + ": qkv_weight's " + std::to_string(qkv_outputs) + " outputs are not (heads + 2 * " +
-        std::to_string(kv_heads) + ") * " + std::to_string(head_dim) + " for a number of query heads that is a "
-        "multiple of the cache's " + std::to_string(kv_heads) + " kv heads";
+    return op + ": qkv_weight's " + std::to_string(qkv_outputs) + " outputs are not (heads + " +
+        std::to_string(parts) + " * " + std::to_string(kv_heads) + ") * " + std::to_string(head_dim) +
+        " for a number of query heads that is a multiple of the cache's " + std::to_string(kv_heads) + " kv heads" +
+        (w.v == nullptr ? " (q, k and v's rows; with v_weight, q and k's)" : " (q and k's rows: v_weight holds v's)");
+  }
+  if (w.v != nullptr) {
+    if (auto p = projection_problem(*w.v, w.v_format, f.v, "v_weight", model, kv_heads * head_dim,
+                                    "hidden's features")) {
+      return p;
+    }
   }
   if (auto p = projection_problem(w.o, w.o_format, f.o, "o_weight", heads * head_dim, model,
                                   "the attention's heads * head_dim")) {
@@ -173,8 +193,10 @@ contract::Problem arguments_problem(const Tensor& hidden, const Weights& w, cons
 
 contract::Problem layout_problem(const Tensor& hidden, const Weights& w, const Tensor& cos, const Tensor& sin,
                                  const Tensor& key_cache, const Tensor& value_cache, const Tensor& out) {
+  // Without v_weight, qkv_weight stands in its place in both lists (a second look at the same tensor).
+  const Tensor& v = w.v == nullptr ? w.qkv : *w.v;
   for (const auto& [t, name] : {std::pair<const Tensor&, const char*>{hidden, "hidden"}, {w.input_norm, "input_norm"},
-                                {w.qkv, "qkv_weight"}, {w.o, "o_weight"}, {w.post_norm, "post_norm"},
+                                {w.qkv, "qkv_weight"}, {v, "v_weight"}, {w.o, "o_weight"}, {w.post_norm, "post_norm"},
                                 {w.gate_up, "gate_up_weight"}, {w.down, "down_weight"}, {cos, "cos"}, {sin, "sin"},
                                 {key_cache, "key_cache"}, {value_cache, "value_cache"}, {out, "out"}}) {
     if (auto p = contract::dense_problem(t, kOp, name)) {
@@ -183,7 +205,7 @@ contract::Problem layout_problem(const Tensor& hidden, const Weights& w, const T
   }
   return contract::memory_problem(
       kOp, {{out, "out"}, {key_cache, "key_cache"}, {value_cache, "value_cache"}},
-      {{hidden, "hidden"}, {w.input_norm, "input_norm"}, {w.qkv, "qkv_weight"}, {w.o, "o_weight"},
+      {{hidden, "hidden"}, {w.input_norm, "input_norm"}, {w.qkv, "qkv_weight"}, {v, "v_weight"}, {w.o, "o_weight"},
        {w.post_norm, "post_norm"}, {w.gate_up, "gate_up_weight"}, {w.down, "down_weight"}, {cos, "cos"},
        {sin, "sin"}});
 }
@@ -193,7 +215,7 @@ contract::Problem layout_problem(const Tensor& hidden, const Weights& w, const T
 // bytes at a time).
 struct Scratch {
   std::vector<float> storage;
-  blocks::Activations qkv, o, gate_up, down;
+  blocks::Activations qkv, v, o, gate_up, down;
 
   float* carve(int64_t count, float*& next) {
     float* start = next;
@@ -205,14 +227,16 @@ struct Scratch {
 bool run(const Tensor& hidden_t, const Weights& w, const Formats& f, const Tensor& cos_t, const Tensor& sin_t,
          Tensor& key_cache, Tensor& value_cache, int64_t start, const std::optional<double>& scale, double eps,
          Tensor& out_t) {
-  const Shape s(hidden_t, key_cache, w.qkv, w.gate_up);
+  const Shape s(hidden_t, key_cache, w);
   const int64_t T = s.tokens(), M = s.model, I = s.hidden_mlp, D = s.head_dim;
   thread_local Scratch scratch;
   const int64_t buffers = 6, floats = 2 * T * M + T * s.qkv_width() + T * s.heads * D + 3 * T * I;
   scratch.storage.resize(static_cast<size_t>(floats + (buffers + 1) * 16));
   float* next = scratch.storage.data() + (64 - reinterpret_cast<uintptr_t>(scratch.storage.data()) % 64) % 64 / 4;
   float* normed = scratch.carve(T * M, next);     // rms_norm(hidden), then rms_norm(h)
-  float* qkv = scratch.carve(T * s.qkv_width(), next);
+  float* qkv = scratch.carve(T * s.qkv_width(), next);  // with v_weight: q and k's rows, then v's
+  const int64_t v_width = s.kv_heads * D, qk_width = s.qkv_width() - (w.v == nullptr ? 0 : v_width);
+  float* v = qkv + T * qk_width;
   float* attended = scratch.carve(T * s.heads * D, next);  // rotated q, then attention's output in its place
   float* projected = scratch.carve(T * M, next);  // o_proj's output, then down_proj's
   float* gate_up = scratch.carve(2 * T * I, next);
@@ -221,8 +245,14 @@ bool run(const Tensor& hidden_t, const Weights& w, const Formats& f, const Tenso
   const float* hidden = hidden_t.const_data_ptr<float>();
   float* out = out_t.mutable_data_ptr<float>();  // h, then h + down_proj(...)
   const int64_t threads = contract::thread_count();
-  const blocks::LinearTasks qkv_proj = blocks::plan_linear(*f.qkv, normed, T, M, w.qkv.const_data_ptr(),
-                                                           s.qkv_width(), qkv, scratch.qkv, threads);
+  const blocks::LinearTasks qkv_proj = blocks::plan_linear(*f.qkv, normed, T, M, w.qkv.const_data_ptr(), qk_width,
+                                                           qkv, scratch.qkv, threads);
+  // v's projection of its own, or none (no units: the steps it adds pass at once).
+  const blocks::FormatKernels& v_format = w.v == nullptr ? *f.qkv : *f.v;
+  const blocks::LinearTasks v_proj = blocks::plan_linear(v_format, normed, T, M, (w.v == nullptr ? w.qkv : *w.v)
+                                                         .const_data_ptr(), w.v == nullptr ? 0 : v_width, v, scratch.v,
+                                                         threads);
+  const int64_t v_groups = w.v == nullptr ? 0 : v_proj.token_groups(), v_tasks = w.v == nullptr ? 0 : v_proj.count;
   const blocks::LinearTasks o_proj = blocks::plan_linear(*f.o, attended, T, s.heads * D, w.o.const_data_ptr(), M,
                                                          projected, scratch.o, threads);
   const blocks::LinearTasks gate_up_proj = blocks::plan_linear(*f.gate_up, normed, T, M, w.gate_up.const_data_ptr(),
@@ -232,7 +262,7 @@ bool run(const Tensor& hidden_t, const Weights& w, const Formats& f, const Tenso
   const attention::QkvRows<float> rows{qkv, cos_t.const_data_ptr<float>(), sin_t.const_data_ptr<float>(),
                                        key_cache.mutable_data_ptr<float>(), value_cache.mutable_data_ptr<float>(),
                                        attended, s.batch, s.length, s.heads, s.kv_heads, D, s.positions, start,
-                                       cos_t.size(0)};
+                                       cos_t.size(0), w.v == nullptr ? nullptr : v};
   const attention::Geometry g{s.batch, s.length, s.heads, s.kv_heads, D, s.positions, start,
                               static_cast<float>(scale.value_or(1.0 / std::sqrt(static_cast<double>(D)))), threads};
   const attention::Tensors<float> heads{attended, rows.keys, rows.values, attended};
@@ -261,8 +291,8 @@ bool run(const Tensor& hidden_t, const Weights& w, const Formats& f, const Tenso
     }
   };
 
-  enum Step { kNorm, kQkv, kRotate, kAttend, kPrepareO, kO, kPostNorm, kGateUp, kSilu, kDown, kSteps };
-  const std::array<int64_t, kSteps> units{qkv_proj.token_groups(), qkv_proj.count, T, g.tasks(),
+  enum Step { kNorm, kPrepareV, kQkv, kRotate, kAttend, kPrepareO, kO, kPostNorm, kGateUp, kSilu, kDown, kSteps };
+  const std::array<int64_t, kSteps> units{qkv_proj.token_groups(), v_groups, qkv_proj.count + v_tasks, T, g.tasks(),
                                           o_proj.token_groups(), o_proj.count, gate_up_proj.token_groups(),
                                           gate_up_proj.count, down_proj.token_groups() * silu_chunks, down_proj.count};
   const auto step = [&](size_t which, int64_t unit) {
@@ -270,8 +300,15 @@ bool run(const Tensor& hidden_t, const Weights& w, const Formats& f, const Tenso
       case kNorm:
         normalize_rows(hidden, input_norm, qkv_proj, unit);
         break;
-      case kQkv:
-        qkv_proj.run(unit, unit + 1);
+      case kPrepareV:  // v's activation blocks, in its format's groups of tokens (the rows are normalized)
+        v_proj.prepare_group(unit, 0, M);
+        break;
+      case kQkv:  // q and k's tasks (or q, k and v's), then v's
+        if (unit < qkv_proj.count) {
+          qkv_proj.run(unit, unit + 1);
+        } else {
+          v_proj.run(unit - qkv_proj.count, unit - qkv_proj.count + 1);
+        }
         break;
       case kRotate:
         rows.rotate_and_write(unit);
@@ -309,12 +346,16 @@ bool run(const Tensor& hidden_t, const Weights& w, const Formats& f, const Tenso
         break;
     }
   };
-  const bool parallel = !(qkv_proj.serial() && o_proj.serial() && gate_up_proj.serial() && down_proj.serial());
+  const bool parallel = !(qkv_proj.serial() && (v_tasks == 0 || v_proj.serial()) && o_proj.serial() &&
+                          gate_up_proj.serial() && down_proj.serial());
   const bool ran = steps::run(units, step, parallel);
   // The path counters, as the ops this layer replaces count: every output by the code that computed it.
   norm::count_rows(norm_isa, 2 * T * M);
   for (const blocks::LinearTasks* p : {&qkv_proj, &o_proj, &gate_up_proj, &down_proj}) {
     p->count_outputs();
+  }
+  if (v_tasks > 0) {
+    v_proj.count_outputs();
   }
   // The rotations, as rope_sdpa_with_cache counts them.
   elementwise::count(elementwise::kBaselineElements, static_cast<uint64_t>(T * s.qkv_width()));
@@ -331,15 +372,19 @@ at::Tensor& decoder_layer_out_impl(const at::Tensor& hidden_in, const at::Tensor
                                    c10::string_view o_format, const at::Tensor& post_norm,
                                    const at::Tensor& gate_up_weight, c10::string_view gate_up_format,
                                    const at::Tensor& down_weight, c10::string_view down_format, double eps,
+                                   const std::optional<at::Tensor>& v_weight, std::optional<c10::string_view> v_format,
                                    at::Tensor& out) {
   // Strided inputs are read as the dense tensors an export would hold; the caches are written in place, so dense.
   const at::Tensor hidden = hidden_in.contiguous(), cos = cos_in.contiguous(), sin = sin_in.contiguous();
   const at::Tensor in_norm = input_norm.contiguous(), qkv = qkv_weight.contiguous(), o = o_weight.contiguous();
   const at::Tensor post = post_norm.contiguous(), gate_up = gate_up_weight.contiguous();
   const at::Tensor down = down_weight.contiguous();
-  const Weights w{in_norm, qkv, {qkv_format.data(), qkv_format.size()}, o, {o_format.data(), o_format.size()}, post,
-                  gate_up, {gate_up_format.data(), gate_up_format.size()}, down,
-                  {down_format.data(), down_format.size()}};
+  const at::Tensor v = v_weight.has_value() ? v_weight->contiguous() : at::Tensor();
+  const std::string_view v_name = v_format.has_value() ? std::string_view(v_format->data(), v_format->size()) : "";
+  const Weights w{in_norm, qkv, {qkv_format.data(), qkv_format.size()}, v_weight.has_value() ? &v : nullptr, v_name,
+                  o, {o_format.data(), o_format.size()}, post, gate_up, {gate_up_format.data(), gate_up_format.size()},
+                  down, {down_format.data(), down_format.size()}};
+  contract::require(v_pair_problem(v_weight.has_value(), v_format.has_value()));
   const Formats f(w);
   contract::require(arguments_problem(hidden, w, f, cos, sin, key_cache, value_cache, start_pos, scale, eps, out));
   contract::resize_output(out, hidden.sym_sizes(), kOp);
@@ -368,9 +413,15 @@ executorch::aten::Tensor& decoder_layer_out_impl(
     const executorch::aten::Tensor& down_weight,
     std::string_view down_format,
     double eps,
+    const std::optional<executorch::aten::Tensor>& v_weight,
+    std::optional<std::string_view> v_format,
     executorch::aten::Tensor& out) {
-  const Weights w{input_norm, qkv_weight, qkv_format, o_weight, o_format, post_norm, gate_up_weight, gate_up_format,
-                  down_weight, down_format};
+  const Weights w{input_norm, qkv_weight, qkv_format, v_weight.has_value() ? &*v_weight : nullptr,
+                  v_format.value_or(""), o_weight, o_format, post_norm, gate_up_weight, gate_up_format, down_weight,
+                  down_format};
+  if (!contract::require(ctx, v_pair_problem(v_weight.has_value(), v_format.has_value()))) {
+    return out;
+  }
   const Formats f(w);
   if (!contract::require(ctx, arguments_problem(hidden, w, f, cos, sin, key_cache, value_cache, start_pos, scale, eps,
                                                 out)) ||

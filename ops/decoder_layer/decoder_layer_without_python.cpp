@@ -17,6 +17,7 @@ at::Tensor& decoder_layer_out_impl(const at::Tensor& hidden, const at::Tensor& i
                                    c10::string_view o_format, const at::Tensor& post_norm,
                                    const at::Tensor& gate_up_weight, c10::string_view gate_up_format,
                                    const at::Tensor& down_weight, c10::string_view down_format, double eps,
+                                   const std::optional<at::Tensor>& v_weight, std::optional<c10::string_view> v_format,
                                    at::Tensor& out);
 
 namespace {
@@ -28,11 +29,12 @@ at::Tensor decoder_layer_cpu(const at::Tensor& hidden, const at::Tensor& input_n
                              std::optional<double> scale, const at::Tensor& o_weight, c10::string_view o_format,
                              const at::Tensor& post_norm, const at::Tensor& gate_up_weight,
                              c10::string_view gate_up_format, const at::Tensor& down_weight,
-                             c10::string_view down_format, double eps) {
+                             c10::string_view down_format, double eps, const std::optional<at::Tensor>& v_weight,
+                             std::optional<c10::string_view> v_format) {
   at::Tensor out = hidden.new_empty({0});
   return decoder_layer_out_impl(hidden, input_norm, qkv_weight, qkv_format, cos, sin, key_cache, value_cache,
                                 start_pos, scale, o_weight, o_format, post_norm, gate_up_weight, gate_up_format,
-                                down_weight, down_format, eps, out);
+                                down_weight, down_format, eps, v_weight, v_format, out);
 }
 
 } // namespace

@@ -46,15 +46,16 @@ inline contract::Problem positions_problem(const std::string& op, const Tensor& 
 
 template <typename T>
 struct QkvRows {
-  const T* qkv;  // [B, T, (H + 2 H_kv) D]: q heads, then k's, then v's
+  const T* qkv;  // [B, T, (H + 2 H_kv) D]: q heads, then k's, then v's; [B, T, (H + H_kv) D] when v has rows of its own
   const T* cos;  // [table_batches (1 or B), T, D]
   const T* sin;
   T* keys;       // [B, S, H_kv, D]
   T* values;
   T* queries;    // [B, T, H, D]
   int64_t batch, length, heads, kv_heads, head_dim, positions, start, table_batches;
+  const T* v = nullptr;  // [B, T, H_kv D]: v from a projection of its own (another format than q and k's), or none
 
-  int64_t width() const { return (heads + 2 * kv_heads) * head_dim; }
+  int64_t width() const { return (heads + (v == nullptr ? 2 : 1) * kv_heads) * head_dim; }
   int64_t rows() const { return batch * length; }
 
   // Row b * length + t: new position start + t of batch entry b.
@@ -69,7 +70,8 @@ struct QkvRows {
     for (int64_t h = 0; h < kv_heads; ++h) {
       rope::rotate_row<T>(in + (heads + h) * D, cos + table_row, sin + table_row, keys + cached + h * D, D);
     }
-    std::memcpy(values + cached, in + (heads + kv_heads) * D, sizeof(T) * kv_heads * D);
+    const T* v_row = v == nullptr ? in + (heads + kv_heads) * D : v + row * kv_heads * D;
+    std::memcpy(values + cached, v_row, sizeof(T) * kv_heads * D);
   }
 };
 
