@@ -100,6 +100,25 @@ def arguments_of_operator(name: str) -> Arguments | None:
     return None if schema is None else arguments_of(schema)
 
 
+def as_an_older_schema_passes(name: str, arguments: Arguments, values: int) -> Arguments:
+    """`arguments` without the optional ones (default None) just before the keyword-only ones that a call of `values`
+    values leaves out: a program exported before an op's schema gained them (my_ops::decoder_layer's v_weight and
+    v_format). For the project's own ops, whose kernels check their calls themselves
+    (kernel_helpers/checked_unboxing.h) and take such a program where they say so; else `arguments` as they are."""
+    schema = _schema(name)
+    missing = len(arguments) - values
+    if schema is None or missing <= 0:
+        return arguments
+    positional = [i for i, a in enumerate(schema.arguments) if not a.kwarg_only]
+    last = positional[-1] if positional else -1
+    left_out = range(last - missing + 1, last + 1)
+    if last + 1 - missing < 0 or not all(str(schema.arguments[i].type).startswith("Optional[")
+                                         and schema.arguments[i].has_default_value()
+                                         and schema.arguments[i].default_value is None for i in left_out):
+        return arguments
+    return tuple(a for i, a in enumerate(arguments) if i not in left_out)
+
+
 def call_problem(name: str, arguments: Arguments, kinds: tuple[str, ...]) -> str | None:
     """What is wrong with a kernel call of `name` passing values of `kinds`, or None. The runner words it the same
     (runner/kernel_calls.cpp)."""

@@ -275,6 +275,8 @@ def kernel_call_problem(spec: MethodSpec) -> str | None:
         name = spec.operators[op_index]
         runtime_op = name.split("::")[0] in argument_kinds.RUNTIME_NAMESPACES  # the runner's table, as the runner
         arguments = runtime_ops.get(name) if runtime_op else argument_kinds.arguments_of_operator(name)
+        if arguments is not None and not runtime_op:
+            arguments = argument_kinds.as_an_older_schema_passes(name, arguments, len(kinds))
         if arguments is not None and (problem := argument_kinds.call_problem(name, arguments, kinds)):
             return problem
     return None

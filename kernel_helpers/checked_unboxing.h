@@ -138,18 +138,47 @@ struct CheckedBoxedKernel {
   }
 };
 
+// CheckedBoxedKernel for an out variant whose schema gained `kAdded` optional arguments (default None) just before
+// `out`: a program exported before then passes that many values fewer, and runs as if it passed None for each. Every
+// other count is checked as CheckedBoxedKernel checks it. kAdded 0: CheckedBoxedKernel itself.
+template <class FunctionPointer, const char* kOpName, size_t kAdded>
+struct CheckedBoxedKernelOfAnOlderSchemaToo {
+  using Checked = CheckedBoxedKernel<FunctionPointer, kOpName>;
+  static constexpr size_t kValues = Checked::Arguments::count + 1;  // the arguments, out among them, and the result
+
+  static void call(KernelRuntimeContext& context, Span<EValue*> stack) {
+    static_assert(kAdded == 0 || kAdded + 2 <= kValues, "the added arguments come before out and the result");
+    if (kAdded == 0 || stack.size() + kAdded != kValues) {
+      Checked::call(context, stack);
+      return;
+    }
+    EValue none;
+    EValue* values[kValues];
+    const size_t before = kValues - kAdded - 2;  // the arguments before the added ones
+    for (size_t i = 0; i < kValues; ++i) {
+      values[i] = i < before ? stack[i] : i < before + kAdded ? &none : stack[i - kAdded];
+    }
+    Checked::call(context, Span<EValue*>(values, kValues));
+  }
+};
+
 } // namespace checked_unboxing
 } // namespace custom_ops
 
 // EXECUTORCH_LIBRARY(ns, "op.out", kernel) with checked unboxing: registers `kernel` as ns::op.out when the library
 // loads, no custom_ops.yaml entry and no codegen (so no selective build of it: linking its source registers it).
-#define EXECUTORCH_LIBRARY_CHECKED(ns, op_name, func) CUSTOM_OPS_LIBRARY_CHECKED_IMPL(ns, op_name, func, __LINE__)
-#define CUSTOM_OPS_LIBRARY_CHECKED_IMPL(ns, op_name, func, uid) CUSTOM_OPS_LIBRARY_CHECKED_IMPL2(ns, op_name, func, uid)
-#define CUSTOM_OPS_LIBRARY_CHECKED_IMPL2(ns, op_name, func, uid)                                                      \
+#define EXECUTORCH_LIBRARY_CHECKED(ns, op_name, func) EXECUTORCH_LIBRARY_CHECKED_ADDED(ns, op_name, func, 0)
+// The same for an out variant that gained `added` optional arguments just before `out`: programs of the older schema
+// keep running (CheckedBoxedKernelOfAnOlderSchemaToo).
+#define EXECUTORCH_LIBRARY_CHECKED_ADDED(ns, op_name, func, added) \
+  CUSTOM_OPS_LIBRARY_CHECKED_IMPL(ns, op_name, func, added, __LINE__)
+#define CUSTOM_OPS_LIBRARY_CHECKED_IMPL(ns, op_name, func, added, uid) \
+  CUSTOM_OPS_LIBRARY_CHECKED_IMPL2(ns, op_name, func, added, uid)
+#define CUSTOM_OPS_LIBRARY_CHECKED_IMPL2(ns, op_name, func, added, uid)                                              \
   static constexpr const char custom_ops_op_name_##uid[] = #ns "::" op_name;                                           \
   static constexpr const char custom_ops_event_name_##uid[] = "native_call_" op_name;                                  \
   static const auto custom_ops_registration_##uid = ::executorch::runtime::register_kernel(                           \
       ::executorch::runtime::Kernel(custom_ops_op_name_##uid,                                                          \
-                                    ::custom_ops::checked_unboxing::CheckedBoxedKernel<                                \
+                                    ::custom_ops::checked_unboxing::CheckedBoxedKernelOfAnOlderSchemaToo<              \
                                         EXECUTORCH_FN_TYPE(func, custom_ops_event_name_##uid),                         \
-                                        custom_ops_op_name_##uid>::call))
+                                        custom_ops_op_name_##uid, added>::call))

@@ -367,6 +367,38 @@ def test_the_decoder_layer_gives_the_bits_of_the_ops_it_replaces_in_one_hand_off
     assert result["layer_work_ns"] > 0
 
 
+def test_a_layer_exported_before_v_could_be_apart_still_runs(load_method, combined_build, tmp_path):
+    # A program of the schema without v_weight and v_format (its call passes two values fewer) runs as if it passed
+    # None for both, in the runner and the Python runtime; a call one value shorter still is refused in one line.
+    from pte_surgery import edit_plan
+    from helpers import run_runner
+    from test_untrusted_programs import assert_one_error_line
+
+    steps = DecoderLayerNearMiss.steps()
+    layer = DecoderLayerNearMiss(True, ("F32", "F16", "BF16", "F32"))
+    pte = export_to_pte(layer, steps[0], tmp_path / "layer.pte")
+
+    def drop(count):
+        def edit(plan):
+            names = [f"{o.name}.{o.overload}" for o in plan.operators]
+            (call,) = [i.instr_args for chain in plan.chains for i in chain.instructions
+                       if type(i.instr_args).__name__ == "KernelCall"
+                       and names[i.instr_args.op_index] == "my_ops::decoder_layer.out"]
+            assert [type(plan.values[v].val).__name__ for v in call.args[18:20]] == ["Null", "Null"]
+            del call.args[20 - count:20]
+        return edit
+
+    older = edit_plan(pte, str(tmp_path / "older.pte"), drop(2))
+    expected = run_twice(load_method, pte, list(steps[0]))
+    assert bit_difference(run_twice(load_method, older, list(steps[0])), expected) is None
+    runs = [run_runner(combined_build.runner, f"--model_path={path}", f"--outputs={path}.out") for path in (pte, older)]
+    assert [proc.returncode for proc in runs] == [0, 0], runs[1].stderr
+    assert open(f"{pte}.out", "rb").read() == open(f"{older}.out", "rb").read()
+    shorter = edit_plan(pte, str(tmp_path / "shorter.pte"), drop(3))
+    assert_one_error_line(run_runner(combined_build.runner, f"--model_path={shorter}"),
+                          "my_ops::decoder_layer.out: the program passes 19 values, the kernel takes 21 arguments")
+
+
 BAD_LAYER_ARGUMENTS = """
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode

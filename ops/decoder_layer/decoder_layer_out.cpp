@@ -439,5 +439,6 @@ executorch::aten::Tensor& decoder_layer_out_impl(
 } // namespace custom
 
 #ifndef USE_ATEN_LIB
-EXECUTORCH_LIBRARY_CHECKED(my_ops, "decoder_layer.out", custom::native::decoder_layer_out_impl);
+// v_weight and v_format came later: a program exported before them runs with neither.
+EXECUTORCH_LIBRARY_CHECKED_ADDED(my_ops, "decoder_layer.out", custom::native::decoder_layer_out_impl, 2);
 #endif
