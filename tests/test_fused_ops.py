@@ -370,8 +370,9 @@ def test_the_decoder_layer_gives_the_bits_of_the_ops_it_replaces_in_one_hand_off
 def test_a_layer_exported_before_v_could_be_apart_still_runs(load_method, combined_build, tmp_path):
     # A program of the schema without v_weight and v_format (its call passes two values fewer) runs as if it passed
     # None for both, in the runner and the Python runtime; a call one value shorter still is refused in one line.
-    from pte_surgery import edit_plan
+    from flow import program
     from helpers import run_runner
+    from pte_surgery import edit_plan
     from test_untrusted_programs import assert_one_error_line
 
     steps = DecoderLayerNearMiss.steps()
@@ -397,6 +398,8 @@ def test_a_layer_exported_before_v_could_be_apart_still_runs(load_method, combin
     shorter = edit_plan(pte, str(tmp_path / "shorter.pte"), drop(3))
     assert_one_error_line(run_runner(combined_build.runner, f"--model_path={shorter}"),
                           "my_ops::decoder_layer.out: the program passes 19 values, the kernel takes 21 arguments")
+    with pytest.raises(program.ProgramError, match="^my_ops::decoder_layer.out is called with 19 values"):
+        program.check(shorter)
 
 
 BAD_LAYER_ARGUMENTS = """
