@@ -79,6 +79,9 @@ def _check(op: str, hidden, input_norm, qkv_weight, qkv_format, cos, sin, key_ca
            o_weight, o_format, post_norm, gate_up_weight, gate_up_format, down_weight, down_format, eps,
            v_weight=None, v_format=None, out=None) -> None:
     """The runtime kernel's checks, in its order (decoder_layer_out.cpp), so both refuse alike."""
+    alone = "v_weight is given without v_format" if v_format is None else "v_format is given without v_weight"
+    torch._check((v_weight is None) == (v_format is None),
+                 lambda: f"{op}: {alone}; give both (v's projection in a format of its own) or neither")
     for name, t in (("hidden", hidden), ("input_norm", input_norm), ("post_norm", post_norm), ("cos", cos),
                     ("sin", sin), ("key_cache", key_cache), ("value_cache", value_cache), ("out", out)):
         torch._check(t is None or t.dtype in DTYPES,
@@ -99,9 +102,6 @@ def _check(op: str, hidden, input_norm, qkv_weight, qkv_format, cos, sin, key_ca
     torch._check(head_dim > 0 and head_dim % 2 == 0 and kv_heads > 0,
                  lambda: f"{op}: key_cache {list(key_cache.shape)} must have kv heads and an even head_dim (the rotary "
                          "embedding rotates its halves)")
-    alone = "v_weight is given without v_format" if v_format is None else "v_format is given without v_weight"
-    torch._check((v_weight is None) == (v_format is None),
-                 lambda: f"{op}: {alone}; give both (v's projection in a format of its own) or neither")
     _check_projection(op, qkv_weight, qkv_format, "qkv_weight", model, None, "hidden's features")
     parts = 2 if v_weight is None else 1  # k and v's share of qkv_weight's rows, in kv heads
     qkv_outputs = qkv_weight.shape[0]
