@@ -247,12 +247,9 @@ bool run(const Tensor& hidden_t, const Weights& w, const Formats& f, const Tenso
   const int64_t threads = contract::thread_count();
   const blocks::LinearTasks qkv_proj = blocks::plan_linear(*f.qkv, normed, T, M, w.qkv.const_data_ptr(), qk_width,
                                                            qkv, scratch.qkv, threads);
-  // v's projection of its own, or none (no units: the steps it adds pass at once).
-  const blocks::FormatKernels& v_format = w.v == nullptr ? *f.qkv : *f.v;
-  const blocks::LinearTasks v_proj = blocks::plan_linear(v_format, normed, T, M, (w.v == nullptr ? w.qkv : *w.v)
-                                                         .const_data_ptr(), w.v == nullptr ? 0 : v_width, v, scratch.v,
-                                                         threads);
-  const int64_t v_groups = w.v == nullptr ? 0 : v_proj.token_groups(), v_tasks = w.v == nullptr ? 0 : v_proj.count;
+  // v's projection of its own, or none: no tasks nor token groups, so the steps it adds pass at once.
+  const blocks::LinearTasks v_proj = w.v == nullptr ? blocks::LinearTasks{} : blocks::plan_linear(
+      *f.v, normed, T, M, w.v->const_data_ptr(), v_width, v, scratch.v, threads);
   const blocks::LinearTasks o_proj = blocks::plan_linear(*f.o, attended, T, s.heads * D, w.o.const_data_ptr(), M,
                                                          projected, scratch.o, threads);
   const blocks::LinearTasks gate_up_proj = blocks::plan_linear(*f.gate_up, normed, T, M, w.gate_up.const_data_ptr(),
@@ -292,9 +289,10 @@ bool run(const Tensor& hidden_t, const Weights& w, const Formats& f, const Tenso
   };
 
   enum Step { kNorm, kPrepareV, kQkv, kRotate, kAttend, kPrepareO, kO, kPostNorm, kGateUp, kSilu, kDown, kSteps };
-  const std::array<int64_t, kSteps> units{qkv_proj.token_groups(), v_groups, qkv_proj.count + v_tasks, T, g.tasks(),
-                                          o_proj.token_groups(), o_proj.count, gate_up_proj.token_groups(),
-                                          gate_up_proj.count, down_proj.token_groups() * silu_chunks, down_proj.count};
+  const std::array<int64_t, kSteps> units{qkv_proj.token_groups(), v_proj.token_groups(),
+                                          qkv_proj.count + v_proj.count, T, g.tasks(), o_proj.token_groups(),
+                                          o_proj.count, gate_up_proj.token_groups(), gate_up_proj.count,
+                                          down_proj.token_groups() * silu_chunks, down_proj.count};
   const auto step = [&](size_t which, int64_t unit) {
     switch (which) {
       case kNorm:
@@ -346,16 +344,13 @@ bool run(const Tensor& hidden_t, const Weights& w, const Formats& f, const Tenso
         break;
     }
   };
-  const bool parallel = !(qkv_proj.serial() && (v_tasks == 0 || v_proj.serial()) && o_proj.serial() &&
-                          gate_up_proj.serial() && down_proj.serial());
+  const bool parallel = !(qkv_proj.serial() && v_proj.serial() && o_proj.serial() && gate_up_proj.serial() &&
+                          down_proj.serial());
   const bool ran = steps::run(units, step, parallel);
   // The path counters, as the ops this layer replaces count: every output by the code that computed it.
   norm::count_rows(norm_isa, 2 * T * M);
-  for (const blocks::LinearTasks* p : {&qkv_proj, &o_proj, &gate_up_proj, &down_proj}) {
-    p->count_outputs();
-  }
-  if (v_tasks > 0) {
-    v_proj.count_outputs();
+  for (const blocks::LinearTasks* p : {&qkv_proj, &v_proj, &o_proj, &gate_up_proj, &down_proj}) {
+    p->count_outputs();  // none for an absent v
   }
   // The rotations, as rope_sdpa_with_cache counts them.
   elementwise::count(elementwise::kBaselineElements, static_cast<uint64_t>(T * s.qkv_width()));
