@@ -250,36 +250,46 @@ MIXED = {"attn_q": "Q4_K", "attn_k": "Q5_K", "attn_v": "Q6_K", "attn_output": "F
          "ffn_up": "Q2_K", "ffn_down": "Q5_0", "token_embd": "BF16"}
 
 
-def test_a_file_of_many_formats_runs_each_tensor_in_its_own_and_decodes_like_its_eager_reference(gguf_module, tmp_path,
-                                                                                                combined_build):
+def exported_in_formats_and_decoded_like_eager(gguf_module, kinds: dict, path, combined_build):
+    """mixed_llama() written to `path` with each tensor kind in the format `kinds` gives it (llama-quantize's names:
+    attn_q, ffn_down, ...), its file's tensors attached, exported with quantize="gguf" and written beside the file; the
+    program decodes the eager model's tokens and logits. (names written, attached, the swapped model, program, .pte)."""
     import copy
 
     from models.hf_checkpoints import reference_decode
     from models.decoding import decode_runtime
     from flow.runtime import load_kernel_library
     from my_ops.hf import export_program
-    from my_ops.hf.quantize import formats_in
 
     model = mixed_llama()
-    names = write_model_gguf(model, tmp_path / "mixed.gguf", overrides={
-        name: kind for name in gguf_names(model) for part, kind in MIXED.items() if f"{part}." in name})
-    attached = gguf_module.attach_blocks(model, str(tmp_path / "mixed.gguf"))
-    assert set(attached.values()) == set(MIXED.values()) and len(attached) == len(names) - 5  # the 5 norms stay F32
+    names = write_model_gguf(model, path, overrides={
+        name: kind for name in gguf_names(model) for part, kind in kinds.items() if f"{part}." in name})
+    attached = gguf_module.attach_blocks(model, str(path))
     reference = reference_decode(copy.deepcopy(model), "gguf", 32, [1, 5, 9], 6)
     swapped = copy.deepcopy(model)
     program = export_program(swapped, max_seq_len=32, quantize="gguf")
-    # each tensor in its format: q/k/v in three (a part each), gate/up in two, the tied table once in BF16
-    assert formats_in(swapped) == {"Q4_K": 2, "Q5_K": 2, "Q6_K": 2, "F16": 2, "Q3_K": 2, "Q2_K": 2, "Q5_0": 2,
-                                   "BF16": 2}
-    pte = tmp_path / "mixed.pte"
+    pte = path.with_suffix(".pte")
     with open(pte, "wb") as f:
         program.write_to_file(f)
-    file_bytes = sum(t.n_bytes for t in file_tensors(tmp_path / "mixed.gguf").values())
-    assert abs(os.path.getsize(pte) / file_bytes - 1) < 0.05, (os.path.getsize(pte), file_bytes)
     load_kernel_library(combined_build.kernel_lib)
     decoded = decode_runtime(str(pte), [1, 5, 9], 6, generations=2)
     assert decoded.tokens == reference.tokens
     torch.testing.assert_close(decoded.logits, reference.logits, atol=1e-3, rtol=0)
+    return names, attached, swapped, program, pte
+
+
+def test_a_file_of_many_formats_runs_each_tensor_in_its_own_and_decodes_like_its_eager_reference(gguf_module, tmp_path,
+                                                                                                combined_build):
+    from my_ops.hf.quantize import formats_in
+
+    names, attached, swapped, _, pte = exported_in_formats_and_decoded_like_eager(
+        gguf_module, MIXED, tmp_path / "mixed.gguf", combined_build)
+    assert set(attached.values()) == set(MIXED.values()) and len(attached) == len(names) - 5  # the 5 norms stay F32
+    # each tensor in its format: q/k/v in three (a part each), gate/up in two, the tied table once in BF16
+    assert formats_in(swapped) == {"Q4_K": 2, "Q5_K": 2, "Q6_K": 2, "F16": 2, "Q3_K": 2, "Q2_K": 2, "Q5_0": 2,
+                                   "BF16": 2}
+    file_bytes = sum(t.n_bytes for t in file_tensors(tmp_path / "mixed.gguf").values())
+    assert abs(os.path.getsize(pte) / file_bytes - 1) < 0.05, (os.path.getsize(pte), file_bytes)
 
 
 # llama-quantize's Q4_K_M and Q5_K_M: q and k in one format, v in another (half the layers of a Llama 3 file).
@@ -291,34 +301,16 @@ def test_a_layer_with_v_in_more_bits_is_one_fused_layer_and_decodes_like_its_eag
                                                                                             combined_build):
     # q and k joined into one projection, v beside it in its own format: the export pass still puts the whole layer
     # into my_ops::decoder_layer (v_weight, v_format), and the program decodes the eager model's tokens.
-    import copy
-
-    from models.hf_checkpoints import reference_decode
-    from models.decoding import decode_runtime
-    from flow.runtime import load_kernel_library
-    from my_ops.hf import export_program
     from my_ops.hf.quantize import formats_in
 
-    model = mixed_llama()
-    write_model_gguf(model, tmp_path / "q4_k_m.gguf", overrides={
-        name: kind for name in gguf_names(model) for part, kind in Q4_K_M_LAYER.items() if f"{part}." in name})
-    gguf_module.attach_blocks(model, str(tmp_path / "q4_k_m.gguf"))
-    reference = reference_decode(copy.deepcopy(model), "gguf", 32, [1, 5, 9], 6)
-    swapped = copy.deepcopy(model)
-    program = export_program(swapped, max_seq_len=32, quantize="gguf")
+    _, _, swapped, program, _ = exported_in_formats_and_decoded_like_eager(
+        gguf_module, Q4_K_M_LAYER, tmp_path / "q4_k_m.gguf", combined_build)
     # per layer: q|k, o, gate|up in Q4_K; v and down in Q6_K; the tied table (embedding and output projection)
     assert formats_in(swapped) == {"Q4_K": 6, "Q6_K": 6}
     calls = [str(n.target) for n in program.exported_program().graph.nodes if n.op == "call_function"]
     layers = [n for n in program.exported_program().graph.nodes if "decoder_layer" in str(n.target)]
     assert len(layers) == 2 and all(len(n.args) == 20 and n.args[19] == "Q6_K" for n in layers), calls
     assert sum("linear_blocks" in c for c in calls) == 1  # the output projection alone
-    pte = tmp_path / "q4_k_m.pte"
-    with open(pte, "wb") as f:
-        program.write_to_file(f)
-    load_kernel_library(combined_build.kernel_lib)
-    decoded = decode_runtime(str(pte), [1, 5, 9], 6, generations=2)
-    assert decoded.tokens == reference.tokens
-    torch.testing.assert_close(decoded.logits, reference.logits, atol=1e-3, rtol=0)
 
 
 def test_a_model_built_without_weights_takes_the_files_tensors_and_exports_the_same_program(gguf_module, tmp_path):
