@@ -8,6 +8,7 @@ of NORMS (docs/hf.md).
 
 from __future__ import annotations
 
+import itertools
 from typing import Callable
 
 import torch
@@ -106,15 +107,9 @@ def _join_neighbours_of_one_format(parts: list) -> list:
     layout allows it (my_ops.hf.disk_weights.join_rows), each run in one join."""
     from .disk_weights import join_rows
 
-    runs = []
-    for part in parts:
-        if runs and runs[-1][-1][0][1] == part[0][1]:
-            runs[-1].append(part)
-        else:
-            runs.append([part])
     joined = []
-    for run in runs:
-        fmt = run[0][0][1]
+    for fmt, run in itertools.groupby(parts, key=lambda part: part[0][1]):
+        run = list(run)
         together = join_rows([weight for (weight, _), _ in run], fmt) if len(run) > 1 else None
         if together is None:
             joined += run
