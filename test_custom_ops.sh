@@ -41,6 +41,9 @@
 #                                             bench real: SmolLM2-135M vs optimum-executorch and llama.cpp
 #                                             (--llama_cpp_only: llama.cpp alone, no peer environment), and
 #                                             bench presets: the GGUF presets vs llama.cpp at 1 and all threads
+#                                             bench scale: GGUF files of 135M to 8B parameters (the 1B and 8B
+#                                             shapes made once into ~/.cache/my_ops/scale) exported and decoded
+#                                             beside llama.cpp: time, memory, read bound, KL divergence
 #                                             (real, presets, scale: --isa avx2 runs both sides' AVX2 code)
 #                                             bench aoti: the decoder in ExecuTorch vs AOTInductor (speed, memory,
 #                                             size, start)
