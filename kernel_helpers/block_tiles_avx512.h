@@ -84,14 +84,6 @@ constexpr int max_tokens() {
   return F::kSubScales ? 4 : 8;
 }
 
-// Independent partial sums per token's sub-block dot. One chain of kQuads dependent vpdpbusd waits on its latency
-// (~4 cycles each on Zen 4) whatever the memory does; T tokens are T chains in flight, so at decode (T = 1) the dot is
-// split over four, a quad to each in turn. Wrapping 32-bit addition is associative: the same integers, the same bits.
-template <class F, int T>
-constexpr int dot_chains() {
-  return std::min(F::kSub / 4, T == 1 ? 4 : T == 2 ? 2 : 1);
-}
-
 // The integer sums of one group and block against T tokens from t0: per token, the rows' sub-block dots (one row per
 // int32 lane, started from -offset * the sum of x so unsigned codes go into vpdpbusd) times their sub-scales, and the
 // sub-mins times the sub-blocks' sums of x.
@@ -100,7 +92,6 @@ CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_INLINE void block_sums_avx512(const Task& task
                                                                 __mmask16 lanes, const Words* words, int64_t b,
                                                                 int64_t t0, __m512i* dots, __m512i* mins) {
   constexpr int kPieces = F::kWeights / kBlock, kChunks = chunks<F>(), kQuads = F::kSub / 4;
-  constexpr int kChains = dot_chains<F, T>();
   const Activations& a = *task.a;
   CUSTOM_OPS_UNROLL
   for (int t = 0; t < T; ++t) {
@@ -122,33 +113,23 @@ CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_INLINE void block_sums_avx512(const Task& task
       if constexpr (F::kSubScales) {
         F::sub(words, s, sub_scale, sub_min);
       }
-      __m512i chain[T][kChains], dot[T];
+      __m512i dot[T];
       CUSTOM_OPS_UNROLL
       for (int t = 0; t < T; ++t) {
-        chain[t][0] = _mm512_set1_epi32(-F::kOffset * a.sum(t0 + t, first, F::kSub));
-        CUSTOM_OPS_UNROLL
-        for (int c = 1; c < kChains; ++c) {
-          chain[t][c] = _mm512_setzero_si512();
-        }
+        dot[t] = _mm512_set1_epi32(-F::kOffset * a.sum(t0 + t, first, F::kSub));
       }
       CUSTOM_OPS_UNROLL
-      for (int q = 0; q < kQuads; ++q) {
+      for (int q = h * kQuads; q < (h + 1) * kQuads; ++q) {
         Words code;
-        quad_codes<F>(chunk, h * kQuads + q, code);
+        quad_codes<F>(chunk, q, code);
         const __m512i codes = reinterpret_cast<__m512i>(code);
         CUSTOM_OPS_UNROLL
         for (int t = 0; t < T; ++t) {
-          __m512i& c = chain[t][q % kChains];
-          c = _mm512_dpbusd_epi32(c, codes, four(a, t0 + t, first + 4 * q));
+          dot[t] = _mm512_dpbusd_epi32(dot[t], codes, four(a, t0 + t, first + 4 * (q - h * kQuads)));
         }
       }
       CUSTOM_OPS_UNROLL
       for (int t = 0; t < T; ++t) {
-        dot[t] = chain[t][0];
-        CUSTOM_OPS_UNROLL
-        for (int c = 1; c < kChains; ++c) {
-          dot[t] = _mm512_add_epi32(dot[t], chain[t][c]);
-        }
         if constexpr (F::kSubScales) {
           dots[t] = _mm512_add_epi32(dots[t], _mm512_mullo_epi32(dot[t], reinterpret_cast<__m512i>(sub_scale)));
           if constexpr (F::kHasMin) {
