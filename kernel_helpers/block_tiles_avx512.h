@@ -84,14 +84,28 @@ constexpr int max_tokens() {
   return F::kSubScales ? 4 : 8;
 }
 
+// A block's record follows its codes in memory. Read before them (its sub-scales weigh each sub-block's dot), it sends
+// the read back 2 KiB once a block: one Zen 4 thread streamed K-quant weights from memory at 61-65% of what a plain sum
+// of the same memory reads, 67-80% codes first.
+// So the record is read after the codes: formats without sub-scales need it only then, and at one token a format's
+// sub-block dots (at most 16 registers) wait for it. Prefill keeps the record first: its T tokens' dots would not fit
+// in the registers, and it is bound by arithmetic, not the stream.
+template <class F, int T>
+constexpr bool record_after_codes() {
+  return !F::kSubScales || T == 1;
+}
+
 // The integer sums of one group and block against T tokens from t0: per token, the rows' sub-block dots (one row per
 // int32 lane, started from -offset * the sum of x so unsigned codes go into vpdpbusd) times their sub-scales, and the
-// sub-mins times the sub-blocks' sums of x.
+// sub-mins times the sub-blocks' sums of x. With sub-scales read after the codes (record_after_codes), the raw dots
+// go to sub_dots instead and scale_sub_dots_avx512 finishes them.
 template <class F, int T, bool kFull>
 CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_INLINE void block_sums_avx512(const Task& task, const uint8_t* block, int64_t R,
                                                                 __mmask16 lanes, const Words* words, int64_t b,
-                                                                int64_t t0, __m512i* dots, __m512i* mins) {
+                                                                int64_t t0, __m512i* dots, __m512i* mins,
+                                                                __m512i* sub_dots) {
   constexpr int kPieces = F::kWeights / kBlock, kChunks = chunks<F>(), kQuads = F::kSub / 4;
+  constexpr bool kDeferred = F::kSubScales && record_after_codes<F, T>();
   const Activations& a = *task.a;
   CUSTOM_OPS_UNROLL
   for (int t = 0; t < T; ++t) {
@@ -110,7 +124,7 @@ CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_INLINE void block_sums_avx512(const Task& task
       const int s = i * (kBlock / F::kSub) + h;
       const int64_t first = b * F::kWeights + s * F::kSub;  // the sub-block's first input
       Words sub_scale = reinterpret_cast<Words>(_mm512_set1_epi32(1)), sub_min = sub_scale;
-      if constexpr (F::kSubScales) {
+      if constexpr (F::kSubScales && !kDeferred) {
         F::sub(words, s, sub_scale, sub_min);
       }
       __m512i dot[T];
@@ -130,7 +144,9 @@ CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_INLINE void block_sums_avx512(const Task& task
       }
       CUSTOM_OPS_UNROLL
       for (int t = 0; t < T; ++t) {
-        if constexpr (F::kSubScales) {
+        if constexpr (kDeferred) {
+          sub_dots[s] = dot[t];
+        } else if constexpr (F::kSubScales) {
           dots[t] = _mm512_add_epi32(dots[t], _mm512_mullo_epi32(dot[t], reinterpret_cast<__m512i>(sub_scale)));
           if constexpr (F::kHasMin) {
             mins[t] = _mm512_add_epi32(mins[t], _mm512_mullo_epi32(reinterpret_cast<__m512i>(sub_min),
@@ -140,6 +156,26 @@ CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_INLINE void block_sums_avx512(const Task& task
           dots[t] = _mm512_add_epi32(dots[t], dot[t]);
         }
       }
+    }
+  }
+}
+
+// One token's block sums from its raw sub-block dots, once the record's sub-scales are read: the same products added
+// in the same order as block_sums_avx512 adds them.
+template <class F>
+CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_INLINE void scale_sub_dots_avx512(const Activations& a, const Words* words,
+                                                                    const __m512i* sub_dots, int64_t b, int64_t t,
+                                                                    __m512i& dots, __m512i& mins) {
+  dots = mins = _mm512_setzero_si512();
+  CUSTOM_OPS_UNROLL
+  for (int s = 0; s < F::kWeights / F::kSub; ++s) {
+    Words sub_scale, sub_min;
+    F::sub(words, s, sub_scale, sub_min);
+    dots = _mm512_add_epi32(dots, _mm512_mullo_epi32(sub_dots[s], reinterpret_cast<__m512i>(sub_scale)));
+    if constexpr (F::kHasMin) {
+      mins = _mm512_add_epi32(mins, _mm512_mullo_epi32(reinterpret_cast<__m512i>(sub_min),
+                                                       _mm512_set1_epi32(a.sum(t, b * F::kWeights + s * F::kSub,
+                                                                               F::kSub))));
     }
   }
 }
@@ -161,11 +197,21 @@ CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_INLINE void group_avx512(const Task& task, con
     const uint8_t* block = w.block(g, b);
     Words words[std::max(1, fields_of_size<F>(4))];
     Reals halves[std::max(1, fields_of_size<F>(2))];
-    group_record<F, kFull>(block + R * quant_bytes<F>(), R, lanes, words, halves);
+    const uint8_t* record = block + R * quant_bytes<F>();
+    constexpr bool kAfter = record_after_codes<F, T>();
+    if constexpr (!kAfter) {
+      group_record<F, kFull>(record, R, lanes, words, halves);
+    }
+    __m512i dots[T], mins[T], sub_dots[F::kSubScales && kAfter ? F::kWeights / F::kSub : 1];
+    block_sums_avx512<F, T, kFull>(task, block, R, lanes, words, b, t0, dots, mins, sub_dots);
+    if constexpr (kAfter) {
+      group_record<F, kFull>(record, R, lanes, words, halves);
+      if constexpr (F::kSubScales) {
+        scale_sub_dots_avx512<F>(a, words, sub_dots, b, t0, dots[0], mins[0]);
+      }
+    }
     Reals scale, min = Reals{};
     F::block(halves, scale, min);
-    __m512i dots[T], mins[T];
-    block_sums_avx512<F, T, kFull>(task, block, R, lanes, words, b, t0, dots, mins);
     CUSTOM_OPS_UNROLL
     for (int t = 0; t < T; ++t) {
       const float dx = a.scale(t0 + t, b);
