@@ -95,6 +95,19 @@ constexpr bool record_after_codes() {
   return !F::kSubScales || T == 1;
 }
 
+// One sub-block's share of token t's block sums: its dot times the rows' sub-scales, and the sub-mins times the
+// sub-block's sum of x (from input `first`).
+template <class F>
+CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_INLINE void add_sub_block(const Activations& a, __m512i dot, Words sub_scale,
+                                                            Words sub_min, int64_t t, int64_t first, __m512i& dots,
+                                                            __m512i& mins) {
+  dots = _mm512_add_epi32(dots, _mm512_mullo_epi32(dot, reinterpret_cast<__m512i>(sub_scale)));
+  if constexpr (F::kHasMin) {
+    mins = _mm512_add_epi32(mins, _mm512_mullo_epi32(reinterpret_cast<__m512i>(sub_min),
+                                                     _mm512_set1_epi32(a.sum(t, first, F::kSub))));
+  }
+}
+
 // The integer sums of one group and block against T tokens from t0: per token, the rows' sub-block dots (one row per
 // int32 lane, started from -offset * the sum of x so unsigned codes go into vpdpbusd) times their sub-scales, and the
 // sub-mins times the sub-blocks' sums of x. With sub-scales read after the codes (record_after_codes), the raw dots
@@ -147,11 +160,7 @@ CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_INLINE void block_sums_avx512(const Task& task
         if constexpr (kDeferred) {
           sub_dots[s] = dot[t];
         } else if constexpr (F::kSubScales) {
-          dots[t] = _mm512_add_epi32(dots[t], _mm512_mullo_epi32(dot[t], reinterpret_cast<__m512i>(sub_scale)));
-          if constexpr (F::kHasMin) {
-            mins[t] = _mm512_add_epi32(mins[t], _mm512_mullo_epi32(reinterpret_cast<__m512i>(sub_min),
-                                                                   _mm512_set1_epi32(a.sum(t0 + t, first, F::kSub))));
-          }
+          add_sub_block<F>(a, dot[t], sub_scale, sub_min, t0 + t, first, dots[t], mins[t]);
         } else {
           dots[t] = _mm512_add_epi32(dots[t], dot[t]);
         }
@@ -171,12 +180,7 @@ CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_INLINE void scale_sub_dots_avx512(const Activa
   for (int s = 0; s < F::kWeights / F::kSub; ++s) {
     Words sub_scale, sub_min;
     F::sub(words, s, sub_scale, sub_min);
-    dots = _mm512_add_epi32(dots, _mm512_mullo_epi32(sub_dots[s], reinterpret_cast<__m512i>(sub_scale)));
-    if constexpr (F::kHasMin) {
-      mins = _mm512_add_epi32(mins, _mm512_mullo_epi32(reinterpret_cast<__m512i>(sub_min),
-                                                       _mm512_set1_epi32(a.sum(t, b * F::kWeights + s * F::kSub,
-                                                                               F::kSub))));
-    }
+    add_sub_block<F>(a, sub_dots[s], sub_scale, sub_min, t, b * F::kWeights + s * F::kSub, dots, mins);
   }
 }
 
