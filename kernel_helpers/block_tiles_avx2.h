@@ -142,13 +142,16 @@ constexpr int quads_in_16_bits() {
 // the sub-block dots times their sub-scales, and the sub-mins times the sub-blocks' sums of x). A sub-scale multiplies
 // the 16-bit pairs inside vpmaddwd (the row's scale in both halves of its lane), so a token's sub-block dot needs no
 // register of its own; a format with an offset subtracts scale * offset * sum(x) once per sub-block. The integers are
-// the same, added in another order (exact: wrapping 32-bit addition is associative).
+// the same, added in another order (exact: wrapping 32-bit addition is associative, and multiplication distributes
+// over it). With sub-scales read after the codes (record_after_codes), vpmaddwd multiplies by ones, each sub-block's
+// raw dot goes to sub_dots, and scale_sub_dots_avx2 finishes them.
 template <class F, int T, bool kFull>
 CUSTOM_OPS_AVX2 CUSTOM_OPS_INLINE void half_block_sums(const Task& task, const uint8_t* block, int64_t R,
                                                        const HalfLanes& lanes, const Words8* words, int64_t b,
-                                                       int64_t t0, __m256i* dots, __m256i* mins) {
+                                                       int64_t t0, __m256i* dots, __m256i* mins, __m256i* sub_dots) {
   constexpr int kPieces = F::kWeights / kBlock, kChunks = chunks<F>(), kQuads = F::kSub / 4;
   constexpr int kIn16 = quads_in_16_bits<F>();
+  constexpr bool kDeferred = F::kSubScales && record_after_codes<F, T>();
   const Activations& a = *task.a;
   CUSTOM_OPS_UNROLL
   for (int t = 0; t < T; ++t) {
@@ -160,7 +163,7 @@ CUSTOM_OPS_AVX2 CUSTOM_OPS_INLINE void half_block_sums(const Task& task, const u
     CUSTOM_OPS_UNROLL
     for (int c = 0; c < kChunks; ++c) {
       if (lanes.first == 0) {  // the first half's pass asks for both halves' line
-        _mm_prefetch(reinterpret_cast<const char*>(quants + c * R * 4) + kPrefetchBytes, _MM_HINT_T0);
+        ask_ahead<T>(quants + c * R * 4);
       }
       chunk[c] = load_half<kFull>(quants + c * R * 4, lanes);
     }
@@ -169,20 +172,25 @@ CUSTOM_OPS_AVX2 CUSTOM_OPS_INLINE void half_block_sums(const Task& task, const u
       const int s = i * (kBlock / F::kSub) + h;
       const int64_t first = b * F::kWeights + s * F::kSub;
       Words8 sub_scale = Words8{} + 1, sub_min = sub_scale;
-      if constexpr (F::kSubScales) {
+      if constexpr (F::kSubScales && !kDeferred) {
         F::sub(words, s, sub_scale, sub_min);
       }
       // vpmaddwd's multiplier: the sub-scale (|scale| < 2^15) in both 16-bit halves of each row's lane, or ones.
       const __m256i scale_pairs = _mm256_or_si256(_mm256_and_si256(reinterpret_cast<__m256i>(sub_scale),
                                                                    _mm256_set1_epi32(0xFFFF)),
                                                   _mm256_slli_epi32(reinterpret_cast<__m256i>(sub_scale), 16));
+      __m256i* into = dots;  // where this sub-block's products go: the block's sums, or (deferred) its own
+      if constexpr (kDeferred) {
+        into = &sub_dots[s];
+        *into = _mm256_setzero_si256();
+      }
       if constexpr (!signed_codes<F>() && F::kOffset != 0) {
         CUSTOM_OPS_UNROLL
         for (int t = 0; t < T; ++t) {
           const __m256i offset_sum = _mm256_set1_epi32(-F::kOffset * a.sum(t0 + t, first, F::kSub));
-          dots[t] = _mm256_add_epi32(dots[t], F::kSubScales ? _mm256_mullo_epi32(reinterpret_cast<__m256i>(sub_scale),
-                                                                                 offset_sum)
-                                                            : offset_sum);
+          into[t] = _mm256_add_epi32(into[t], F::kSubScales && !kDeferred
+                                                  ? _mm256_mullo_epi32(reinterpret_cast<__m256i>(sub_scale), offset_sum)
+                                                  : offset_sum);
         }
       }
       __m256i pairs[T];
@@ -201,17 +209,37 @@ CUSTOM_OPS_AVX2 CUSTOM_OPS_INLINE void half_block_sums(const Task& task, const u
                                               : _mm256_maddubs_epi16(w, x);
           pairs[t] = q % kIn16 == 0 ? p : _mm256_add_epi16(pairs[t], p);
           if (q % kIn16 == kIn16 - 1 || q == kQuads - 1) {
-            dots[t] = _mm256_add_epi32(dots[t], _mm256_madd_epi16(pairs[t], scale_pairs));
+            into[t] = _mm256_add_epi32(into[t], _mm256_madd_epi16(pairs[t], scale_pairs));
           }
         }
       }
-      if constexpr (F::kSubScales && F::kHasMin) {
+      if constexpr (F::kSubScales && F::kHasMin && !kDeferred) {
         CUSTOM_OPS_UNROLL
         for (int t = 0; t < T; ++t) {
           mins[t] = _mm256_add_epi32(mins[t], _mm256_mullo_epi32(reinterpret_cast<__m256i>(sub_min),
                                                                  _mm256_set1_epi32(a.sum(t0 + t, first, F::kSub))));
         }
       }
+    }
+  }
+}
+
+// One token's half block sums from its raw sub-block dots, once the record's sub-scales are read: each dot times its
+// sub-scale, and the sub-mins times the sub-blocks' sums of x (the integers half_block_sums makes record first).
+template <class F>
+CUSTOM_OPS_AVX2 CUSTOM_OPS_INLINE void scale_sub_dots_avx2(const Activations& a, const Words8* words,
+                                                           const __m256i* sub_dots, int64_t b, int64_t t,
+                                                           __m256i& dots, __m256i& mins) {
+  dots = mins = _mm256_setzero_si256();
+  CUSTOM_OPS_UNROLL
+  for (int s = 0; s < F::kWeights / F::kSub; ++s) {
+    Words8 sub_scale, sub_min;
+    F::sub(words, s, sub_scale, sub_min);
+    dots = _mm256_add_epi32(dots, _mm256_mullo_epi32(sub_dots[s], reinterpret_cast<__m256i>(sub_scale)));
+    if constexpr (F::kHasMin) {
+      mins = _mm256_add_epi32(mins, _mm256_mullo_epi32(reinterpret_cast<__m256i>(sub_min),
+                                                       _mm256_set1_epi32(a.sum(t, b * F::kWeights + s * F::kSub,
+                                                                               F::kSub))));
     }
   }
 }
@@ -242,11 +270,21 @@ CUSTOM_OPS_AVX2 CUSTOM_OPS_INLINE void group_avx2(const Task& task, const Packed
       }
       Words8 words[std::max(1, fields_of_size<F>(4))];
       Reals8 record_halves[std::max(1, fields_of_size<F>(2))];
-      half_record<F, kFull>(block + R * quant_bytes<F>(), R, lanes[h], words, record_halves);
+      const uint8_t* record = block + R * quant_bytes<F>();
+      constexpr bool kAfter = record_after_codes<F, T>();
+      if constexpr (!kAfter) {
+        half_record<F, kFull>(record, R, lanes[h], words, record_halves);
+      }
+      __m256i dots[T], mins[T], sub_dots[F::kSubScales && kAfter ? F::kWeights / F::kSub : 1];
+      half_block_sums<F, T, kFull>(task, block, R, lanes[h], words, b, t0, dots, mins, sub_dots);
+      if constexpr (kAfter) {
+        half_record<F, kFull>(record, R, lanes[h], words, record_halves);
+        if constexpr (F::kSubScales) {
+          scale_sub_dots_avx2<F>(a, words, sub_dots, b, t0, dots[0], mins[0]);
+        }
+      }
       Reals8 scale, min = Reals8{};
       F::block(record_halves, scale, min);
-      __m256i dots[T], mins[T];
-      half_block_sums<F, T, kFull>(task, block, R, lanes[h], words, b, t0, dots, mins);
       CUSTOM_OPS_UNROLL
       for (int t = 0; t < T; ++t) {
         const float dx = a.scale(t0 + t, b);

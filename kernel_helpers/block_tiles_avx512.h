@@ -10,9 +10,6 @@ namespace native {
 namespace blocks {
 
 // ---- AVX-512 (with VNNI) ----------------------------------------------------------------------------------------------
-CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_INLINE void prefetch(const void* p) {
-  _mm_prefetch(static_cast<const char*>(p) + kPrefetchBytes, _MM_HINT_T0);
-}
 
 // Activations, the same values as quantize_block's, 16 at a time: the division and the rounding (to nearest, ties to
 // even) are IEEE operations, and a maximum does not depend on its order.
@@ -84,17 +81,6 @@ constexpr int max_tokens() {
   return F::kSubScales ? 4 : 8;
 }
 
-// A block's record follows its codes in memory. Read before them (its sub-scales weigh each sub-block's dot), it sends
-// the read back 2 KiB once a block: one Zen 4 thread streamed K-quant weights from memory at 61-65% of what a plain sum
-// of the same memory reads, 67-80% codes first.
-// So the record is read after the codes: formats without sub-scales need it only then, and at one token a format's
-// sub-block dots (at most 16 registers) wait for it. Prefill keeps the record first: its T tokens' dots would not fit
-// in the registers, and it is bound by arithmetic, not the stream.
-template <class F, int T>
-constexpr bool record_after_codes() {
-  return !F::kSubScales || T == 1;
-}
-
 // One sub-block's share of token t's block sums: its dot times the rows' sub-scales, and the sub-mins times the
 // sub-block's sum of x (from input `first`).
 template <class F>
@@ -129,7 +115,7 @@ CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_INLINE void block_sums_avx512(const Task& task
     Words chunk[kChunks];
     CUSTOM_OPS_UNROLL
     for (int c = 0; c < kChunks; ++c) {
-      prefetch(quants + c * R * 4);
+      ask_ahead<T>(quants + c * R * 4);
       chunk[c] = load_lanes<kFull>(quants + c * R * 4, lanes);
     }
     CUSTOM_OPS_UNROLL

@@ -145,12 +145,14 @@ struct SmmlaDots {
 };
 
 // The integer sums of one quarter and block against T tokens from t0, as block_sums_avx512 makes them (Dots: SdotDots
-// or SmmlaDots).
+// or SmmlaDots). With sub-scales read after the codes (record_after_codes), each sub-block's raw dot goes to sub_dots
+// and scale_sub_dots_arm64 finishes them.
 template <class F, int T, bool kFull, class Dots>
 CUSTOM_OPS_INLINE void quarter_block_sums(const Task& task, const uint8_t* block, int64_t R, int64_t first_row,
                                           int valid, const Words4* words, int64_t b, int64_t t0, int32x4_t* dots,
-                                          int32x4_t* mins) {
+                                          int32x4_t* mins, int32x4_t* sub_dots) {
   constexpr int kPieces = F::kWeights / kBlock, kChunks = chunks<F>(), kQuads = F::kSub / 4;
+  constexpr bool kDeferred = F::kSubScales && record_after_codes<F, T>();
   const Activations& a = *task.a;
   CUSTOM_OPS_UNROLL
   for (int t = 0; t < T; ++t) {
@@ -162,7 +164,7 @@ CUSTOM_OPS_INLINE void quarter_block_sums(const Task& task, const uint8_t* block
     CUSTOM_OPS_UNROLL
     for (int c = 0; c < kChunks; ++c) {
       if (first_row == 0) {  // the first quarter's pass asks for the line
-        __builtin_prefetch(quants + c * R * 4 + kPrefetchBytes);
+        ask_ahead<T>(quants + c * R * 4);
       }
       chunk[c] = load_quarter<kFull, Words4>(quants + c * R * 4, first_row, valid, 4);
     }
@@ -171,7 +173,7 @@ CUSTOM_OPS_INLINE void quarter_block_sums(const Task& task, const uint8_t* block
       const int s = i * (kBlock / F::kSub) + h;
       const int64_t first = b * F::kWeights + s * F::kSub;
       Words4 sub_scale = Words4{} + 1, sub_min = sub_scale;
-      if constexpr (F::kSubScales) {
+      if constexpr (F::kSubScales && !kDeferred) {
         F::sub(words, s, sub_scale, sub_min);
       }
       int32x4_t dot[T];
@@ -185,7 +187,9 @@ CUSTOM_OPS_INLINE void quarter_block_sums(const Task& task, const uint8_t* block
       std::memcpy(&min_lanes, &sub_min, sizeof(min_lanes));
       CUSTOM_OPS_UNROLL
       for (int t = 0; t < T; ++t) {
-        if constexpr (F::kSubScales) {
+        if constexpr (kDeferred) {
+          sub_dots[s] = dot[t];
+        } else if constexpr (F::kSubScales) {
           dots[t] = vmlaq_s32(dots[t], dot[t], scale_lanes);
           if constexpr (F::kHasMin) {
             mins[t] = vmlaq_n_s32(mins[t], min_lanes, a.sum(t0 + t, first, F::kSub));
@@ -194,6 +198,26 @@ CUSTOM_OPS_INLINE void quarter_block_sums(const Task& task, const uint8_t* block
           dots[t] = vaddq_s32(dots[t], dot[t]);
         }
       }
+    }
+  }
+}
+
+// One token's quarter block sums from its raw sub-block dots, once the record's sub-scales are read: the same
+// products added in the same order as quarter_block_sums adds them.
+template <class F>
+CUSTOM_OPS_INLINE void scale_sub_dots_arm64(const Activations& a, const Words4* words, const int32x4_t* sub_dots,
+                                            int64_t b, int64_t t, int32x4_t& dots, int32x4_t& mins) {
+  dots = mins = vdupq_n_s32(0);
+  CUSTOM_OPS_UNROLL
+  for (int s = 0; s < F::kWeights / F::kSub; ++s) {
+    Words4 sub_scale, sub_min;
+    F::sub(words, s, sub_scale, sub_min);
+    int32x4_t scale_lanes, min_lanes;
+    std::memcpy(&scale_lanes, &sub_scale, sizeof(scale_lanes));
+    std::memcpy(&min_lanes, &sub_min, sizeof(min_lanes));
+    dots = vmlaq_s32(dots, sub_dots[s], scale_lanes);
+    if constexpr (F::kHasMin) {
+      mins = vmlaq_n_s32(mins, min_lanes, a.sum(t, b * F::kWeights + s * F::kSub, F::kSub));
     }
   }
 }
@@ -224,14 +248,24 @@ CUSTOM_OPS_INLINE void group_arm64(const Task& task, const Packed<F>& w, int64_t
       const int valid = static_cast<int>(std::min<int64_t>(kQuarter, R - first));
       Words4 words[std::max(1, fields_of_size<F>(4))];
       Reals4 record_halves[std::max(1, fields_of_size<F>(2))];
-      quarter_record<F, kFull>(block + R * quant_bytes<F>(), R, first, valid, words, record_halves);
+      const uint8_t* record = block + R * quant_bytes<F>();
+      constexpr bool kAfter = record_after_codes<F, T>();
+      if constexpr (!kAfter) {
+        quarter_record<F, kFull>(record, R, first, valid, words, record_halves);
+      }
+      int32x4_t dots[T], mins[T], sub_dots[F::kSubScales && kAfter ? F::kWeights / F::kSub : 1];
+      quarter_block_sums<F, T, kFull, Dots>(task, block, R, first, valid, words, b, t0, dots, mins, sub_dots);
+      if constexpr (kAfter) {
+        quarter_record<F, kFull>(record, R, first, valid, words, record_halves);
+        if constexpr (F::kSubScales) {
+          scale_sub_dots_arm64<F>(a, words, sub_dots, b, t0, dots[0], mins[0]);
+        }
+      }
       Reals4 scale_lanes, min_lanes = Reals4{};
       F::block(record_halves, scale_lanes, min_lanes);
       float32x4_t scale, min;
       std::memcpy(&scale, &scale_lanes, sizeof(scale));
       std::memcpy(&min, &min_lanes, sizeof(min));
-      int32x4_t dots[T], mins[T];
-      quarter_block_sums<F, T, kFull, Dots>(task, block, R, first, valid, words, b, t0, dots, mins);
       CUSTOM_OPS_UNROLL
       for (int t = 0; t < T; ++t) {
         const float dx = a.scale(t0 + t, b);
