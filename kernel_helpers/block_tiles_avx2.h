@@ -138,6 +138,14 @@ constexpr int quads_in_16_bits() {
   }
 }
 
+// A sub-block's sub-mins times token t's sum of x over it (from input `first`), added to the token's min sums.
+template <class F>
+CUSTOM_OPS_AVX2 CUSTOM_OPS_INLINE void add_sub_min_avx2(const Activations& a, Words8 sub_min, int64_t t, int64_t first,
+                                                        __m256i& mins) {
+  mins = _mm256_add_epi32(mins, _mm256_mullo_epi32(reinterpret_cast<__m256i>(sub_min),
+                                                   _mm256_set1_epi32(a.sum(t, first, F::kSub))));
+}
+
 // The integer sums of one half group and block against T tokens from t0, as block_sums_avx512 makes them (per token,
 // the sub-block dots times their sub-scales, and the sub-mins times the sub-blocks' sums of x). A sub-scale multiplies
 // the 16-bit pairs inside vpmaddwd (the row's scale in both halves of its lane), so a token's sub-block dot needs no
@@ -216,8 +224,7 @@ CUSTOM_OPS_AVX2 CUSTOM_OPS_INLINE void half_block_sums(const Task& task, const u
       if constexpr (F::kSubScales && F::kHasMin && !kDeferred) {
         CUSTOM_OPS_UNROLL
         for (int t = 0; t < T; ++t) {
-          mins[t] = _mm256_add_epi32(mins[t], _mm256_mullo_epi32(reinterpret_cast<__m256i>(sub_min),
-                                                                 _mm256_set1_epi32(a.sum(t0 + t, first, F::kSub))));
+          add_sub_min_avx2<F>(a, sub_min, t0 + t, first, mins[t]);
         }
       }
     }
@@ -237,9 +244,7 @@ CUSTOM_OPS_AVX2 CUSTOM_OPS_INLINE void scale_sub_dots_avx2(const Activations& a,
     F::sub(words, s, sub_scale, sub_min);
     dots = _mm256_add_epi32(dots, _mm256_mullo_epi32(sub_dots[s], reinterpret_cast<__m256i>(sub_scale)));
     if constexpr (F::kHasMin) {
-      mins = _mm256_add_epi32(mins, _mm256_mullo_epi32(reinterpret_cast<__m256i>(sub_min),
-                                                       _mm256_set1_epi32(a.sum(t, b * F::kWeights + s * F::kSub,
-                                                                               F::kSub))));
+      add_sub_min_avx2<F>(a, sub_min, t, b * F::kWeights + s * F::kSub, mins);
     }
   }
 }

@@ -10,7 +10,6 @@ namespace native {
 namespace blocks {
 
 // ---- AVX-512 (with VNNI) ----------------------------------------------------------------------------------------------
-
 // Activations, the same values as quantize_block's, 16 at a time: the division and the rounding (to nearest, ties to
 // even) are IEEE operations, and a maximum does not depend on its order.
 CUSTOM_OPS_AVX512_VNNI CUSTOM_OPS_INLINE void quantize_block_avx512(const float* x, int64_t n, int8_t* q, float* d,

@@ -144,6 +144,21 @@ struct SmmlaDots {
   }
 };
 
+// One sub-block's share of token t's quarter block sums: its dot times the rows' sub-scales, and the sub-mins times
+// the sub-block's sum of x (from input `first`).
+template <class F>
+CUSTOM_OPS_INLINE void add_sub_block_arm64(const Activations& a, int32x4_t dot, const Words4& sub_scale,
+                                           const Words4& sub_min, int64_t t, int64_t first, int32x4_t& dots,
+                                           int32x4_t& mins) {
+  int32x4_t scale_lanes, min_lanes;
+  std::memcpy(&scale_lanes, &sub_scale, sizeof(scale_lanes));
+  std::memcpy(&min_lanes, &sub_min, sizeof(min_lanes));
+  dots = vmlaq_s32(dots, dot, scale_lanes);
+  if constexpr (F::kHasMin) {
+    mins = vmlaq_n_s32(mins, min_lanes, a.sum(t, first, F::kSub));
+  }
+}
+
 // The integer sums of one quarter and block against T tokens from t0, as block_sums_avx512 makes them (Dots: SdotDots
 // or SmmlaDots). With sub-scales read after the codes (record_after_codes), each sub-block's raw dot goes to sub_dots
 // and scale_sub_dots_arm64 finishes them.
@@ -182,18 +197,12 @@ CUSTOM_OPS_INLINE void quarter_block_sums(const Task& task, const uint8_t* block
         dot[t] = vdupq_n_s32(dotprod_signed_codes<F>() ? 0 : -F::kOffset * a.sum(t0 + t, first, F::kSub));
       }
       Dots::template run<F, T>(chunk, h * kQuads, a, t0, first, dot);
-      int32x4_t scale_lanes, min_lanes;
-      std::memcpy(&scale_lanes, &sub_scale, sizeof(scale_lanes));
-      std::memcpy(&min_lanes, &sub_min, sizeof(min_lanes));
       CUSTOM_OPS_UNROLL
       for (int t = 0; t < T; ++t) {
         if constexpr (kDeferred) {
           sub_dots[s] = dot[t];
         } else if constexpr (F::kSubScales) {
-          dots[t] = vmlaq_s32(dots[t], dot[t], scale_lanes);
-          if constexpr (F::kHasMin) {
-            mins[t] = vmlaq_n_s32(mins[t], min_lanes, a.sum(t0 + t, first, F::kSub));
-          }
+          add_sub_block_arm64<F>(a, dot[t], sub_scale, sub_min, t0 + t, first, dots[t], mins[t]);
         } else {
           dots[t] = vaddq_s32(dots[t], dot[t]);
         }
@@ -212,13 +221,7 @@ CUSTOM_OPS_INLINE void scale_sub_dots_arm64(const Activations& a, const Words4* 
   for (int s = 0; s < F::kWeights / F::kSub; ++s) {
     Words4 sub_scale, sub_min;
     F::sub(words, s, sub_scale, sub_min);
-    int32x4_t scale_lanes, min_lanes;
-    std::memcpy(&scale_lanes, &sub_scale, sizeof(scale_lanes));
-    std::memcpy(&min_lanes, &sub_min, sizeof(min_lanes));
-    dots = vmlaq_s32(dots, sub_dots[s], scale_lanes);
-    if constexpr (F::kHasMin) {
-      mins = vmlaq_n_s32(mins, min_lanes, a.sum(t, b * F::kWeights + s * F::kSub, F::kSub));
-    }
+    add_sub_block_arm64<F>(a, sub_dots[s], sub_scale, sub_min, t, b * F::kWeights + s * F::kSub, dots, mins);
   }
 }
 
